@@ -1,0 +1,230 @@
+"""The activities: every side effect of monitoring a target.
+
+`CheckActivities` owns the worker's one asyncpg pool and one httpx client. A check may
+execute several times for one slot (retries, crashes, resets, zombies); the lease and the
+one-row-per-slot record in Postgres make every execution after the first a no-op.
+"""
+
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import httpx
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities import store
+from activities.fetch import FetchError, fetch_page
+from pricewatch.models import (
+    CheckInput,
+    CheckKind,
+    CheckResult,
+    CheckStatus,
+    RecordFailureInput,
+    RemoveTargetInput,
+    SyncTargetInput,
+)
+from pricewatch.slots import next_slot
+
+# Longer than the check's start-to-close timeout: while Temporal still considers an
+# attempt alive, nobody else can take its lease; once Temporal has given up on it, the
+# lease lapses soon after and the next attempt can claim.
+CHECK_LEASE = timedelta(seconds=90)
+
+# Error types the workflow's retry policy treats as permanent.
+PERMANENT_FETCH_ERROR = "PermanentFetchError"
+TRANSIENT_FETCH_ERROR = "TransientFetchError"
+TARGET_NOT_FOUND = "TargetNotFound"
+LEASE_HELD = "LeaseHeld"
+SLOT_NOT_DUE = "SlotNotDue"
+
+
+def clock() -> datetime:
+    """Now, never earlier than Temporal's own clock for this attempt.
+
+    The schedule is computed against the later of the two, so it agrees with the
+    workflow's view of time (which the time-skipping test server moves forward).
+    """
+    return max(datetime.now(UTC), activity.info().current_attempt_scheduled_time)
+
+
+def execution_id() -> str:
+    """One per attempt, unique across runs and resets: the lease token."""
+    info = activity.info()
+    return f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}"
+
+
+class CheckActivities:
+    def __init__(self, pool: asyncpg.Pool, http: httpx.AsyncClient) -> None:
+        self.pool = pool
+        self.http = http
+
+    @activity.defn(name="sync_target")
+    async def sync_target(self, sync: SyncTargetInput) -> None:
+        """Mirror the workflow's config and schedule into `monitor_targets`."""
+        await store.sync_target(
+            self.pool, sync.config, next_slot=sync.next_slot, enabled=sync.enabled
+        )
+
+    @activity.defn(name="check_slot")
+    async def check_slot(self, check: CheckInput) -> CheckResult:
+        """Claim, skip if done, fetch, hash, then commit the row and the schedule together."""
+        token = execution_id()
+        claim = await store.claim(
+            self.pool,
+            target_id=check.target_id,
+            work_id=check.work_id,
+            token=token,
+            lease=CHECK_LEASE,
+            kind=check.kind,
+            slot=check.slot,
+        )
+        if not claim.target_exists:
+            raise ApplicationError(
+                f"target {check.target_id} is not in the database", type=TARGET_NOT_FOUND,
+                non_retryable=True,
+            )
+        if claim.final is not None:
+            activity.logger.info("slot %s already recorded, not fetched again", check.work_id)
+            return claim.final.model_copy(
+                update={
+                    "already_recorded": True,
+                    "next_slot": self._next_slot(check, claim.next_check_at),
+                }
+            )
+        if not claim.claimed:
+            raise self._claim_refused(check, claim)
+
+        committed = False
+        try:
+            try:
+                page = await fetch_page(self.http, check.url)
+            except FetchError as err:
+                committed = await self._record_attempt_failure(check, token, err)
+                raise ApplicationError(
+                    str(err),
+                    type=TRANSIENT_FETCH_ERROR if err.transient else PERMANENT_FETCH_ERROR,
+                    non_retryable=not err.transient,
+                    next_retry_delay=err.retry_after,
+                ) from err
+            outcome = store.Outcome(
+                status=_compare(claim.previous_hash, page.sha256),
+                result_hash=page.sha256,
+                previous_hash=claim.previous_hash,
+                http_status=page.status_code,
+                body_bytes=page.size,
+            )
+            advance_to = None
+            if check.kind is CheckKind.SCHEDULED:
+                advance_to = next_slot(check.slot, check.interval, clock())
+            result = await store.commit(
+                self.pool,
+                target_id=check.target_id,
+                token=token,
+                work_id=check.work_id,
+                slot=check.slot,
+                kind=check.kind,
+                outcome=outcome,
+                advance_to=advance_to,
+            )
+            committed = result is not None
+            if result is None:
+                return await self._lost_lease(check)
+            return result
+        finally:
+            if not committed:
+                await store.release(self.pool, target_id=check.target_id, token=token)
+
+    @activity.defn(name="record_failed_slot")
+    async def record_failed_slot(self, failure: RecordFailureInput) -> CheckResult:
+        """Dead-letter a slot whose check gave up: one failed row, then the schedule moves on."""
+        check = failure.check
+        advance_to = None
+        if check.kind is CheckKind.SCHEDULED:
+            advance_to = next_slot(check.slot, check.interval, clock())
+        result = await store.record_failed(
+            self.pool,
+            target_id=check.target_id,
+            work_id=check.work_id,
+            slot=check.slot,
+            kind=check.kind,
+            error_message=failure.error_message,
+            advance_to=advance_to,
+        )
+        if result is not None:
+            if result.next_slot is None and check.kind is CheckKind.SCHEDULED:
+                db_next = await store.next_check_at(self.pool, check.target_id)
+                result = result.model_copy(update={"next_slot": self._next_slot(check, db_next)})
+            return result
+        stored = await store.stored_check(self.pool, check.work_id)
+        if stored is not None and stored.status is not CheckStatus.FAILED:
+            db_next = await store.next_check_at(self.pool, check.target_id)
+            return stored.model_copy(
+                update={"already_recorded": True, "next_slot": self._next_slot(check, db_next)}
+            )
+        raise ApplicationError(
+            f"target {check.target_id} is leased by a running attempt; will try again",
+            type=LEASE_HELD,
+        )
+
+    @activity.defn(name="remove_target")
+    async def remove_target(self, remove: RemoveTargetInput) -> None:
+        await store.delete_target(self.pool, remove.target_id)
+
+    async def _record_attempt_failure(self, check: CheckInput, token: str, err: FetchError) -> bool:
+        """Keep the attempt on the slot's one row (attempt_count + 1); never advance here.
+
+        The workflow decides when the slot is given up (`record_failed_slot`)."""
+        recorded = await store.commit(
+            self.pool,
+            target_id=check.target_id,
+            token=token,
+            work_id=check.work_id,
+            slot=check.slot,
+            kind=check.kind,
+            outcome=store.Outcome(status=CheckStatus.FAILED, error_message=str(err)),
+            advance_to=None,
+        )
+        return recorded is not None
+
+    async def _lost_lease(self, check: CheckInput) -> CheckResult:
+        """The commit matched nothing: either another attempt finished the slot, or our
+        lease was taken over. The first is success; the second must not pass silently."""
+        stored = await store.stored_check(self.pool, check.work_id)
+        if stored is not None and stored.status is not CheckStatus.FAILED:
+            db_next = await store.next_check_at(self.pool, check.target_id)
+            return stored.model_copy(
+                update={"already_recorded": True, "next_slot": self._next_slot(check, db_next)}
+            )
+        raise ApplicationError(
+            f"lost the lease on {check.target_id} before committing {check.work_id}",
+            type=LEASE_HELD,
+        )
+
+    def _claim_refused(self, check: CheckInput, claim: store.Claim) -> ApplicationError:
+        if claim.next_check_at is not None and claim.next_check_at > check.slot:
+            return ApplicationError(
+                f"{check.work_id} is no longer due: the schedule is at "
+                f"{claim.next_check_at.isoformat()}",
+                type=SLOT_NOT_DUE,
+                non_retryable=True,
+            )
+        return ApplicationError(
+            f"target {check.target_id} is leased by another attempt or disabled",
+            type=LEASE_HELD,
+        )
+
+    @staticmethod
+    def _next_slot(check: CheckInput, db_next: datetime | None) -> datetime | None:
+        """Where the schedule stands after this slot: the database's view if it moved on."""
+        if check.kind is CheckKind.MANUAL:
+            return None
+        if db_next is not None and db_next > check.slot:
+            return db_next
+        return next_slot(check.slot, check.interval, clock())
+
+
+def _compare(previous_hash: str | None, new_hash: str) -> CheckStatus:
+    """The first good check is the baseline: it is `unchanged` and alerts nobody."""
+    if previous_hash is None or previous_hash == new_hash:
+        return CheckStatus.UNCHANGED
+    return CheckStatus.CHANGED

@@ -1,0 +1,111 @@
+"""Fetch a page and hash it, telling transient failures from permanent ones.
+
+Only digests leave this module: the body is streamed under a byte cap and an overall
+deadline (httpx's own timeouts are per operation, so a slow drip would never trip them).
+"""
+
+import asyncio
+import hashlib
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
+
+import httpx
+
+MAX_BODY_BYTES = 5 * 1024 * 1024
+FETCH_DEADLINE = timedelta(seconds=30)
+MAX_RETRY_AFTER = timedelta(minutes=15)
+HTTP_TIMEOUTS = httpx.Timeout(10.0, connect=5.0)
+MAX_REDIRECTS = 5
+USER_AGENT = "pricewatch/0.1 (+page-change monitor)"
+
+# Statuses worth asking again later; every other 4xx will answer the same next time.
+TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+class FetchError(Exception):
+    """A fetch that produced no page, with the verdict on whether retrying can help."""
+
+    def __init__(self, message: str, *, transient: bool, retry_after: timedelta | None = None):
+        super().__init__(message)
+        self.transient = transient
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class Page:
+    status_code: int
+    sha256: str
+    size: int
+
+
+def new_client(transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
+    """One client per worker; `trust_env=False` so proxy variables cannot reroute checks."""
+    return httpx.AsyncClient(
+        timeout=HTTP_TIMEOUTS,
+        follow_redirects=True,
+        max_redirects=MAX_REDIRECTS,
+        trust_env=False,
+        headers={"user-agent": USER_AGENT},
+        transport=transport,
+    )
+
+
+async def fetch_page(client: httpx.AsyncClient, url: str) -> Page:
+    try:
+        async with asyncio.timeout(FETCH_DEADLINE.total_seconds()):
+            return await _fetch(client, url)
+    except TimeoutError as err:
+        raise FetchError(
+            f"no complete response within {FETCH_DEADLINE.total_seconds():.0f}s", transient=True
+        ) from err
+    except httpx.TooManyRedirects as err:
+        raise FetchError(f"more than {MAX_REDIRECTS} redirects", transient=False) from err
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as err:
+        raise FetchError(f"invalid URL: {err}", transient=False) from err
+    except httpx.TimeoutException as err:
+        raise FetchError(f"timed out: {type(err).__name__}", transient=True) from err
+    except httpx.TransportError as err:
+        raise FetchError(f"connection failed: {err or type(err).__name__}", transient=True) from err
+
+
+async def _fetch(client: httpx.AsyncClient, url: str) -> Page:
+    async with client.stream("GET", url) as response:
+        if response.status_code >= 300:
+            raise _status_error(response)
+        digest = hashlib.sha256()
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise FetchError(f"body larger than {MAX_BODY_BYTES} bytes", transient=False)
+            digest.update(chunk)
+        return Page(status_code=response.status_code, sha256=digest.hexdigest(), size=size)
+
+
+def _status_error(response: httpx.Response) -> FetchError:
+    status = response.status_code
+    message = f"HTTP {status} {response.reason_phrase}".strip()
+    if status in TRANSIENT_STATUSES:
+        retry_after = parse_retry_after(response.headers.get("retry-after"), datetime.now(UTC))
+        return FetchError(message, transient=True, retry_after=retry_after)
+    return FetchError(message, transient=False)
+
+
+def parse_retry_after(value: str | None, now: datetime) -> timedelta | None:
+    """Delta-seconds or an HTTP-date, clamped; garbage or a past date means "no advice"."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        delay = timedelta(seconds=int(value))
+    else:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        # asctime dates carry no zone; HTTP dates are always GMT.
+        delay = when.replace(tzinfo=when.tzinfo or UTC) - now
+    if delay <= timedelta(0):
+        return None
+    return min(delay, MAX_RETRY_AFTER)

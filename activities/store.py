@@ -1,0 +1,256 @@
+"""Postgres access for checks: the lease, the one-row-per-slot record, the schedule mirror.
+
+Idempotency lives here, in SQL. Each hot-path step is one statement (one round trip):
+claim, then commit. "Already recorded" is a normal outcome, returned, never raised.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import asyncpg
+
+from pricewatch.models import CheckKind, CheckResult, CheckStatus, TargetConfig
+
+CHECK_COLUMNS = """work_id, scheduled_for, kind, status, checked_at, attempt_count,
+    result_hash, error_message"""
+
+# Claim the target's lease for one slot and, in the same snapshot, read what the check
+# needs: the slot's row if it exists and the last good hash. The lease is taken only if
+# it is free, expired (by the database's clock) or already ours, and, for a scheduled
+# slot, only while the target is enabled and not yet past this slot: a stale attempt
+# for a slot the schedule has left behind can never claim.
+CLAIM = f"""
+WITH target AS (
+    SELECT next_check_at FROM monitor_targets WHERE id = $1
+), existing AS (
+    SELECT {CHECK_COLUMNS} FROM source_checks WHERE work_id = $2
+), claimed AS (
+    UPDATE monitor_targets
+       SET lease_token = $3, lease_expires_at = now() + $4::interval
+     WHERE id = $1
+       AND (lease_token IS NULL OR lease_expires_at <= now() OR lease_token = $3)
+       AND ($5::text = 'manual' OR (enabled AND next_check_at <= $6))
+       AND NOT EXISTS (SELECT 1 FROM existing WHERE status <> 'failed')
+    RETURNING id
+)
+SELECT
+    EXISTS (SELECT 1 FROM target) AS target_exists,
+    (SELECT next_check_at FROM target) AS next_check_at,
+    EXISTS (SELECT 1 FROM claimed) AS claimed,
+    (SELECT result_hash FROM source_checks
+      WHERE target_id = $1 AND status <> 'failed' AND work_id <> $2
+      ORDER BY checked_at DESC LIMIT 1) AS previous_hash,
+    (SELECT to_jsonb(existing) FROM existing) AS existing
+"""
+
+# Record an attempt's outcome and, for a final scheduled outcome, advance the schedule and
+# release the lease: all in one statement, all conditional on still holding the lease.
+# `FOR UPDATE` waits for a concurrent lease change and re-checks the token, so a stale
+# attempt whose lease was taken over matches nothing and writes nothing. A row that is
+# already final is left alone (the DO UPDATE's WHERE), and then nothing else happens either.
+COMMIT = f"""
+WITH lease AS (
+    SELECT id FROM monitor_targets WHERE id = $1 AND lease_token = $2 FOR UPDATE
+), recorded AS (
+    INSERT INTO source_checks AS c (work_id, target_id, scheduled_for, kind, checked_at, status,
+        attempt_count, result_hash, previous_hash, http_status, body_bytes, error_message)
+    SELECT $3::text, id, $4::timestamptz, $5::text, now(), $6::text, 1, $7::text, $8::text,
+           $9::integer, $10::integer, $11::text
+      FROM lease
+    ON CONFLICT (work_id) DO UPDATE
+       SET checked_at = excluded.checked_at, status = excluded.status,
+           attempt_count = c.attempt_count + 1, result_hash = excluded.result_hash,
+           previous_hash = excluded.previous_hash, http_status = excluded.http_status,
+           body_bytes = excluded.body_bytes, error_message = excluded.error_message
+     WHERE c.status = 'failed'
+    RETURNING {CHECK_COLUMNS}
+), released AS (
+    UPDATE monitor_targets
+       SET lease_token = NULL, lease_expires_at = NULL,
+           next_check_at = COALESCE($12::timestamptz, next_check_at), updated_at = now()
+     WHERE id = $1 AND lease_token = $2 AND EXISTS (SELECT 1 FROM recorded)
+    RETURNING id
+)
+SELECT {CHECK_COLUMNS} FROM recorded
+"""
+
+# Only the holder can release: an old attempt cannot clear a newer attempt's lease.
+RELEASE = """
+UPDATE monitor_targets SET lease_token = NULL, lease_expires_at = NULL
+ WHERE id = $1 AND lease_token = $2
+"""
+
+# Finalise a slot whose check gave up: keep the attempts' row (or write one if no attempt
+# got that far), advance the schedule if it still points at or before this slot. Waits
+# for nobody: a live lease means an attempt is still running, so this refuses (no row).
+RECORD_FAILED = f"""
+WITH target AS (
+    SELECT id FROM monitor_targets
+     WHERE id = $1 AND (lease_token IS NULL OR lease_expires_at <= now())
+       FOR UPDATE
+), recorded AS (
+    INSERT INTO source_checks AS c (work_id, target_id, scheduled_for, kind, checked_at,
+        status, attempt_count, error_message)
+    SELECT $2::text, id, $3::timestamptz, $4::text, now(), 'failed', 1, $5::text FROM target
+    ON CONFLICT (work_id) DO UPDATE SET error_message = excluded.error_message
+     WHERE c.status = 'failed'
+    RETURNING {CHECK_COLUMNS}
+), advanced AS (
+    UPDATE monitor_targets
+       SET next_check_at = $6, lease_token = NULL, lease_expires_at = NULL, updated_at = now()
+     WHERE id IN (SELECT id FROM target) AND $6::timestamptz IS NOT NULL
+       AND next_check_at <= $3
+    RETURNING next_check_at
+)
+SELECT {CHECK_COLUMNS}, (SELECT next_check_at FROM advanced) AS advanced_to FROM recorded
+"""
+
+SYNC_TARGET = """
+INSERT INTO monitor_targets (id, url, interval_seconds, enabled, next_check_at)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (id) DO UPDATE
+   SET url = excluded.url, interval_seconds = excluded.interval_seconds,
+       enabled = excluded.enabled, next_check_at = excluded.next_check_at, updated_at = now()
+"""
+
+SELECT_CHECK = f"SELECT {CHECK_COLUMNS} FROM source_checks WHERE work_id = $1"
+SELECT_NEXT_CHECK_AT = "SELECT next_check_at FROM monitor_targets WHERE id = $1"
+DELETE_TARGET = "DELETE FROM monitor_targets WHERE id = $1"
+
+
+@dataclass(frozen=True)
+class Claim:
+    target_exists: bool
+    next_check_at: datetime | None
+    claimed: bool
+    previous_hash: str | None
+    existing: CheckResult | None
+
+    @property
+    def final(self) -> CheckResult | None:
+        """The stored result if this slot needs no more work."""
+        if self.existing is None:
+            return None
+        if self.existing.status is not CheckStatus.FAILED:
+            return self.existing
+        schedule_moved_on = self.next_check_at is not None and (
+            self.next_check_at > self.existing.scheduled_for
+        )
+        if self.existing.kind is CheckKind.SCHEDULED and schedule_moved_on:
+            return self.existing
+        return None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one attempt found, ready to commit."""
+
+    status: CheckStatus
+    result_hash: str | None = None
+    previous_hash: str | None = None
+    http_status: int | None = None
+    body_bytes: int | None = None
+    error_message: str | None = None
+
+
+def _result(row: asyncpg.Record | dict[str, object], **extra: object) -> CheckResult:
+    fields = {k: row[k] for k in CheckResult.model_fields if k in row.keys()}  # noqa: SIM118
+    return CheckResult.model_validate({**fields, **extra})
+
+
+async def claim(
+    pool: asyncpg.Pool,
+    *,
+    target_id: str,
+    work_id: str,
+    token: str,
+    lease: timedelta,
+    kind: CheckKind,
+    slot: datetime,
+) -> Claim:
+    row = await pool.fetchrow(CLAIM, target_id, work_id, token, lease, kind.value, slot)
+    assert row is not None
+    existing = row["existing"]
+    return Claim(
+        target_exists=row["target_exists"],
+        next_check_at=row["next_check_at"],
+        claimed=row["claimed"],
+        previous_hash=row["previous_hash"],
+        existing=CheckResult.model_validate_json(existing) if existing else None,
+    )
+
+
+async def commit(
+    pool: asyncpg.Pool,
+    *,
+    target_id: str,
+    token: str,
+    work_id: str,
+    slot: datetime,
+    kind: CheckKind,
+    outcome: Outcome,
+    advance_to: datetime | None,
+) -> CheckResult | None:
+    """Record the attempt; None if the lease was lost or the slot was already final."""
+    row = await pool.fetchrow(
+        COMMIT,
+        target_id,
+        token,
+        work_id,
+        slot,
+        kind.value,
+        outcome.status.value,
+        outcome.result_hash,
+        outcome.previous_hash,
+        outcome.http_status,
+        outcome.body_bytes,
+        outcome.error_message,
+        advance_to,
+    )
+    return None if row is None else _result(row, next_slot=advance_to)
+
+
+async def release(pool: asyncpg.Pool, *, target_id: str, token: str) -> bool:
+    status = await pool.execute(RELEASE, target_id, token)
+    return bool(status == "UPDATE 1")
+
+
+async def record_failed(
+    pool: asyncpg.Pool,
+    *,
+    target_id: str,
+    work_id: str,
+    slot: datetime,
+    kind: CheckKind,
+    error_message: str,
+    advance_to: datetime | None,
+) -> CheckResult | None:
+    """Finalise a given-up slot as failed; None if an attempt still holds the lease."""
+    row = await pool.fetchrow(
+        RECORD_FAILED, target_id, work_id, slot, kind.value, error_message, advance_to
+    )
+    if row is None:
+        return None
+    return _result(row, next_slot=row["advanced_to"])
+
+
+async def stored_check(pool: asyncpg.Pool, work_id: str) -> CheckResult | None:
+    row = await pool.fetchrow(SELECT_CHECK, work_id)
+    return None if row is None else _result(row)
+
+
+async def next_check_at(pool: asyncpg.Pool, target_id: str) -> datetime | None:
+    value = await pool.fetchval(SELECT_NEXT_CHECK_AT, target_id)
+    return value if isinstance(value, datetime) else None
+
+
+async def sync_target(
+    pool: asyncpg.Pool, config: TargetConfig, *, next_slot: datetime, enabled: bool
+) -> None:
+    await pool.execute(
+        SYNC_TARGET, config.target_id, config.url, config.interval_seconds, enabled, next_slot
+    )
+
+
+async def delete_target(pool: asyncpg.Pool, target_id: str) -> None:
+    await pool.execute(DELETE_TARGET, target_id)

@@ -1,0 +1,1 @@
+"""pricewatch: a durable page-change monitor on Temporal and Postgres."""

@@ -1,0 +1,146 @@
+"""One pydantic model per Temporal boundary: workflow input, messages, activity calls.
+
+Every field added later must carry a default, so histories recorded with older
+shapes still decode. Models are side-effect free so the workflow sandbox can import them.
+"""
+
+import re
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import AfterValidator, AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator
+
+from pricewatch.slots import work_id
+
+TARGET_ID_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def _utc(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError("datetime must carry a time zone")
+    return value.astimezone(UTC)
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TargetConfig(Model):
+    """What the user asked for: the only thing `add` and `reconfigure` change."""
+
+    target_id: str
+    url: str
+    interval_seconds: int = Field(gt=0)
+
+    @field_validator("target_id")
+    @classmethod
+    def _slug(cls, value: str) -> str:
+        if not TARGET_ID_PATTERN.fullmatch(value):
+            raise ValueError(
+                "target id must be a slug: lowercase letters, digits and inner hyphens, 1-63 chars"
+            )
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parsed = AnyHttpUrl(value)
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise ValueError("url must be an absolute http(s) URL")
+        return value
+
+    @property
+    def interval(self) -> timedelta:
+        return timedelta(seconds=self.interval_seconds)
+
+
+class CheckStatus(StrEnum):
+    UNCHANGED = "unchanged"
+    CHANGED = "changed"
+    FAILED = "failed"
+
+
+class CheckKind(StrEnum):
+    SCHEDULED = "scheduled"
+    MANUAL = "manual"
+
+
+class CheckResult(Model):
+    """The durable outcome of one slot, as stored: digests only, never the page."""
+
+    work_id: str
+    scheduled_for: UtcDatetime
+    kind: CheckKind = CheckKind.SCHEDULED
+    status: CheckStatus
+    checked_at: UtcDatetime
+    attempt_count: int
+    result_hash: str | None = None
+    error_message: str | None = None
+    next_slot: UtcDatetime | None = None
+    already_recorded: bool = False
+
+
+class MonitorState(Model):
+    """Everything a run hands to the next one through continue-as-new.
+
+    Starting a target needs only `config`; the rest defaults. `start_at` anchors the grid
+    (default: when the workflow first runs).
+    """
+
+    config: TargetConfig
+    start_at: UtcDatetime | None = None
+    next_slot: UtcDatetime | None = None
+    paused: bool = False
+    registered: bool = False
+    last_result: CheckResult | None = None
+    checks_completed: int = 0
+    pending_manual_checks: list[UtcDatetime] = Field(default_factory=list)
+
+
+class MonitorStatus(Model):
+    """What the `status` query returns."""
+
+    config: TargetConfig
+    paused: bool
+    next_slot: UtcDatetime | None
+    last_result: CheckResult | None
+    checks_completed: int
+
+
+class SyncTargetInput(Model):
+    """The workflow's config and schedule, mirrored into `monitor_targets`."""
+
+    config: TargetConfig
+    next_slot: UtcDatetime
+    enabled: bool
+
+
+class CheckInput(Model):
+    target_id: str
+    url: str
+    interval_seconds: int
+    slot: UtcDatetime
+    kind: CheckKind = CheckKind.SCHEDULED
+
+    @property
+    def interval(self) -> timedelta:
+        return timedelta(seconds=self.interval_seconds)
+
+    @property
+    def work_id(self) -> str:
+        if self.kind is CheckKind.MANUAL:
+            return work_id(f"{self.target_id}:manual", self.slot)
+        return work_id(self.target_id, self.slot)
+
+
+class RecordFailureInput(Model):
+    check: CheckInput
+    error_message: str
+
+
+class RemoveTargetInput(Model):
+    target_id: str

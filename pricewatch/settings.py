@@ -1,0 +1,36 @@
+"""Process settings from the environment (`PRICEWATCH_*`).
+
+Temporal's client settings follow Temporal's own convention (`TEMPORAL_ADDRESS`,
+`TEMPORAL_NAMESPACE`, TLS, API key) through `temporalio.envconfig`, see `pricewatch.temporal`.
+"""
+
+from datetime import timedelta
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+EMBEDDED_DATABASE_URL_FILE = "postgres.url"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PRICEWATCH_")
+
+    database_url: str | None = None
+    """Unset means the embedded Postgres that `pricewatch dev` runs in the data dir."""
+    data_dir: Path = Path(".pricewatch")
+    task_queue: str = "pricewatch"
+    min_interval: timedelta = Field(default=timedelta(minutes=15), gt=timedelta(0))
+    ui_url: str = "http://localhost:8233"
+
+    def resolved_database_url(self) -> str:
+        """The configured URL, else the one the embedded Postgres wrote when it started."""
+        if self.database_url:
+            return self.database_url
+        url_file = self.data_dir / EMBEDDED_DATABASE_URL_FILE
+        if not url_file.exists():
+            raise LookupError(
+                f"no database: set PRICEWATCH_DATABASE_URL or start `pricewatch dev` "
+                f"(looked for {url_file})"
+            )
+        return url_file.read_text().strip()

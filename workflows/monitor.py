@@ -1,0 +1,320 @@
+"""`MonitorTarget`: one durable workflow per target that owns its schedule.
+
+Loop: sleep until the due slot (a durable timer that signals and updates can interrupt),
+run the check activity, move to the next slot on the grid. Deterministic: time is
+`workflow.now()`, every side effect is an activity, and the wait shape (a
+`wait_condition` with the slot delay as timeout) is fixed, since changing it would break
+the replay of running histories.
+"""
+
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+# Models are passed through so that the workflow and the converter share one class per
+# model (a sandbox re-import would make pydantic reject its own instances).
+with workflow.unsafe.imports_passed_through():
+    from pricewatch.models import (
+        CheckInput,
+        CheckKind,
+        CheckResult,
+        CheckStatus,
+        MonitorState,
+        MonitorStatus,
+        RecordFailureInput,
+        RemoveTargetInput,
+        SyncTargetInput,
+        TargetConfig,
+    )
+    from pricewatch.slots import first_slot, format_slot, next_slot
+    from pricewatch.temporal import TARGET_SEARCH_ATTRIBUTE, WORKFLOW_TYPE
+    from activities.checks import (
+        PERMANENT_FETCH_ERROR,
+        SLOT_NOT_DUE,
+        TARGET_NOT_FOUND,
+        CheckActivities,
+    )
+
+# A fetch is bounded at 30 s; the rest is two short SQL statements.
+CHECK_TIMEOUT = timedelta(seconds=60)
+# Transient failures back off from 30 s, doubling to 15 min; five attempts in all
+# (about 7.5 min of backoff). Permanent ones stop at once.
+CHECK_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=30),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=15),
+    maximum_attempts=5,
+    non_retryable_error_types=[PERMANENT_FETCH_ERROR, TARGET_NOT_FOUND, SLOT_NOT_DUE],
+)
+# Bookkeeping statements: retried briefly through a Postgres restart, then given up so the
+# workflow carries on (it never fails because the database was away).
+BOOKKEEPING_TIMEOUT = timedelta(seconds=15)
+BOOKKEEPING_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=1),
+    maximum_attempts=20,
+)
+# Bounds one run's history well below the server's continue-as-new suggestion even when
+# the suggestion is not offered (about 12 events per check).
+MAX_CHECKS_PER_RUN = 300
+
+
+@workflow.defn(name=WORKFLOW_TYPE)
+class MonitorTarget:
+    @workflow.init
+    def __init__(self, state: MonitorState) -> None:
+        self._config = state.config
+        self._start_at = state.start_at
+        self._next_slot = state.next_slot
+        self._paused = state.paused
+        self._registered = state.registered
+        self._last_result = state.last_result
+        self._checks_completed = state.checks_completed
+        self._manual_pending: list[datetime] = list(state.pending_manual_checks)
+        self._manual_results: dict[datetime, CheckResult] = {}
+        self._checks_this_run = 0
+        self._mirror_stale = False
+        self._removing = False
+        self._woken = False
+
+    @workflow.run
+    async def run(self, state: MonitorState) -> None:
+        if not self._registered:
+            await self._register()
+        while True:
+            if self._removing:
+                await self._bookkeep(
+                    CheckActivities.remove_target,
+                    RemoveTargetInput(target_id=self._config.target_id),
+                    f"remove {self._config.target_id}",
+                )
+                return
+            if self._mirror_stale:
+                self._mirror_stale = False
+                await self._sync()
+                continue
+            if self._manual_pending:
+                await self._run_manual_check(self._manual_pending[0])
+                continue
+            if self._should_continue_as_new():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(self._snapshot())
+            if self._paused:
+                self._woken = False
+                await workflow.wait_condition(lambda: self._woken)
+                continue
+            slot = self._slot()
+            delay = slot - workflow.now()
+            if delay > timedelta(0):
+                self._woken = False
+                try:
+                    await workflow.wait_condition(
+                        lambda: self._woken,
+                        timeout=delay,
+                        timeout_summary=f"sleep until {format_slot(slot)}",
+                    )
+                except TimeoutError:
+                    pass
+                continue
+            await self._run_scheduled_check(slot)
+
+    @workflow.signal(name="pause")
+    def pause(self) -> None:
+        """Stop future slots; a check already running finishes."""
+        if not self._paused:
+            self._paused = True
+            self._mark_mirror_stale()
+
+    @workflow.signal(name="resume")
+    def resume(self) -> None:
+        """Continue on the grid: slots that went by while paused are skipped."""
+        if self._paused:
+            self._paused = False
+            self._next_slot = first_slot(self._slot(), self._config.interval, workflow.now())
+            self._mark_mirror_stale()
+
+    @workflow.signal(name="remove")
+    def remove(self) -> None:
+        self._removing = True
+        self._woken = True
+
+    @workflow.update(name="reconfigure")
+    def reconfigure(self, config: TargetConfig) -> MonitorStatus:
+        """Change url or interval. The pending slot stays; later slots use the new interval."""
+        if config != self._config:
+            self._config = config
+            self._mark_mirror_stale()
+        return self.status()
+
+    @reconfigure.validator
+    def _validate_reconfigure(self, config: TargetConfig) -> None:
+        if config.target_id != self._config.target_id:
+            raise ValueError(
+                f"this workflow monitors {self._config.target_id}, not {config.target_id}"
+            )
+
+    @workflow.update(name="check_now")
+    async def check_now(self) -> CheckResult:
+        """An extra check with its own identity (a manual work id); the grid is untouched."""
+        requested_at = workflow.now()
+        if requested_at not in self._manual_pending and requested_at not in self._manual_results:
+            self._manual_pending.append(requested_at)
+        self._woken = True
+        await workflow.wait_condition(lambda: requested_at in self._manual_results)
+        return self._manual_results[requested_at]
+
+    @workflow.query(name="status")
+    def status(self) -> MonitorStatus:
+        return MonitorStatus(
+            config=self._config,
+            paused=self._paused,
+            next_slot=self._next_slot,
+            last_result=self._last_result,
+            checks_completed=self._checks_completed,
+        )
+
+    async def _register(self) -> None:
+        """First run only: anchor the grid, tag the run for the UI, create the target row."""
+        now = workflow.now()
+        anchor = self._start_at or _whole_second_after(now)
+        self._next_slot = first_slot(anchor, self._config.interval, now)
+        workflow.upsert_search_attributes([TARGET_SEARCH_ATTRIBUTE.value_set(self._config.target_id)])
+        await self._sync()
+        self._registered = True
+
+    async def _sync(self) -> None:
+        """Mirror config, slot and pause into Postgres; a paused target cannot be claimed."""
+        synced = await self._bookkeep(
+            CheckActivities.sync_target,
+            SyncTargetInput(config=self._config, next_slot=self._slot(), enabled=not self._paused),
+            f"sync {self._config.target_id}",
+        )
+        if not synced:
+            self._mirror_stale = True
+
+    async def _run_scheduled_check(self, slot: datetime) -> None:
+        check = CheckInput(
+            target_id=self._config.target_id,
+            url=self._config.url,
+            interval_seconds=self._config.interval_seconds,
+            slot=slot,
+        )
+        result = await self._check(check)
+        advanced = result.next_slot if result is not None else None
+        if advanced is None or advanced <= slot:
+            advanced = next_slot(slot, self._config.interval, workflow.now())
+        self._next_slot = advanced
+        self._checks_this_run += 1
+
+    async def _run_manual_check(self, requested_at: datetime) -> None:
+        check = CheckInput(
+            target_id=self._config.target_id,
+            url=self._config.url,
+            interval_seconds=self._config.interval_seconds,
+            slot=requested_at,
+            kind=CheckKind.MANUAL,
+        )
+        result = await self._check(check)
+        self._manual_pending.remove(requested_at)
+        if result is None:
+            result = CheckResult(
+                work_id=check.work_id,
+                scheduled_for=requested_at,
+                kind=CheckKind.MANUAL,
+                status=CheckStatus.FAILED,
+                checked_at=workflow.now(),
+                attempt_count=1,
+                error_message="could not be recorded: the database was unreachable",
+            )
+        self._manual_results[requested_at] = result
+        self._checks_this_run += 1
+
+    async def _check(self, check: CheckInput) -> CheckResult | None:
+        """Run the check; if it gives up, dead-letter the slot. None only if even that failed."""
+        try:
+            result = await workflow.execute_activity_method(
+                CheckActivities.check_slot,
+                check,
+                start_to_close_timeout=CHECK_TIMEOUT,
+                retry_policy=CHECK_RETRY,
+                summary=f"check {check.work_id}",
+            )
+        except ActivityError as err:
+            workflow.logger.warning("check %s gave up: %s", check.work_id, _reason(err))
+            failure = RecordFailureInput(check=check, error_message=_reason(err))
+            try:
+                result = await workflow.execute_activity_method(
+                    CheckActivities.record_failed_slot,
+                    failure,
+                    start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                    retry_policy=BOOKKEEPING_RETRY,
+                    summary=f"record failed {check.work_id}",
+                )
+            except ActivityError as record_err:
+                workflow.logger.error(
+                    "could not record %s as failed: %s", check.work_id, _reason(record_err)
+                )
+                return None
+        self._last_result = result
+        self._checks_completed += 1
+        return result
+
+    async def _bookkeep(
+        self, activity: Callable[[CheckActivities, Any], Awaitable[None]], arg: Any, summary: str
+    ) -> bool:
+        """Run a bookkeeping activity; report failure instead of failing the workflow."""
+        try:
+            await workflow.execute_activity_method(
+                activity,
+                arg,
+                start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                retry_policy=BOOKKEEPING_RETRY,
+                summary=summary,
+            )
+        except ActivityError as err:
+            workflow.logger.error("%s failed: %s", summary, _reason(err))
+            return False
+        return True
+
+    def _slot(self) -> datetime:
+        assert self._next_slot is not None, "the slot is set at registration"
+        return self._next_slot
+
+    def _mark_mirror_stale(self) -> None:
+        self._mirror_stale = True
+        self._woken = True
+
+    def _should_continue_as_new(self) -> bool:
+        return (
+            workflow.info().is_continue_as_new_suggested()
+            or self._checks_this_run >= MAX_CHECKS_PER_RUN
+        )
+
+    def _snapshot(self) -> MonitorState:
+        return MonitorState(
+            config=self._config,
+            start_at=self._start_at,
+            next_slot=self._next_slot,
+            paused=self._paused,
+            registered=True,
+            last_result=self._last_result,
+            checks_completed=self._checks_completed,
+            pending_manual_checks=self._manual_pending,
+        )
+
+
+def _whole_second_after(moment: datetime) -> datetime:
+    """Grid anchors on whole seconds keep work ids readable."""
+    if moment.microsecond == 0:
+        return moment
+    return moment.replace(microsecond=0) + timedelta(seconds=1)
+
+
+def _reason(err: ActivityError) -> str:
+    """What actually went wrong (the HTTP status, the timeout), not the activity wrapper."""
+    return str(err.cause or err)
