@@ -80,7 +80,8 @@ class CheckActivities:
         )
         if not claim.target_exists:
             raise ApplicationError(
-                f"target {check.target_id} is not in the database", type=TARGET_NOT_FOUND,
+                f"target {check.target_id} is not in the database",
+                type=TARGET_NOT_FOUND,
                 non_retryable=True,
             )
         if claim.final is not None:

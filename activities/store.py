@@ -254,3 +254,29 @@ async def sync_target(
 
 async def delete_target(pool: asyncpg.Pool, target_id: str) -> None:
     await pool.execute(DELETE_TARGET, target_id)
+
+
+# Read side for the CLI.
+LIST_TARGETS = """
+SELECT t.id, t.url, t.interval_seconds, t.enabled, t.next_check_at,
+       c.status AS last_status, c.checked_at AS last_checked_at
+  FROM monitor_targets t
+  LEFT JOIN LATERAL (
+      SELECT status, checked_at FROM source_checks
+       WHERE target_id = t.id ORDER BY checked_at DESC LIMIT 1
+  ) c ON true
+ ORDER BY t.id
+"""
+
+CHECK_HISTORY = f"""
+SELECT {CHECK_COLUMNS} FROM source_checks
+ WHERE target_id = $1 ORDER BY scheduled_for DESC LIMIT $2
+"""
+
+
+async def list_targets(pool: asyncpg.Pool) -> list[asyncpg.Record]:
+    return list(await pool.fetch(LIST_TARGETS))
+
+
+async def check_history(pool: asyncpg.Pool, target_id: str, limit: int) -> list[CheckResult]:
+    return [_result(row) for row in await pool.fetch(CHECK_HISTORY, target_id, limit)]

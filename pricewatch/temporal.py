@@ -1,11 +1,20 @@
 """Temporal names and the one client factory used by the CLI, the worker and the tests."""
 
+from typing import Any
+
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
-from temporalio.client import Client
-from temporalio.common import SearchAttributeKey
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import (
+    SearchAttributeKey,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+)
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfig
+
+from pricewatch.models import MonitorState
 
 # Names recorded in histories: never derive them from Python identifiers.
 WORKFLOW_TYPE = "MonitorTarget"
@@ -14,6 +23,25 @@ TARGET_SEARCH_ATTRIBUTE = SearchAttributeKey.for_keyword("PricewatchTarget")
 
 def workflow_id(target_id: str) -> str:
     return f"pricewatch-{target_id}"
+
+
+async def start_monitor(
+    client: Client, state: MonitorState, task_queue: str
+) -> WorkflowHandle[Any, None]:
+    """Start a target's workflow; if one is already open, this is a no-op (never a restart,
+    which would cut off an in-flight check)."""
+    target_id = state.config.target_id
+    return await client.start_workflow(
+        WORKFLOW_TYPE,
+        state,
+        id=workflow_id(target_id),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=TypedSearchAttributes(
+            [SearchAttributePair(TARGET_SEARCH_ATTRIBUTE, target_id)]
+        ),
+        result_type=type(None),
+    )
 
 
 async def register_search_attributes(client: Client) -> None:
@@ -32,4 +60,10 @@ async def connect() -> Client:
     """Connect using Temporal's environment convention, with the pydantic converter."""
     connect_config = ClientConfig.load_client_connect_config()
     connect_config.setdefault("target_host", "localhost:7233")
-    return await Client.connect(**connect_config, data_converter=pydantic_data_converter)
+    try:
+        return await Client.connect(**connect_config, data_converter=pydantic_data_converter)
+    except RuntimeError as err:  # the SDK reports an unreachable server this way
+        raise ConnectionError(
+            f"cannot reach Temporal at {connect_config['target_host']} "
+            "(start `pricewatch dev` or set TEMPORAL_ADDRESS)"
+        ) from err

@@ -73,6 +73,8 @@ def start_temporal_dev_server(
     process = subprocess.Popen(
         args, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         env={**os.environ, "TEMPORAL_ADDRESS": ""},
+        # Its own session: Ctrl-C reaches the launcher, which stops the server last.
+        start_new_session=True,
     )  # fmt: skip
     try:
         wait_for_port("127.0.0.1", port, process, timeout=60)

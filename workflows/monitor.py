@@ -7,6 +7,7 @@ run the check activity, move to the next slot on the grid. Deterministic: time i
 the replay of running histories.
 """
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,6 +19,12 @@ from temporalio.exceptions import ActivityError
 # Models are passed through so that the workflow and the converter share one class per
 # model (a sandbox re-import would make pydantic reject its own instances).
 with workflow.unsafe.imports_passed_through():
+    from activities.checks import (
+        PERMANENT_FETCH_ERROR,
+        SLOT_NOT_DUE,
+        TARGET_NOT_FOUND,
+        CheckActivities,
+    )
     from pricewatch.models import (
         CheckInput,
         CheckKind,
@@ -32,12 +39,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from pricewatch.slots import first_slot, format_slot, next_slot
     from pricewatch.temporal import TARGET_SEARCH_ATTRIBUTE, WORKFLOW_TYPE
-    from activities.checks import (
-        PERMANENT_FETCH_ERROR,
-        SLOT_NOT_DUE,
-        TARGET_NOT_FOUND,
-        CheckActivities,
-    )
 
 # A fetch is bounded at 30 s; the rest is two short SQL statements.
 CHECK_TIMEOUT = timedelta(seconds=60)
@@ -112,14 +113,12 @@ class MonitorTarget:
             delay = slot - workflow.now()
             if delay > timedelta(0):
                 self._woken = False
-                try:
+                with contextlib.suppress(TimeoutError):  # the slot came: time to check
                     await workflow.wait_condition(
                         lambda: self._woken,
                         timeout=delay,
                         timeout_summary=f"sleep until {format_slot(slot)}",
                     )
-                except TimeoutError:
-                    pass
                 continue
             await self._run_scheduled_check(slot)
 
@@ -183,7 +182,9 @@ class MonitorTarget:
         now = workflow.now()
         anchor = self._start_at or _whole_second_after(now)
         self._next_slot = first_slot(anchor, self._config.interval, now)
-        workflow.upsert_search_attributes([TARGET_SEARCH_ATTRIBUTE.value_set(self._config.target_id)])
+        workflow.upsert_search_attributes(
+            [TARGET_SEARCH_ATTRIBUTE.value_set(self._config.target_id)]
+        )
         await self._sync()
         self._registered = True
 

@@ -1,0 +1,325 @@
+"""`pricewatch`: the command line. Errors are one line on stderr; bad input exits 2."""
+
+import asyncio
+import os
+import sys
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
+from functools import wraps
+from typing import Annotated, Any, ParamSpec, TypeVar
+
+import asyncpg
+import typer
+from pydantic import ValidationError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
+
+from pricewatch.durations import format_duration, parse_duration
+from pricewatch.models import CheckResult, MonitorState, MonitorStatus, TargetConfig
+from pricewatch.settings import Settings
+from pricewatch.slots import format_slot
+from pricewatch.temporal import connect, start_monitor, workflow_id
+
+app = typer.Typer(
+    help="Watch pages on a schedule; record one result per due slot; say when they change.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+BAD_INPUT = 2
+UNAVAILABLE = 1
+
+
+class BadInput(Exception):
+    """The user asked for something invalid: exit 2, nothing changed."""
+
+
+def command(fn: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
+    """Run an async command; turn expected failures into one line on stderr."""
+
+    @wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            asyncio.run(fn(*args, **kwargs))
+        except (BadInput, ValidationError, ValueError) as err:
+            fail(_one_line(err), BAD_INPUT)
+        except (
+            RPCError,
+            OSError,
+            LookupError,
+            asyncpg.PostgresError,
+        ) as err:  # OSError: unreachable
+            fail(f"{type(err).__name__}: {_one_line(err)}", UNAVAILABLE)
+
+    return run
+
+
+def fail(message: str, code: int) -> None:
+    typer.echo(f"pricewatch: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _one_line(err: Exception) -> str:
+    if isinstance(err, ValidationError):
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return f"{where}: {first['msg']}" if where else first["msg"]
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
+def settings() -> Settings:
+    return Settings()
+
+
+def parse_start_at(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as err:
+        raise BadInput(
+            f"invalid --start-at {text!r}: use ISO-8601, e.g. 2026-08-07T08:00Z"
+        ) from err
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def ui_link(client: Client, target_id: str) -> str:
+    return f"{settings().ui_url}/namespaces/{client.namespace}/workflows/{workflow_id(target_id)}"
+
+
+async def running_handle(client: Client, target_id: str) -> WorkflowHandle[Any, Any]:
+    """The target's open workflow, or BadInput if there is none."""
+    handle = client.get_workflow_handle(workflow_id(target_id))
+    try:
+        description = await handle.describe()
+    except RPCError as err:
+        if err.status is RPCStatusCode.NOT_FOUND:
+            raise BadInput(f"unknown target {target_id!r}") from err
+        raise
+    if description.status is not WorkflowExecutionStatus.RUNNING:
+        raise BadInput(f"unknown target {target_id!r} (its workflow is no longer running)")
+    return handle
+
+
+def valid_id(target_id: str) -> str:
+    TargetConfig(target_id=target_id, url="http://example.com", interval_seconds=1)
+    return target_id
+
+
+def print_result(result: CheckResult) -> None:
+    line = f"{result.work_id}  {result.status.value:<9} attempts={result.attempt_count}"
+    if result.result_hash:
+        line += f"  sha256={result.result_hash[:12]}"
+    if result.error_message:
+        line += f"  error={result.error_message}"
+    typer.echo(line)
+
+
+def print_status(status: MonitorStatus, link: str) -> None:
+    config = status.config
+    typer.echo(f"target:     {config.target_id}")
+    typer.echo(f"url:        {config.url}")
+    typer.echo(f"every:      {format_duration(config.interval)}")
+    typer.echo(f"state:      {'paused' if status.paused else 'active'}")
+    next_slot = format_slot(status.next_slot) if status.next_slot else "-"
+    typer.echo(f"next slot:  {next_slot}")
+    typer.echo(f"checks:     {status.checks_completed}")
+    if status.last_result:
+        typer.echo("last:       ", nl=False)
+        print_result(status.last_result)
+    else:
+        typer.echo("last:       (no check yet)")
+    typer.echo(f"history:    {link}")
+
+
+IdArg = Annotated[str, typer.Argument(help="Target id (a slug, e.g. hetzner-cloud-pricing).")]
+
+
+@app.command()
+@command
+async def add(
+    target_id: IdArg,
+    url: Annotated[str, typer.Argument(help="The http(s) page to watch.")],
+    every: Annotated[str, typer.Option("--every", help="Cadence, e.g. 15m, 1h, 24h.")] = "24h",
+    start_at: Annotated[
+        str | None, typer.Option(help="First due slot (ISO-8601, default: now).")
+    ] = None,
+) -> None:
+    """Start watching a page (same settings again: no-op; different: reconfigure)."""
+    valid_id(target_id)
+    config = TargetConfig(
+        target_id=target_id, url=url, interval_seconds=int(parse_duration(every).total_seconds())
+    )
+    minimum = settings().min_interval
+    if config.interval < minimum:
+        raise BadInput(
+            f"interval {every} is below the minimum {format_duration(minimum)} "
+            "(PRICEWATCH_MIN_INTERVAL)"
+        )
+    first = parse_start_at(start_at)
+    client = await connect()
+    try:
+        handle = await running_handle(client, target_id)
+    except BadInput:
+        handle = None
+    if handle is None:
+        await start_monitor(
+            client, MonitorState(config=config, start_at=first), settings().task_queue
+        )
+        typer.echo(f"added {target_id}: {url} every {format_duration(config.interval)}")
+    else:
+        status = await handle.query("status", result_type=MonitorStatus)
+        if status.config == config:
+            typer.echo(f"{target_id} already watched with these settings: nothing changed")
+        else:
+            await handle.execute_update("reconfigure", config, result_type=MonitorStatus)
+            typer.echo(f"reconfigured {target_id}: {url} every {format_duration(config.interval)}")
+    typer.echo(f"history: {ui_link(client, target_id)}")
+
+
+@app.command("list")
+@command
+async def list_targets() -> None:
+    """List targets with their state, next slot and last result."""
+    from activities.store import list_targets as fetch_targets
+
+    pool = await asyncpg.create_pool(settings().resolved_database_url(), min_size=1, max_size=1)
+    try:
+        rows = await fetch_targets(pool)
+    finally:
+        await pool.close()
+    if not rows:
+        typer.echo("no targets: add one with `pricewatch add <id> <url> --every 24h`")
+        return
+    for row in rows:
+        state = "active" if row["enabled"] else "paused"
+        every = format_duration(parse_duration(f"{row['interval_seconds']}s"))
+        last = row["last_status"] or "-"
+        typer.echo(
+            f"{row['id']:<24} {state:<7} every {every:<8} next {format_slot(row['next_check_at'])}"
+            f"  last {last:<9} {row['url']}"
+        )
+
+
+@app.command()
+@command
+async def status(target_id: IdArg) -> None:
+    """Show paused/active, the next due slot, the last result and the Temporal UI link."""
+    client = await connect()
+    handle = await running_handle(client, valid_id(target_id))
+    result = await handle.query("status", result_type=MonitorStatus)
+    print_status(result, ui_link(client, target_id))
+
+
+@app.command()
+@command
+async def history(
+    target_id: IdArg,
+    limit: Annotated[int, typer.Option(min=1, max=10000, help="How many slots.")] = 20,
+) -> None:
+    """Recorded checks of a target, newest first: one row per due slot."""
+    from activities.store import check_history
+
+    valid_id(target_id)
+    pool = await asyncpg.create_pool(settings().resolved_database_url(), min_size=1, max_size=1)
+    try:
+        results = await check_history(pool, target_id, limit)
+    finally:
+        await pool.close()
+    if not results:
+        raise BadInput(f"no recorded checks for {target_id!r}")
+    for result in results:
+        print_result(result)
+
+
+@app.command()
+@command
+async def pause(target_id: IdArg) -> None:
+    """Stop future checks (a check already running finishes)."""
+    client = await connect()
+    handle = await running_handle(client, valid_id(target_id))
+    await handle.signal("pause")
+    typer.echo(f"pausing {target_id}")
+
+
+@app.command()
+@command
+async def resume(target_id: IdArg) -> None:
+    """Resume checks on the target's grid; slots missed while paused are skipped."""
+    client = await connect()
+    handle = await running_handle(client, valid_id(target_id))
+    await handle.signal("resume")
+    typer.echo(f"resuming {target_id}")
+
+
+@app.command("check-now")
+@command
+async def check_now(target_id: IdArg) -> None:
+    """Run one extra check now (its own work id; the schedule is not moved)."""
+    client = await connect()
+    handle = await running_handle(client, valid_id(target_id))
+    result = await handle.execute_update("check_now", result_type=CheckResult)
+    print_result(result)
+
+
+@app.command()
+@command
+async def remove(target_id: IdArg) -> None:
+    """Stop watching a target and delete its recorded checks."""
+    client = await connect()
+    handle = await running_handle(client, valid_id(target_id))
+    await handle.signal("remove")
+    await asyncio.wait_for(handle.result(), timeout=120)
+    typer.echo(f"removed {target_id}")
+
+
+@app.command()
+@command
+async def migrate() -> None:
+    """Apply pending database migrations (safe to run concurrently)."""
+    from activities.migrate import migrate as apply
+
+    conn = await asyncpg.connect(settings().resolved_database_url())
+    try:
+        applied = await apply(conn)
+    finally:
+        await conn.close()
+    typer.echo(f"applied: {', '.join(applied)}" if applied else "schema up to date")
+
+
+@app.command()
+@command
+async def worker() -> None:
+    """Run a worker (Temporal from TEMPORAL_* variables, Postgres from PRICEWATCH_DATABASE_URL)."""
+    from workers.worker import run_worker
+
+    await run_worker(settings())
+
+
+@app.command()
+def dev(
+    demo: Annotated[
+        bool, typer.Option(help="Also serve a local pricing page and watch it.")
+    ] = False,
+) -> None:
+    """Run the whole embedded stack in the foreground: Temporal, Postgres, a worker."""
+    from workers.dev import run_dev
+
+    run_dev(settings(), demo=demo)
+
+
+def main() -> None:
+    try:
+        app()
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: the Temporal client's native threads can abort a finalizing
+    # interpreter (temporalio/sdk-python#300), which would turn success into exit 134.
+    os._exit(code)

@@ -1,0 +1,25 @@
+"""Human durations for the CLI: `90s`, `15m`, `24h`, `1d`, `1h30m`."""
+
+import re
+from datetime import timedelta
+
+_PART = re.compile(r"(\d+)([smhd])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def parse_duration(text: str) -> timedelta:
+    compact = text.strip().lower()
+    parts = _PART.findall(compact)
+    if not compact or "".join(n + u for n, u in parts) != compact:
+        raise ValueError(f"invalid duration {text!r}: use forms like 90s, 15m, 24h, 1d or 1h30m")
+    return sum((timedelta(**{_UNITS[u]: int(n)}) for n, u in parts), timedelta(0))
+
+
+def format_duration(value: timedelta) -> str:
+    seconds = int(value.total_seconds())
+    out = ""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            out += f"{seconds // size}{unit}"
+            seconds %= size
+    return out or "0s"

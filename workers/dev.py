@@ -1,0 +1,123 @@
+"""`pricewatch dev`: the whole embedded stack in the foreground.
+
+Starts the Temporal dev server (SQLite file and UI), an embedded Postgres (unless
+`PRICEWATCH_DATABASE_URL` is set), the migrations and a worker, all persistent in the data
+dir, so a second run resumes every target with its history. Ctrl-C stops what it started.
+"""
+
+import asyncio
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from pricewatch.models import MonitorState, TargetConfig
+from pricewatch.settings import EMBEDDED_DATABASE_URL_FILE, Settings
+from pricewatch.temporal import connect, start_monitor
+from workers.embedded import start_embedded_postgres, start_temporal_dev_server, stop_process
+from workers.worker import build_worker, check_activities
+
+TEMPORAL_PORT = 7233
+UI_PORT = 8233
+DEMO_PORT = 8099
+DEV_SQLITE_PRAGMAS = (
+    "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
+)  # fmt: skip
+DEMO_TARGET = "demo-pricing"
+# Demo only: far below PRICEWATCH_MIN_INTERVAL, so a newcomer sees a change within minutes.
+DEMO_INTERVAL_SECONDS = 20
+DEMO_PRICE_PERIOD_SECONDS = 120
+
+
+class DemoPricingPage(BaseHTTPRequestHandler):
+    """A pricing page whose price moves every two minutes."""
+
+    def do_GET(self) -> None:
+        period = int(datetime.now(UTC).timestamp()) // DEMO_PRICE_PERIOD_SECONDS
+        price = 4 + period % 5
+        body = (
+            "<html><body><h1>Demo Cloud</h1>"
+            f"<p>Small server: <b>EUR {price}.49</b> per month</p></body></html>"
+        ).encode()
+        self.send_response(200)
+        self.send_header("content-type", "text/html; charset=utf-8")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet: the worker's output is the interesting part."""
+
+
+@contextlib.contextmanager
+def demo_page() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", DEMO_PORT), DemoPricingPage)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{DEMO_PORT}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def serve(settings: Settings, database_url: str, demo_url: str | None) -> None:
+    client = await connect()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    async with (
+        check_activities(database_url) as activities,
+        build_worker(client, settings.task_queue, activities),
+    ):
+        if demo_url:
+            config = TargetConfig(
+                target_id=DEMO_TARGET, url=demo_url, interval_seconds=DEMO_INTERVAL_SECONDS
+            )
+            await start_monitor(client, MonitorState(config=config), settings.task_queue)
+            print(
+                f"demo:      watching {demo_url} every {DEMO_INTERVAL_SECONDS}s "
+                f"as {DEMO_TARGET!r} (price changes every "
+                f"{DEMO_PRICE_PERIOD_SECONDS // 60} min)",
+                flush=True,
+            )
+        print("worker:    running. Ctrl-C stops everything started here.", flush=True)
+        await stop.wait()
+    print("stopping...", flush=True)
+
+
+def run_dev(settings: Settings, *, demo: bool) -> None:
+    data_dir = settings.data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    print(f"data dir:  {data_dir}", flush=True)
+    with contextlib.ExitStack() as stack:
+        if settings.database_url:
+            database_url = settings.database_url
+            print("postgres:  PRICEWATCH_DATABASE_URL", flush=True)
+        else:
+            database_url, server = start_embedded_postgres(data_dir / "pgdata")
+            stack.callback(server.cleanup)  # type: ignore[attr-defined]
+            url_file = data_dir / EMBEDDED_DATABASE_URL_FILE
+            url_file.write_text(database_url + "\n")
+            stack.callback(url_file.unlink, missing_ok=True)
+            print(f"postgres:  embedded, {database_url}", flush=True)
+        temporal = start_temporal_dev_server(
+            data_dir / "temporal.db",
+            port=TEMPORAL_PORT,
+            ui_port=UI_PORT,
+            binary=settings.temporal_bin,
+            log_file=data_dir / "temporal.log",
+            # SQLite's default journal is the dev server's first ceiling; WAL nearly doubles
+            # throughput at the cost of the last commits on power loss: fine for development.
+            extra_args=DEV_SQLITE_PRAGMAS,
+        )
+        stack.callback(stop_process, temporal)
+        os.environ["TEMPORAL_ADDRESS"] = f"127.0.0.1:{TEMPORAL_PORT}"
+        print(f"temporal:  127.0.0.1:{TEMPORAL_PORT} (log {data_dir / 'temporal.log'})", flush=True)
+        print(f"ui:        http://localhost:{UI_PORT}", flush=True)
+        demo_url = stack.enter_context(demo_page()) if demo else None
+        asyncio.run(serve(settings, database_url, demo_url))
