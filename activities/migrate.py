@@ -7,6 +7,7 @@ dev` starting together), so each file is applied exactly once.
 from importlib import resources
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 MIGRATION_LOCK_KEY = 0x70726963  # "pric": any constant shared by every runner
 
@@ -20,11 +21,11 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 
 def migration_files() -> list[tuple[str, str]]:
     folder = resources.files("activities") / "sql"
-    files = sorted(f for f in folder.iterdir() if f.name.endswith(".sql"))
+    files = sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
     return [(f.name.removesuffix(".sql"), f.read_text()) for f in files]
 
 
-async def migrate(conn: asyncpg.Connection) -> list[str]:
+async def migrate(conn: asyncpg.Connection | PoolConnectionProxy) -> list[str]:
     """Apply pending migrations; return the versions this call applied."""
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK_KEY)

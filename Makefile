@@ -1,0 +1,27 @@
+# The two commands: `make dev` runs the embedded stack, `make test` runs every check.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: dev demo test chaos
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# Runs in the foreground; Ctrl-C stops everything it started. ARGS=--demo adds a demo page.
+dev: $(BIN)/python
+	$(BIN)/python -m pip install --quiet --editable '.[dev]'
+	$(BIN)/pricewatch dev $(ARGS)
+
+demo:
+	$(MAKE) dev ARGS=--demo
+
+# Lint, format check, types, then the whole test suite (unit, Postgres, time-skipping
+# workflows, dev-server end to end, replay). Starts every service it needs itself.
+test: $(BIN)/python
+	$(BIN)/python -m pip install --quiet --editable '.[test]'
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/pytest $(PYTEST_ARGS)
