@@ -99,6 +99,8 @@ class MonitorState(Model):
     last_result: CheckResult | None = None
     checks_completed: int = 0
     pending_manual_checks: list[UtcDatetime] = Field(default_factory=list)
+    max_checks_per_run: int = Field(default=300, gt=0)
+    """Continue-as-new after this many checks even if the server has not suggested it."""
 
 
 class MonitorStatus(Model):

@@ -3,14 +3,17 @@ fresh database per test cloned from a migrated template, and the Temporal test s
 
 import os
 import shutil
+import socket
 import tempfile
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
+from aiohttp import web
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
@@ -102,3 +105,46 @@ def task_queue() -> str:
 @pytest.fixture
 def client(time_skipping_env: WorkflowEnvironment) -> Client:
     return time_skipping_env.client
+
+
+class PageServer:
+    """A real HTTP server on 127.0.0.1 whose pages a test edits while checks run."""
+
+    def __init__(self) -> None:
+        self.pages: dict[str, tuple[int, str]] = {}
+        self.queued: dict[str, list[tuple[int, str]]] = {}
+        self.hits: Counter[str] = Counter()
+        self.base_url = ""
+
+    def url(self, path: str) -> str:
+        return f"{self.base_url}{path}"
+
+    def set(self, path: str, body: str, status: int = 200) -> None:
+        self.pages[path] = (status, body)
+
+    def queue(self, path: str, *responses: tuple[int, str]) -> None:
+        """Answer the next requests with these, then with the page as set."""
+        self.queued.setdefault(path, []).extend(responses)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.hits[request.path] += 1
+        queued = self.queued.get(request.path)
+        status, body = queued.pop(0) if queued else self.pages.get(request.path, (404, "no"))
+        return web.Response(status=status, text=body, content_type="text/html")
+
+
+@pytest.fixture
+async def page_server() -> AsyncIterator[PageServer]:
+    pages = PageServer()
+    app = web.Application()
+    app.router.add_route("GET", "/{tail:.*}", pages.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    await web.SockSite(runner, sock).start()
+    pages.base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        yield pages
+    finally:
+        await runner.cleanup()

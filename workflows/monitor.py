@@ -60,10 +60,6 @@ BOOKKEEPING_RETRY = RetryPolicy(
     maximum_interval=timedelta(minutes=1),
     maximum_attempts=20,
 )
-# Bounds one run's history well below the server's continue-as-new suggestion even when
-# the suggestion is not offered (about 12 events per check).
-MAX_CHECKS_PER_RUN = 300
-
 
 @workflow.defn(name=WORKFLOW_TYPE)
 class MonitorTarget:
@@ -79,6 +75,7 @@ class MonitorTarget:
         self._manual_pending: list[datetime] = list(state.pending_manual_checks)
         self._manual_results: dict[datetime, CheckResult] = {}
         self._checks_this_run = 0
+        self._max_checks_per_run = state.max_checks_per_run
         self._mirror_stale = False
         self._removing = False
         self._woken = False
@@ -293,7 +290,7 @@ class MonitorTarget:
     def _should_continue_as_new(self) -> bool:
         return (
             workflow.info().is_continue_as_new_suggested()
-            or self._checks_this_run >= MAX_CHECKS_PER_RUN
+            or self._checks_this_run >= self._max_checks_per_run
         )
 
     def _snapshot(self) -> MonitorState:
@@ -306,6 +303,7 @@ class MonitorTarget:
             last_result=self._last_result,
             checks_completed=self._checks_completed,
             pending_manual_checks=self._manual_pending,
+            max_checks_per_run=self._max_checks_per_run,
         )
 
 

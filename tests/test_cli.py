@@ -1,0 +1,103 @@
+"""The real `pricewatch` console script: bad input is one line on stderr and exit 2,
+an unreachable Temporal is one line and exit 1, never a traceback."""
+
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PRICEWATCH = Path(sys.executable).parent / "pricewatch"
+COMMANDS = [
+    "add",
+    "list",
+    "status",
+    "history",
+    "pause",
+    "resume",
+    "check-now",
+    "remove",
+    "migrate",
+    "worker",
+    "dev",
+]
+
+
+def run(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run the console script with nothing to talk to: Temporal on a closed port, no
+    database, no inherited TEMPORAL_* or PRICEWATCH_* settings."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "PRICEWATCH_"))
+    }
+    env |= {
+        "TEMPORAL_ADDRESS": "127.0.0.1:1",
+        "TEMPORAL_CONFIG_FILE": str(tmp_path / "no-temporal.toml"),
+        "PRICEWATCH_DATA_DIR": str(tmp_path / "data"),
+        "COLUMNS": "120",
+    }
+    return subprocess.run(
+        [str(PRICEWATCH), *args], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def assert_one_error_line(result: subprocess.CompletedProcess[str], code: int) -> str:
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("pricewatch: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "mentions"),
+    [
+        (["add", "Bad_Id", "https://example.com"], "target id must be a slug"),
+        (["add", "acme", "ftp://example.com/prices"], "url"),
+        (["add", "acme", "https://example.com", "--every", "1m"], "below the minimum 15m"),
+        (["add", "acme", "https://example.com", "--every", "1x"], "invalid duration '1x'"),
+        (["add", "acme", "https://example.com", "--start-at", "tomorrow"], "--start-at"),
+        (["add", "acme", "https://example.com", "--every", "99999999999d"], "every"),
+        (["status", "Bad_Id"], "target id must be a slug"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args: list[str], mentions: str, tmp_path: Path) -> None:
+    """Bad input is refused before anything is contacted: Temporal is unreachable here, so
+    exit 2 (not 1) proves validation came first."""
+    line = assert_one_error_line(run(*args, tmp_path=tmp_path), 2)
+
+    assert mentions in line
+
+
+def test_help_lists_every_command(tmp_path: Path) -> None:
+    """`--help` works without any service and shows the whole command set."""
+    result = run("--help", tmp_path=tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    listed = {line.strip(" │").split(" ")[0] for line in result.stdout.splitlines()}
+    assert set(COMMANDS) <= listed
+
+
+def test_unreachable_temporal_exits_1_with_one_line(tmp_path: Path) -> None:
+    """A down server is not the user's mistake: exit 1, and say where we looked."""
+    line = assert_one_error_line(run("status", "some-id", tmp_path=tmp_path), 1)
+
+    assert "127.0.0.1:1" in line
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "pricewatch.cli",
+        "workers.worker",
+        "workers.dev",
+        "workers.embedded",
+        "workflows.monitor",
+        "activities.checks",
+    ],
+)
+def test_entry_point_modules_import(module: str) -> None:
+    """Every entry point at least imports (catches a broken import before a deploy does)."""
+    assert importlib.import_module(module) is not None

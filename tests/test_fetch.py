@@ -1,0 +1,230 @@
+"""`fetch_page` against real HTTP servers on 127.0.0.1: digests, and the verdict on
+whether a failure is worth retrying."""
+
+import asyncio
+import hashlib
+import socket
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from urllib.parse import urlencode
+
+import httpx
+import pytest
+from aiohttp import web
+
+from activities import fetch
+from activities.fetch import FetchError, fetch_page, new_client, parse_retry_after
+
+BODY = b"<html>Pro plan: 12.00 EUR / month</html>"
+NOW = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)
+
+
+async def page(request: web.Request) -> web.Response:
+    return web.Response(body=BODY)
+
+
+async def status(request: web.Request) -> web.Response:
+    """`/status/<code>?retry_after=<value>`: an error response, optionally with advice."""
+    headers = {}
+    if "retry_after" in request.query:
+        headers["Retry-After"] = request.query["retry_after"]
+    return web.Response(status=int(request.match_info["code"]), headers=headers)
+
+
+async def big(request: web.Request) -> web.Response:
+    return web.Response(body=b"x" * 10_000)
+
+
+async def redirect_loop(request: web.Request) -> web.Response:
+    raise web.HTTPFound("/loop")
+
+
+async def drip(request: web.Request) -> web.StreamResponse:
+    """Headers at once, then a byte every 0.1 s for 2 s: no single read ever times out."""
+    response = web.StreamResponse()
+    await response.prepare(request)
+    try:
+        for _ in range(20):
+            await response.write(b"x")
+            await asyncio.sleep(0.1)
+    except ConnectionResetError:
+        pass  # the client gave up, as it should
+    return response
+
+
+@pytest.fixture(scope="module")
+async def server() -> AsyncIterator[str]:
+    """One local app with every route; yields its base URL."""
+    app = web.Application()
+    app.router.add_get("/page", page)
+    app.router.add_get("/status/{code}", status)
+    app.router.add_get("/big", big)
+    app.router.add_get("/loop", redirect_loop)
+    app.router.add_get("/drip", drip)
+    runner = web.AppRunner(app, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    client = new_client()
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+async def fetch_error(http: httpx.AsyncClient, url: str) -> FetchError:
+    with pytest.raises(FetchError) as caught:
+        await fetch_page(http, url)
+    return caught.value
+
+
+async def test_ok_returns_the_body_digest_and_size(server: str, http: httpx.AsyncClient) -> None:
+    """Only the digest and size leave the fetch; they must match the body exactly."""
+    result = await fetch_page(http, f"{server}/page")
+
+    assert result.status_code == 200
+    assert result.sha256 == hashlib.sha256(BODY).hexdigest()
+    assert result.size == len(BODY)
+
+
+@pytest.mark.parametrize("code", [401, 404, 410, 451])
+async def test_client_errors_are_permanent(server: str, http: httpx.AsyncClient, code: int) -> None:
+    """These answer the same next time: retrying only wastes the slot."""
+    error = await fetch_error(http, f"{server}/status/{code}")
+
+    assert not error.transient
+    assert str(code) in str(error)
+
+
+@pytest.mark.parametrize("code", [408, 429, 500, 502, 503, 504])
+async def test_server_trouble_is_transient(server: str, http: httpx.AsyncClient, code: int) -> None:
+    """Overload and outages pass: worth another attempt."""
+    error = await fetch_error(http, f"{server}/status/{code}")
+
+    assert error.transient
+    assert error.retry_after is None
+
+
+@pytest.mark.parametrize("code", [429, 503])
+async def test_retry_after_seconds_is_honoured(
+    server: str, http: httpx.AsyncClient, code: int
+) -> None:
+    """The server's own advice sets the next attempt's delay."""
+    error = await fetch_error(http, f"{server}/status/{code}?retry_after=7")
+
+    assert error.transient
+    assert error.retry_after == timedelta(seconds=7)
+
+
+async def test_retry_after_http_date(server: str, http: httpx.AsyncClient) -> None:
+    """An HTTP-date a minute ahead means a delay of about a minute."""
+    when = format_datetime(datetime.now(UTC) + timedelta(seconds=60), usegmt=True)
+    error = await fetch_error(http, f"{server}/status/503?{urlencode({'retry_after': when})}")
+
+    assert error.retry_after is not None
+    assert timedelta(seconds=55) <= error.retry_after <= timedelta(seconds=60)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("soon", None),
+        ("86400", timedelta(minutes=15)),
+        ("99999999999999999999", timedelta(minutes=15)),
+    ],
+)
+async def test_retry_after_garbage_or_huge_through_a_server(
+    server: str, http: httpx.AsyncClient, value: str, expected: timedelta | None
+) -> None:
+    """Bad advice is ignored and excessive advice is capped, never an error of its own."""
+    error = await fetch_error(http, f"{server}/status/429?{urlencode({'retry_after': value})}")
+
+    assert error.transient
+    assert error.retry_after == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("7", timedelta(seconds=7)),
+        (" 7 ", timedelta(seconds=7)),
+        ("Fri, 07 Aug 2026 08:01:00 GMT", timedelta(seconds=60)),
+        ("Fri Aug  7 08:01:00 2026", timedelta(seconds=60)),  # asctime: no zone, means GMT
+        ("Thu, 06 Aug 2026 08:00:00 GMT", None),  # in the past
+        ("0", None),
+        ("-5", None),
+        ("1.5", None),
+        ("soon", None),
+        ("", None),
+        (None, None),
+        ("3600", timedelta(minutes=15)),
+        ("99999999999999999999", timedelta(minutes=15)),
+        ("²", None),  # str.isdigit() is true for it, int() is not
+    ],
+)
+def test_parse_retry_after(value: str | None, expected: timedelta | None) -> None:
+    """Delta-seconds or an HTTP-date, clamped to 15 minutes; anything else is no advice."""
+    assert parse_retry_after(value, NOW) == expected
+
+
+async def test_connection_refused_is_transient(http: httpx.AsyncClient) -> None:
+    """Nothing listening (a restart, a deploy) may be back next time."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # The socket is closed now: nothing listens on that port.
+    error = await fetch_error(http, f"http://127.0.0.1:{port}/")
+
+    assert error.transient
+
+
+async def test_oversized_body_is_permanent(
+    server: str, http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The byte cap protects the worker; the page will be as large next time."""
+    monkeypatch.setattr(fetch, "MAX_BODY_BYTES", 1000)
+
+    error = await fetch_error(http, f"{server}/big")
+
+    assert not error.transient
+    assert "larger than 1000 bytes" in str(error)
+
+
+async def test_redirect_loop_is_permanent(server: str, http: httpx.AsyncClient) -> None:
+    """A loop will loop again."""
+    error = await fetch_error(http, f"{server}/loop")
+
+    assert not error.transient
+    assert "redirects" in str(error)
+
+
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1/page", "not a url", "http://", "http://[::1/"])
+async def test_bad_url_is_permanent(http: httpx.AsyncClient, url: str) -> None:
+    """A URL that cannot be fetched today cannot be fetched tomorrow either."""
+    error = await fetch_error(http, url)
+
+    assert not error.transient
+
+
+async def test_slow_drip_hits_the_overall_deadline(
+    server: str, http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A body trickling in forever never trips a per-read timeout; the deadline stops it."""
+    monkeypatch.setattr(fetch, "FETCH_DEADLINE", timedelta(seconds=0.5))
+    started = asyncio.get_running_loop().time()
+
+    error = await fetch_error(http, f"{server}/drip")
+
+    assert error.transient
+    assert "no complete response" in str(error)
+    assert asyncio.get_running_loop().time() - started < 1.5

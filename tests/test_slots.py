@@ -1,0 +1,139 @@
+"""Slot arithmetic and durations: the grid every check, retry and resume agrees on."""
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pricewatch.durations import format_duration, parse_duration
+from pricewatch.slots import first_slot, format_slot, next_slot, work_id
+
+T0 = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+
+moments = st.datetimes(
+    min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
+)
+intervals = st.timedeltas(min_value=timedelta(microseconds=1), max_value=timedelta(days=30))
+# How far `now` is from the slot: mostly late (up to years of outage), sometimes early.
+offsets = st.timedeltas(min_value=timedelta(days=-60), max_value=timedelta(days=4000))
+
+
+def on_grid(value: datetime, origin: datetime, interval: timedelta) -> bool:
+    return (value - origin) % interval == timedelta(0)
+
+
+@given(slot=moments, interval=intervals, offset=offsets)
+def test_next_slot_is_the_first_grid_point_after_now(
+    slot: datetime, interval: timedelta, offset: timedelta
+) -> None:
+    """On the grid, strictly after now, at least one step on, and never a later one than
+    needed: a late run or a long outage skips missed slots instead of replaying them."""
+    now = slot + offset
+    result = next_slot(slot, interval, now)
+    assert on_grid(result, slot, interval)
+    assert result > now
+    assert result >= slot + interval
+    if now >= slot:
+        assert result - interval <= now
+    else:
+        assert result == slot + interval
+
+
+@given(anchor=moments, interval=intervals, offset=offsets)
+def test_first_slot_keeps_an_anchor_ahead_and_skips_one_behind(
+    anchor: datetime, interval: timedelta, offset: timedelta
+) -> None:
+    """Starting or resuming keeps a slot not yet due; slots that went by are skipped."""
+    now = anchor - offset
+    result = first_slot(anchor, interval, now)
+    if anchor >= now:
+        assert result == anchor
+    else:
+        assert on_grid(result, anchor, interval)
+        assert now < result <= now + interval
+
+
+@pytest.mark.parametrize(
+    ("now", "expected"),
+    [
+        (T0 - timedelta(minutes=5), T0 + HOUR),  # early: still one step
+        (T0, T0 + HOUR),  # exactly on time
+        (T0 + timedelta(seconds=1), T0 + HOUR),
+        (T0 + timedelta(hours=2, minutes=30), T0 + 3 * HOUR),  # late: 09:00 and 10:00 skipped
+        (T0 + 1000 * HOUR, T0 + 1001 * HOUR),  # an outage landing exactly on a grid point
+    ],
+)
+def test_next_slot_examples(now: datetime, expected: datetime) -> None:
+    """Literal cases a reader can check by hand."""
+    assert next_slot(T0, HOUR, now) == expected
+
+
+def test_first_slot_examples() -> None:
+    """An anchor due now or later is kept; one in the past moves to the next grid point."""
+    assert first_slot(T0, HOUR, T0 - timedelta(days=3)) == T0
+    assert first_slot(T0, HOUR, T0) == T0
+    assert first_slot(T0, HOUR, T0 + timedelta(hours=5, minutes=1)) == T0 + 6 * HOUR
+
+
+@pytest.mark.parametrize("interval", [timedelta(0), timedelta(seconds=-1)])
+def test_non_positive_interval_is_refused(interval: timedelta) -> None:
+    """A zero or negative interval would loop forever or walk backwards."""
+    with pytest.raises(ValueError, match="interval must be positive"):
+        next_slot(T0, interval, T0 + HOUR)
+    with pytest.raises(ValueError, match="interval must be positive"):
+        first_slot(T0, interval, T0 + HOUR)
+
+
+def test_work_id_and_format_slot() -> None:
+    """The work id is stable text: UTC with a Z, microseconds only when present."""
+    assert work_id("acme", T0) == "acme:2026-08-07T08:00:00Z"
+    assert format_slot(T0.replace(microsecond=500)) == "2026-08-07T08:00:00.000500Z"
+    berlin_summer = timezone(timedelta(hours=2))
+    assert format_slot(datetime(2026, 8, 7, 10, 0, tzinfo=berlin_summer)) == "2026-08-07T08:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("90s", timedelta(seconds=90)),
+        ("15m", timedelta(minutes=15)),
+        ("24h", timedelta(hours=24)),
+        ("1d", timedelta(days=1)),
+        ("1h30m", timedelta(hours=1, minutes=30)),
+        (" 2H ", timedelta(hours=2)),
+    ],
+)
+def test_parse_duration(text: str, expected: timedelta) -> None:
+    """The forms the CLI documents, case and surrounding space ignored."""
+    assert parse_duration(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "  ", "1x", "h", "1.5h", "-1h", "1 h", "15", "1h30"])
+def test_parse_duration_rejects_garbage(text: str) -> None:
+    """Anything not made only of <number><unit> parts is an error, not a guess."""
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (timedelta(0), "0s"),
+        (timedelta(seconds=90), "1m30s"),
+        (timedelta(hours=1, minutes=30), "1h30m"),
+        (timedelta(days=1), "1d"),
+        (timedelta(days=1, hours=1, minutes=1, seconds=1), "1d1h1m1s"),
+    ],
+)
+def test_format_duration(value: timedelta, expected: str) -> None:
+    """Largest units first, zero parts left out."""
+    assert format_duration(value) == expected
+
+
+@given(st.integers(min_value=0, max_value=10**9))
+def test_format_then_parse_round_trips(seconds: int) -> None:
+    """What the CLI prints can be typed back in."""
+    value = timedelta(seconds=seconds)
+    assert parse_duration(format_duration(value)) == value

@@ -1,0 +1,338 @@
+"""The store against real Postgres: the lease, one row per slot, and the schedule mirror.
+
+Every test gets a fresh migrated database (`pool` in conftest), so rows never leak.
+"""
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import pytest
+
+from activities import store
+from activities.migrate import migrate
+from pricewatch.models import CheckKind, CheckResult, CheckStatus, TargetConfig
+from pricewatch.slots import work_id
+
+T0 = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+LEASE = timedelta(seconds=90)
+TARGET = "acme"
+CONFIG = TargetConfig(target_id=TARGET, url="https://example.com/pricing", interval_seconds=3600)
+HASH = "a" * 64
+GOOD = store.Outcome(status=CheckStatus.UNCHANGED, result_hash=HASH, http_status=200, body_bytes=5)
+FAILED = store.Outcome(status=CheckStatus.FAILED, error_message="HTTP 503 Service Unavailable")
+
+
+@pytest.fixture
+async def target(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Pool]:
+    """The pool, with one enabled target due at T0."""
+    await store.sync_target(pool, CONFIG, next_slot=T0, enabled=True)
+    yield pool
+
+
+def wid(slot: datetime = T0, kind: CheckKind = CheckKind.SCHEDULED) -> str:
+    prefix = f"{TARGET}:manual" if kind is CheckKind.MANUAL else TARGET
+    return work_id(prefix, slot)
+
+
+async def claim(
+    pool: asyncpg.Pool, token: str, slot: datetime = T0, kind: CheckKind = CheckKind.SCHEDULED
+) -> store.Claim:
+    return await store.claim(
+        pool,
+        target_id=TARGET,
+        work_id=wid(slot, kind),
+        token=token,
+        lease=LEASE,
+        kind=kind,
+        slot=slot,
+    )
+
+
+async def commit(
+    pool: asyncpg.Pool,
+    token: str,
+    outcome: store.Outcome = GOOD,
+    *,
+    slot: datetime = T0,
+    kind: CheckKind = CheckKind.SCHEDULED,
+    advance_to: datetime | None = T0 + HOUR,
+) -> CheckResult | None:
+    return await store.commit(
+        pool,
+        target_id=TARGET,
+        token=token,
+        work_id=wid(slot, kind),
+        slot=slot,
+        kind=kind,
+        outcome=outcome,
+        advance_to=advance_to,
+    )
+
+
+async def record_failed(pool: asyncpg.Pool, advance_to: datetime | None) -> CheckResult | None:
+    return await store.record_failed(
+        pool,
+        target_id=TARGET,
+        work_id=wid(),
+        slot=T0,
+        kind=CheckKind.SCHEDULED,
+        error_message="gave up after 5 attempts",
+        advance_to=advance_to,
+    )
+
+
+async def target_row(pool: asyncpg.Pool) -> asyncpg.Record:
+    row = await pool.fetchrow(
+        "SELECT next_check_at, lease_token, lease_expires_at FROM monitor_targets WHERE id = $1",
+        TARGET,
+    )
+    assert row is not None
+    return row
+
+
+async def check_rows(pool: asyncpg.Pool) -> list[asyncpg.Record]:
+    return list(await pool.fetch("SELECT * FROM source_checks ORDER BY scheduled_for"))
+
+
+async def test_claim_and_commit_record_one_row_and_advance(target: asyncpg.Pool) -> None:
+    """The happy path: one row, the schedule moves on and the lease is free again."""
+    claimed = await claim(target, "a")
+    assert (claimed.target_exists, claimed.claimed, claimed.existing) == (True, True, None)
+    assert claimed.next_check_at == T0
+
+    result = await commit(target, "a")
+
+    assert result is not None
+    assert (result.work_id, result.status, result.attempt_count) == (
+        wid(),
+        CheckStatus.UNCHANGED,
+        1,
+    )
+    assert (result.result_hash, result.next_slot) == (HASH, T0 + HOUR)
+    rows = await check_rows(target)
+    assert len(rows) == 1
+    assert (rows[0]["http_status"], rows[0]["body_bytes"]) == (200, 5)
+    assert tuple(await target_row(target)) == (T0 + HOUR, None, None)
+
+
+async def test_completed_slot_is_final_and_not_claimed_again(target: asyncpg.Pool) -> None:
+    """A repeat execution of a done slot gets the stored row instead of fetching again."""
+    await claim(target, "a")
+    await commit(target, "a")
+
+    again = await claim(target, "b")
+
+    assert not again.claimed
+    assert again.final is not None
+    assert (again.final.work_id, again.final.result_hash) == (wid(), HASH)
+    assert (await target_row(target))["lease_token"] is None
+
+
+async def test_concurrent_attempts_on_one_slot_write_one_row(target: asyncpg.Pool) -> None:
+    """Twenty executions of the same slot racing: one claim, one commit, one row."""
+
+    async def attempt(token: str) -> tuple[bool, CheckResult | None]:
+        claimed = await claim(target, token)
+        return claimed.claimed, await commit(target, token)  # commits even when refused
+
+    outcomes = await asyncio.gather(*(attempt(f"t{i}") for i in range(20)))
+
+    assert sum(claimed for claimed, _ in outcomes) == 1
+    assert sum(result is not None for _, result in outcomes) == 1
+    assert len(await check_rows(target)) == 1
+    assert tuple(await target_row(target)) == (T0 + HOUR, None, None)
+
+
+async def test_only_the_lease_holder_commits(target: asyncpg.Pool) -> None:
+    """A token that never claimed writes nothing and leaves the holder's lease alone."""
+    assert (await claim(target, "holder")).claimed
+
+    assert await commit(target, "intruder") is None
+    assert await check_rows(target) == []
+    assert tuple(await target_row(target))[:2] == (T0, "holder")
+
+    assert await commit(target, "holder") is not None
+    assert len(await check_rows(target)) == 1
+
+
+async def test_stale_token_changes_neither_row_nor_schedule(target: asyncpg.Pool) -> None:
+    """An old attempt finishing late (its retry now holds the lease) must not overwrite the
+    slot's row or move the schedule."""
+    await claim(target, "old")
+    await commit(target, "old", FAILED, advance_to=None)
+    assert (await claim(target, "retry")).claimed
+    before = await check_rows(target)
+
+    late = store.Outcome(status=CheckStatus.UNCHANGED, result_hash="b" * 64)
+    assert await commit(target, "old", late, advance_to=T0 + 5 * HOUR) is None
+
+    assert await check_rows(target) == before
+    assert tuple(await target_row(target))[:2] == (T0, "retry")
+
+
+async def test_release_needs_the_holders_token(target: asyncpg.Pool) -> None:
+    """An old attempt's cleanup cannot free a newer attempt's lease."""
+    await claim(target, "holder")
+    held = tuple(await target_row(target))
+
+    assert not await store.release(target, target_id=TARGET, token="someone-else")
+    assert tuple(await target_row(target)) == held
+
+    assert await store.release(target, target_id=TARGET, token="holder")
+    assert tuple(await target_row(target)) == (T0, None, None)
+
+
+async def test_expired_lease_is_taken_over_and_the_old_holder_writes_nothing(
+    target: asyncpg.Pool,
+) -> None:
+    """A zombie whose lease lapsed loses the slot to the next attempt."""
+    await claim(target, "zombie")
+    await target.execute(
+        "UPDATE monitor_targets SET lease_expires_at = now() - interval '1 second'"
+    )
+
+    assert (await claim(target, "fresh")).claimed
+    assert await commit(target, "zombie") is None
+    assert await check_rows(target) == []
+    assert (await target_row(target))["lease_token"] == "fresh"
+
+    result = await commit(target, "fresh")
+    assert result is not None
+    assert result.attempt_count == 1
+
+
+async def test_failed_attempts_share_one_row_until_success(target: asyncpg.Pool) -> None:
+    """Retries count attempts on the slot's row without moving the schedule; the success
+    then finalises that same row."""
+    for attempt in (1, 2):
+        token = f"try-{attempt}"
+        claimed = await claim(target, token)
+        assert claimed.claimed
+        assert claimed.final is None
+        failed = await commit(target, token, FAILED, advance_to=None)
+        assert failed is not None
+        assert (failed.status, failed.attempt_count) == (CheckStatus.FAILED, attempt)
+        assert tuple(await target_row(target)) == (T0, None, None)
+
+    assert (await claim(target, "try-3")).claimed
+    success = await commit(target, "try-3")
+
+    assert success is not None
+    assert (success.status, success.attempt_count, success.error_message) == (
+        CheckStatus.UNCHANGED,
+        3,
+        None,
+    )
+    assert len(await check_rows(target)) == 1
+    final = (await claim(target, "try-4")).final
+    assert final is not None
+    assert (final.status, final.attempt_count) == (CheckStatus.UNCHANGED, 3)
+
+
+async def test_record_failed_finalises_the_slot(target: asyncpg.Pool) -> None:
+    """Giving up keeps the attempts' row, marks it failed for good and moves the schedule."""
+    await claim(target, "a")
+    await commit(target, "a", FAILED, advance_to=None)
+
+    result = await record_failed(target, advance_to=T0 + HOUR)
+
+    assert result is not None
+    assert (result.status, result.attempt_count) == (CheckStatus.FAILED, 1)
+    assert (result.error_message, result.next_slot) == ("gave up after 5 attempts", T0 + HOUR)
+    assert len(await check_rows(target)) == 1
+    assert (await target_row(target))["next_check_at"] == T0 + HOUR
+    later = await claim(target, "late-retry")
+    assert not later.claimed
+    assert later.final is not None
+    assert later.final.status is CheckStatus.FAILED
+
+
+async def test_record_failed_refuses_while_a_lease_is_live(target: asyncpg.Pool) -> None:
+    """A running attempt may still succeed: giving up must wait for it."""
+    await claim(target, "running")
+
+    assert await record_failed(target, advance_to=T0 + HOUR) is None
+
+    assert await check_rows(target) == []
+    assert tuple(await target_row(target))[:2] == (T0, "running")
+
+
+async def test_stale_slot_cannot_be_claimed(target: asyncpg.Pool) -> None:
+    """Once the schedule is past a slot, an old attempt for it never claims."""
+    await store.sync_target(target, CONFIG, next_slot=T0 + HOUR, enabled=True)
+
+    stale = await claim(target, "late", slot=T0)
+
+    assert (stale.claimed, stale.next_check_at, stale.final) == (False, T0 + HOUR, None)
+    assert (await target_row(target))["lease_token"] is None
+
+
+async def test_manual_check_leaves_the_schedule_alone(target: asyncpg.Pool) -> None:
+    """check-now records its own row and never moves next_check_at."""
+    manual_slot = T0 + timedelta(minutes=17, microseconds=250)
+    assert (await claim(target, "m", slot=manual_slot, kind=CheckKind.MANUAL)).claimed
+
+    result = await commit(target, "m", slot=manual_slot, kind=CheckKind.MANUAL, advance_to=None)
+
+    assert result is not None
+    assert result.work_id == f"{TARGET}:manual:2026-08-07T08:17:00.000250Z"
+    assert tuple(await target_row(target)) == (T0, None, None)
+    scheduled = await claim(target, "s")
+    assert scheduled.claimed
+    assert scheduled.previous_hash == HASH  # the manual result is the baseline to compare to
+
+
+async def test_paused_target_is_not_claimed_for_scheduled_slots(pool: asyncpg.Pool) -> None:
+    """A paused target's due slot does not run."""
+    await store.sync_target(pool, CONFIG, next_slot=T0, enabled=False)
+
+    refused = await claim(pool, "a")
+
+    assert refused.target_exists
+    assert not refused.claimed
+    assert (await target_row(pool))["lease_token"] is None
+
+
+async def test_unique_slot_index_rejects_a_second_work_id(target: asyncpg.Pool) -> None:
+    """Even a bug that builds another work id cannot record the same slot twice."""
+    await claim(target, "a")
+    await commit(target, "a")
+
+    with pytest.raises(asyncpg.UniqueViolationError):
+        await target.execute(
+            """INSERT INTO source_checks (work_id, target_id, scheduled_for, checked_at, status,
+                                          result_hash)
+               VALUES ($1, $2, $3, now(), 'unchanged', $4)""",
+            f"{TARGET}:some-other-id",
+            TARGET,
+            T0,
+            HASH,
+        )
+    assert len(await check_rows(target)) == 1
+
+
+async def test_concurrent_migrations_apply_the_schema_once(postgres_server_url: str) -> None:
+    """A worker and `pricewatch dev` starting together must not both run 0001."""
+    name = f"migrate_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(postgres_server_url)
+    try:
+        await admin.execute(f"CREATE DATABASE {name}")
+        first, second = await asyncio.gather(
+            asyncpg.connect(postgres_server_url, database=name),
+            asyncpg.connect(postgres_server_url, database=name),
+        )
+        try:
+            applied = await asyncio.gather(migrate(first), migrate(second))
+            versions = await first.fetchval("SELECT count(*) FROM schema_migrations")
+        finally:
+            await first.close()
+            await second.close()
+        assert sorted(applied) == [[], ["0001_init"]]
+        assert versions == 1
+    finally:
+        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        await admin.close()

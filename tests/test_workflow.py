@@ -1,0 +1,318 @@
+"""MonitorTarget on the time-skipping test server: days of cadence in seconds, with real
+activities against real Postgres and a real page server on 127.0.0.1."""
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+import pytest
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+
+from activities.checks import CheckActivities
+from activities.fetch import new_client
+from pricewatch.models import CheckKind, CheckResult, CheckStatus, MonitorState, TargetConfig
+from pricewatch.temporal import start_monitor
+from tests.conftest import PageServer
+from workers.worker import build_worker
+from workflows.monitor import MonitorTarget
+
+HOUR = timedelta(hours=1)
+
+
+@asynccontextmanager
+async def running_worker(
+    client: Client, task_queue: str, pool: asyncpg.Pool
+) -> AsyncIterator[None]:
+    async with new_client() as http, build_worker(client, task_queue, CheckActivities(pool, http)):
+        yield
+
+
+def new_target(page_server: PageServer, interval: timedelta = HOUR) -> TargetConfig:
+    target_id = f"t-{uuid.uuid4().hex[:8]}"
+    page_server.set(f"/{target_id}", "price 10")
+    return TargetConfig(
+        target_id=target_id,
+        url=page_server.url(f"/{target_id}"),
+        interval_seconds=int(interval.total_seconds()),
+    )
+
+
+Start = Callable[..., Awaitable[WorkflowHandle[Any, None]]]
+
+
+@pytest.fixture
+async def start(time_skipping_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Start]:
+    """Start a target's workflow; terminate it after the test, since a workflow left open
+    with no worker would stall time skipping for every later test."""
+    handles: list[WorkflowHandle[Any, None]] = []
+
+    async def start_target(config: TargetConfig, **state: Any) -> WorkflowHandle[Any, None]:
+        state_ = MonitorState(config=config, **state)
+        handle = await start_monitor(time_skipping_env.client, state_, task_queue)
+        handles.append(handle)
+        return handle
+
+    yield start_target
+    for handle in handles:
+        with contextlib.suppress(RPCError):
+            await time_skipping_env.client.get_workflow_handle(handle.id).terminate("test done")
+
+
+async def rows(pool: asyncpg.Pool, target_id: str) -> list[asyncpg.Record]:
+    return list(
+        await pool.fetch(
+            "SELECT * FROM source_checks WHERE target_id = $1 ORDER BY scheduled_for", target_id
+        )
+    )
+
+
+def scheduled(records: list[asyncpg.Record]) -> list[datetime]:
+    return [r["scheduled_for"] for r in records if r["kind"] == CheckKind.SCHEDULED]
+
+
+def assert_on_grid(slots: list[datetime], anchor: datetime, interval: timedelta) -> None:
+    for slot in slots:
+        assert (slot - anchor) % interval == timedelta(0), f"{slot} is off the grid"
+    assert len(set(slots)) == len(slots), "a slot was recorded twice"
+
+
+async def test_days_of_cadence_one_row_per_slot_and_one_change(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+) -> None:
+    """Three days at 1 h: every slot once, on the grid, no gaps; a change is `changed` once."""
+    client = time_skipping_env.client
+    config = new_target(page_server)
+    anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + HOUR
+    async with running_worker(client, task_queue, pool):
+        handle = await start(config, start_at=anchor)
+        await time_skipping_env.sleep(timedelta(hours=36, minutes=30))
+        page_server.set(f"/{config.target_id}", "price 12")
+        await time_skipping_env.sleep(timedelta(hours=36))
+        status = await handle.query(MonitorTarget.status)
+    records = await rows(pool, config.target_id)
+    slots = scheduled(records)
+    assert_on_grid(slots, anchor, HOUR)
+    assert slots == [anchor + k * HOUR for k in range(len(slots))], "a slot was skipped"
+    assert len(slots) >= 71
+    assert [r["status"] for r in records].count("changed") == 1
+    assert records[0]["status"] == "unchanged" and records[0]["previous_hash"] is None
+    assert all(r["attempt_count"] == 1 for r in records)
+    assert status.next_slot == slots[-1] + HOUR
+    target = await pool.fetchrow("SELECT * FROM monitor_targets WHERE id = $1", config.target_id)
+    assert target is not None
+    assert target["next_check_at"] == status.next_slot
+    assert target["lease_token"] is None
+
+
+async def test_pause_stops_slots_and_resume_continues_on_the_grid_without_a_burst(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+) -> None:
+    client = time_skipping_env.client
+    config = new_target(page_server)
+    anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + HOUR
+    async with running_worker(client, task_queue, pool):
+        handle = await start(config, start_at=anchor)
+        await time_skipping_env.sleep(timedelta(hours=3, minutes=30))
+        await handle.signal(MonitorTarget.pause)
+        before_pause = len(await rows(pool, config.target_id))
+        assert (await handle.query(MonitorTarget.status)).paused
+        await time_skipping_env.sleep(timedelta(hours=10))
+        assert len(await rows(pool, config.target_id)) == before_pause
+        enabled = await pool.fetchval(
+            "SELECT enabled FROM monitor_targets WHERE id = $1", config.target_id
+        )
+        assert enabled is False
+        resumed_at = await time_skipping_env.get_current_time()
+        await handle.signal(MonitorTarget.resume)
+        await time_skipping_env.sleep(timedelta(minutes=1))
+        assert len(await rows(pool, config.target_id)) == before_pause, "resume replayed a slot"
+        await time_skipping_env.sleep(timedelta(hours=3))
+    slots = scheduled(await rows(pool, config.target_id))
+    assert_on_grid(slots, anchor, HOUR)
+    after = [s for s in slots if s > resumed_at]
+    assert after and after[0] - resumed_at < HOUR, "resume must take the next grid point"
+    assert len(after) in (3, 4)
+
+
+async def test_reconfigure_keeps_the_pending_slot_then_uses_the_new_interval(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+) -> None:
+    client = time_skipping_env.client
+    config = new_target(page_server)
+    page_server.set("/elsewhere", "other page")
+    anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + HOUR
+    async with running_worker(client, task_queue, pool):
+        handle = await start(config, start_at=anchor)
+        await time_skipping_env.sleep(timedelta(hours=2, minutes=30))
+        pending = (await handle.query(MonitorTarget.status)).next_slot
+        assert pending is not None
+        changed = config.model_copy(
+            update={"interval_seconds": 3 * 3600, "url": page_server.url("/elsewhere")}
+        )
+        status = await handle.execute_update(MonitorTarget.reconfigure, changed)
+        assert status.config == changed
+        await time_skipping_env.sleep(timedelta(hours=10))
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update(
+                MonitorTarget.reconfigure, changed.model_copy(update={"target_id": "other"})
+            )
+        assert "monitors" in str(refused.value.cause)
+    slots = scheduled(await rows(pool, config.target_id))
+    later = [s for s in slots if s >= pending]
+    assert later[:4] == [pending + k * timedelta(hours=3) for k in range(4)]
+    assert page_server.hits["/elsewhere"] == len(later)
+    row = await pool.fetchrow("SELECT * FROM monitor_targets WHERE id = $1", config.target_id)
+    assert row is not None and row["interval_seconds"] == 3 * 3600
+
+
+async def test_continue_as_new_keeps_the_schedule(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+) -> None:
+    """Runs roll over every 4 checks; no slot is skipped or doubled at the boundaries."""
+    client = time_skipping_env.client
+    config = new_target(page_server)
+    anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + HOUR
+    async with running_worker(client, task_queue, pool):
+        handle = await start(config, start_at=anchor, max_checks_per_run=4)
+        await time_skipping_env.sleep(timedelta(hours=13, minutes=30))
+        status = await handle.query(MonitorTarget.status)
+        latest_run = (await client.get_workflow_handle(handle.id).describe()).run_id
+    slots = scheduled(await rows(pool, config.target_id))
+    assert slots == [anchor + k * HOUR for k in range(13)]
+    assert status.checks_completed == 13
+    assert latest_run != handle.result_run_id, "expected the workflow to continue as new"
+
+
+async def test_permanent_failure_is_recorded_once_and_the_schedule_moves_on(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+) -> None:
+    client = time_skipping_env.client
+    config = new_target(page_server)
+    page_server.set(f"/{config.target_id}", "gone", status=404)
+    anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + HOUR
+    async with running_worker(client, task_queue, pool):
+        await start(config, start_at=anchor)
+        await time_skipping_env.sleep(timedelta(hours=1, minutes=30))
+        page_server.set(f"/{config.target_id}", "back")
+        await time_skipping_env.sleep(timedelta(hours=2))
+    records = await rows(pool, config.target_id)
+    assert [r["status"] for r in records] == ["failed", "unchanged", "unchanged"]
+    assert records[0]["attempt_count"] == 1
+    assert "404" in records[0]["error_message"]
+    assert page_server.hits[f"/{config.target_id}"] == 3, "a permanent error must not retry"
+
+
+async def test_transient_failure_retries_on_the_same_row(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+) -> None:
+    client = time_skipping_env.client
+    config = new_target(page_server)
+    page_server.queue(f"/{config.target_id}", (503, "busy"), (503, "busy"))
+    anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + HOUR
+    async with running_worker(client, task_queue, pool):
+        await start(config, start_at=anchor)
+        await time_skipping_env.sleep(timedelta(hours=1, minutes=30))
+    records = await rows(pool, config.target_id)
+    assert len(records) == 1
+    assert records[0]["status"] == "unchanged"
+    assert records[0]["attempt_count"] == 3
+    assert records[0]["error_message"] is None
+
+
+async def test_exhausted_retries_record_the_slot_failed_and_the_next_slot_runs(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+) -> None:
+    client = time_skipping_env.client
+    config = new_target(page_server, interval=timedelta(hours=2))
+    page_server.queue(f"/{config.target_id}", *[(503, "busy")] * 5)
+    anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + HOUR
+    async with running_worker(client, task_queue, pool):
+        await start(config, start_at=anchor)
+        await time_skipping_env.sleep(timedelta(hours=3, minutes=30))
+    records = await rows(pool, config.target_id)
+    assert [r["status"] for r in records] == ["failed", "unchanged"]
+    assert records[0]["attempt_count"] == 5
+    assert "503" in records[0]["error_message"]
+    assert scheduled(records) == [anchor, anchor + timedelta(hours=2)]
+
+
+async def test_check_now_has_its_own_identity_and_leaves_the_grid_alone(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+) -> None:
+    client = time_skipping_env.client
+    config = new_target(page_server)
+    anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + HOUR
+    async with running_worker(client, task_queue, pool):
+        handle = await start(config, start_at=anchor)
+        await time_skipping_env.sleep(timedelta(hours=1, minutes=30))
+        result: CheckResult = await handle.execute_update(MonitorTarget.check_now)
+        assert result.kind is CheckKind.MANUAL
+        assert result.work_id.startswith(f"{config.target_id}:manual:")
+        assert result.status is CheckStatus.UNCHANGED
+        assert (await handle.query(MonitorTarget.status)).next_slot == anchor + HOUR
+        await time_skipping_env.sleep(timedelta(hours=1))
+    records = await rows(pool, config.target_id)
+    assert scheduled(records) == [anchor, anchor + HOUR]
+    assert [r["kind"] for r in records].count("manual") == 1
+
+
+async def test_duplicate_start_is_a_no_op_and_remove_deletes_the_target(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+) -> None:
+    client = time_skipping_env.client
+    config = new_target(page_server)
+    async with running_worker(client, task_queue, pool):
+        first = await start(config)
+        second = await start(config)
+        assert first.result_run_id == second.result_run_id
+        await time_skipping_env.sleep(timedelta(minutes=90))
+        assert await rows(pool, config.target_id)
+        await first.signal(MonitorTarget.remove)
+        await first.result()
+    assert await rows(pool, config.target_id) == []
+    assert (
+        await pool.fetchval("SELECT count(*) FROM monitor_targets WHERE id = $1", config.target_id)
+        == 0
+    )
