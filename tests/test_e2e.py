@@ -1,0 +1,207 @@
+"""End to end: the Temporal dev server, real `pricewatch worker` processes, real Postgres,
+a real page server on 127.0.0.1, and the CLI as a user runs it."""
+
+import asyncio
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+
+import asyncpg
+import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from pricewatch.temporal import workflow_id
+from tests.conftest import PageServer
+from workers.embedded import free_port, start_temporal_dev_server, stop_process
+from workflows.monitor import MonitorTarget
+
+pytestmark = pytest.mark.e2e
+
+PRICEWATCH = str(Path(sys.executable).parent / "pricewatch")
+INTERVAL_SECONDS = 2
+
+
+@pytest.fixture(scope="module")
+def temporal_address() -> Iterator[str]:
+    """A dev server of our own, with continue-as-new suggested after 40 events."""
+    with tempfile.TemporaryDirectory(prefix="pricewatch-temporal-") as tmp:
+        port = free_port()
+        server = start_temporal_dev_server(
+            Path(tmp) / "temporal.db",
+            port=port,
+            ui_port=None,
+            extra_args=("--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=40"),
+        )
+        try:
+            yield f"127.0.0.1:{port}"
+        finally:
+            stop_process(server)
+
+
+@pytest.fixture
+def env(temporal_address: str, database_url: str, task_queue: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "TEMPORAL_ADDRESS": temporal_address,
+        "PRICEWATCH_DATABASE_URL": database_url,
+        "PRICEWATCH_TASK_QUEUE": task_queue,
+        "PRICEWATCH_MIN_INTERVAL": "1s",  # test-only: real seconds instead of 15 minutes
+    }
+
+
+async def cli(env: dict[str, str], *args: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        PRICEWATCH, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=60)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+@asynccontextmanager
+async def worker_process(env: dict[str, str]) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`pricewatch worker` as its own process; SIGTERM (graceful) on the way out."""
+    process = await asyncio.create_subprocess_exec(
+        PRICEWATCH,
+        "worker",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        assert process.stdout is not None
+        line = await asyncio.wait_for(process.stdout.readline(), timeout=60)
+        assert b"polling" in line, line
+        yield process
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), timeout=40)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+async def wait_for(pool: asyncpg.Pool, sql: str, *args: object) -> int:
+    """Poll until the count query returns a positive number (within a minute)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        count = int(await pool.fetchval(sql, *args))
+        if count > 0:
+            return count
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"timed out waiting for: {sql} {args}")
+
+
+async def test_checks_run_a_change_is_recorded_once_and_the_cli_shows_it(
+    env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer, temporal_address: str
+) -> None:
+    page_server.set("/pricing", "<p>EUR 4.49</p>")
+    async with worker_process(env):
+        code, out, err = await cli(
+            env,
+            "add",
+            "e2e-pricing",
+            page_server.url("/pricing"),
+            "--every",
+            f"{INTERVAL_SECONDS}s",
+        )
+        assert code == 0, err
+        assert "added e2e-pricing" in out
+        code, out, _ = await cli(
+            env,
+            "add",
+            "e2e-pricing",
+            page_server.url("/pricing"),
+            "--every",
+            f"{INTERVAL_SECONDS}s",
+        )
+        assert code == 0 and "nothing changed" in out
+        await wait_for(
+            pool, "SELECT count(*) - 2 FROM source_checks WHERE target_id = 'e2e-pricing'"
+        )
+        page_server.set("/pricing", "<p>EUR 5.49</p>")
+        await wait_for(
+            pool,
+            "SELECT count(*) FROM source_checks WHERE status = 'changed'",
+        )
+        await wait_for(
+            pool,
+            "SELECT count(*) FROM source_checks WHERE status = 'unchanged' "
+            "AND previous_hash = result_hash AND checked_at > "
+            "(SELECT checked_at FROM source_checks WHERE status = 'changed')",
+        )
+        code, out, _ = await cli(env, "history", "e2e-pricing")
+        assert code == 0
+        assert out.count(" changed ") == 1, out
+        code, out, _ = await cli(env, "status", "e2e-pricing")
+        assert code == 0 and "active" in out and "e2e-pricing:" in out
+        code, out, _ = await cli(env, "list")
+        assert code == 0 and "e2e-pricing" in out
+
+        code, out, err = await cli(env, "check-now", "e2e-pricing")
+        assert code == 0, err
+        assert "e2e-pricing:manual:" in out and "unchanged" in out
+
+        assert (await cli(env, "pause", "e2e-pricing"))[0] == 0
+        await asyncio.sleep(1)
+        paused_count = await pool.fetchval("SELECT count(*) FROM source_checks")
+        await asyncio.sleep(3 * INTERVAL_SECONDS)
+        assert await pool.fetchval("SELECT count(*) FROM source_checks") == paused_count
+        code, out, _ = await cli(env, "status", "e2e-pricing")
+        assert "paused" in out
+        assert (await cli(env, "resume", "e2e-pricing"))[0] == 0
+        await wait_for(pool, "SELECT count(*) - $1 FROM source_checks", paused_count)
+
+        client = await Client.connect(temporal_address, data_converter=pydantic_data_converter)
+        handle = client.get_workflow_handle(workflow_id("e2e-pricing"))
+        history = await handle.fetch_history()
+
+        code, out, err = await cli(env, "remove", "e2e-pricing")
+        assert code == 0, err
+    records = await pool.fetch("SELECT * FROM source_checks")
+    assert records == [], "remove deletes the target and its checks"
+    # The history this run recorded replays deterministically against today's code.
+    await Replayer(
+        workflows=[MonitorTarget], data_converter=pydantic_data_converter
+    ).replay_workflow(history)
+
+
+async def test_killed_worker_resumes_on_the_grid_without_a_burst(
+    env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer
+) -> None:
+    """SIGKILL the only worker for several intervals: the late slot is checked once,
+    then the grid continues after now; missed slots are skipped, none recorded twice."""
+    page_server.set("/outage", "<p>steady</p>")
+    async with worker_process(env) as worker:
+        code, _, err = await cli(
+            env, "add", "e2e-outage", page_server.url("/outage"), "--every", f"{INTERVAL_SECONDS}s"
+        )
+        assert code == 0, err
+        await wait_for(pool, "SELECT count(*) - 1 FROM source_checks")
+        worker.kill()
+        await worker.wait()
+    await asyncio.sleep(4 * INTERVAL_SECONDS)
+    async with worker_process(env):
+        back_at = await pool.fetchval("SELECT now()")
+        await wait_for(pool, "SELECT count(*) FROM source_checks WHERE checked_at > $1", back_at)
+        await asyncio.sleep(3 * INTERVAL_SECONDS)
+        records = await pool.fetch("SELECT * FROM source_checks ORDER BY scheduled_for")
+        assert (await cli(env, "remove", "e2e-outage"))[0] == 0
+    slots = [r["scheduled_for"] for r in records]
+    interval = timedelta(seconds=INTERVAL_SECONDS)
+    assert len(set(slots)) == len(slots), "a slot was recorded twice"
+    assert all((slot - slots[0]) % interval == timedelta(0) for slot in slots), "grid shifted"
+    late = [r for r in records if r["checked_at"] > back_at and r["scheduled_for"] < back_at]
+    assert len(late) <= 1, f"missed slots were replayed as a burst: {late}"
+    grid_points = (slots[-1] - slots[0]) // interval + 1
+    assert len(slots) < grid_points, "the slots due during the outage should have been skipped"
