@@ -97,8 +97,8 @@ def parse_retry_after(value: str | None, now: datetime) -> timedelta | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
-        delay = timedelta(seconds=int(value))
+    if value.isascii() and value.isdigit():
+        delay = timedelta(seconds=min(int(value), int(MAX_RETRY_AFTER.total_seconds()) + 1))
     else:
         try:
             when = parsedate_to_datetime(value)

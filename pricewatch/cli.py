@@ -209,8 +209,9 @@ async def list_targets() -> None:
 @command
 async def status(target_id: IdArg) -> None:
     """Show paused/active, the next due slot, the last result and the Temporal UI link."""
+    valid_id(target_id)
     client = await connect()
-    handle = await running_handle(client, valid_id(target_id))
+    handle = await running_handle(client, target_id)
     result = await handle.query("status", result_type=MonitorStatus)
     print_status(result, ui_link(client, target_id))
 
@@ -240,8 +241,9 @@ async def history(
 @command
 async def pause(target_id: IdArg) -> None:
     """Stop future checks (a check already running finishes)."""
+    valid_id(target_id)
     client = await connect()
-    handle = await running_handle(client, valid_id(target_id))
+    handle = await running_handle(client, target_id)
     await handle.signal("pause")
     typer.echo(f"pausing {target_id}")
 
@@ -250,8 +252,9 @@ async def pause(target_id: IdArg) -> None:
 @command
 async def resume(target_id: IdArg) -> None:
     """Resume checks on the target's grid; slots missed while paused are skipped."""
+    valid_id(target_id)
     client = await connect()
-    handle = await running_handle(client, valid_id(target_id))
+    handle = await running_handle(client, target_id)
     await handle.signal("resume")
     typer.echo(f"resuming {target_id}")
 
@@ -260,8 +263,9 @@ async def resume(target_id: IdArg) -> None:
 @command
 async def check_now(target_id: IdArg) -> None:
     """Run one extra check now (its own work id; the schedule is not moved)."""
+    valid_id(target_id)
     client = await connect()
-    handle = await running_handle(client, valid_id(target_id))
+    handle = await running_handle(client, target_id)
     result = await handle.execute_update("check_now", result_type=CheckResult)
     print_result(result)
 
@@ -270,8 +274,9 @@ async def check_now(target_id: IdArg) -> None:
 @command
 async def remove(target_id: IdArg) -> None:
     """Stop watching a target and delete its recorded checks."""
+    valid_id(target_id)
     client = await connect()
-    handle = await running_handle(client, valid_id(target_id))
+    handle = await running_handle(client, target_id)
     await handle.signal("remove")
     await asyncio.wait_for(handle.result(), timeout=120)
     typer.echo(f"removed {target_id}")

@@ -12,7 +12,10 @@ def parse_duration(text: str) -> timedelta:
     parts = _PART.findall(compact)
     if not compact or "".join(n + u for n, u in parts) != compact:
         raise ValueError(f"invalid duration {text!r}: use forms like 90s, 15m, 24h, 1d or 1h30m")
-    return sum((timedelta(**{_UNITS[u]: int(n)}) for n, u in parts), timedelta(0))
+    try:
+        return sum((timedelta(**{_UNITS[u]: int(n)}) for n, u in parts), timedelta(0))
+    except OverflowError as err:
+        raise ValueError(f"duration {text!r} is too long") from err
 
 
 def format_duration(value: timedelta) -> str:

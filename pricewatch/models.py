@@ -13,6 +13,7 @@ from pydantic import AfterValidator, AnyHttpUrl, BaseModel, ConfigDict, Field, f
 
 from pricewatch.slots import work_id
 
+MAX_INTERVAL_SECONDS = 366 * 24 * 3600  # a year: well inside the int4 column
 TARGET_ID_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 
 
@@ -34,7 +35,7 @@ class TargetConfig(Model):
 
     target_id: str
     url: str
-    interval_seconds: int = Field(gt=0)
+    interval_seconds: int = Field(gt=0, le=MAX_INTERVAL_SECONDS)
 
     @field_validator("target_id")
     @classmethod

@@ -4,6 +4,7 @@ fresh database per test cloned from a migrated template, and the Temporal test s
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import uuid
 from collections import Counter
@@ -148,3 +149,23 @@ async def page_server() -> AsyncIterator[PageServer]:
         yield pages
     finally:
         await runner.cleanup()
+
+
+_exit_status = 0
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    global _exit_status
+    _exit_status = exitstatus
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Leave without interpreter teardown, once every report is written.
+
+    The Temporal SDK's native threads can abort a finalizing interpreter
+    (temporalio/sdk-python#300), turning a green run into exit code 134.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_exit_status)

@@ -283,7 +283,7 @@ async def test_check_now_has_its_own_identity_and_leaves_the_grid_alone(
     async with running_worker(client, task_queue, pool):
         handle = await start(config, start_at=anchor)
         await time_skipping_env.sleep(timedelta(hours=1, minutes=30))
-        result: CheckResult = await handle.execute_update(MonitorTarget.check_now)
+        result = await handle.execute_update("check_now", result_type=CheckResult)
         assert result.kind is CheckKind.MANUAL
         assert result.work_id.startswith(f"{config.target_id}:manual:")
         assert result.status is CheckStatus.UNCHANGED

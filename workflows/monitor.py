@@ -61,6 +61,7 @@ BOOKKEEPING_RETRY = RetryPolicy(
     maximum_attempts=20,
 )
 
+
 @workflow.defn(name=WORKFLOW_TYPE)
 class MonitorTarget:
     @workflow.init

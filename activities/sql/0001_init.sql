@@ -36,5 +36,7 @@ CREATE TABLE source_checks (
 );
 
 -- Second guard: even a bug that builds another work id cannot record a slot twice.
-CREATE UNIQUE INDEX source_checks_target_slot ON source_checks (target_id, scheduled_for);
+-- Manual checks are not slots (their time is when someone asked); their work id is unique.
+CREATE UNIQUE INDEX source_checks_target_slot ON source_checks (target_id, scheduled_for)
+    WHERE kind = 'scheduled';
 CREATE INDEX source_checks_target_checked ON source_checks (target_id, checked_at DESC);

@@ -1,0 +1,97 @@
+"""Record MonitorTarget histories from a real run, for the replay tests.
+
+Run after a deliberate workflow change that keeps old histories valid, or to add a
+history for a new feature: `python -m tests.record_histories`. It starts its own dev
+server, Postgres, page server and worker in a temp dir, drives one target through every
+message (pause, resume, check-now, reconfigure, a permanent failure, continue-as-new), and
+writes each run's history to tests/histories/.
+"""
+
+import asyncio
+import tempfile
+from pathlib import Path
+
+from aiohttp import web
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from activities.checks import CheckActivities
+from pricewatch.models import CheckResult, MonitorState, TargetConfig
+from pricewatch.temporal import start_monitor
+from workers.embedded import (
+    free_port,
+    start_embedded_postgres,
+    start_temporal_dev_server,
+    stop_process,
+)
+from workers.worker import build_worker, check_activities
+from workflows.monitor import MonitorTarget
+
+HISTORIES = Path(__file__).parent / "histories"
+TASK_QUEUE = "record-histories"
+
+
+async def drive(client: Client, activities: CheckActivities, page_url: str) -> list[str]:
+    config = TargetConfig(target_id="recorded", url=page_url, interval_seconds=1)
+    async with build_worker(client, TASK_QUEUE, activities):
+        handle = await start_monitor(
+            client, MonitorState(config=config, max_checks_per_run=6), TASK_QUEUE
+        )
+        await asyncio.sleep(2.5)
+        await handle.signal(MonitorTarget.pause)
+        await asyncio.sleep(1.5)
+        await handle.signal(MonitorTarget.resume)
+        await handle.execute_update("check_now", result_type=CheckResult)
+        broken = config.model_copy(update={"url": page_url + "gone"})
+        await handle.execute_update(MonitorTarget.reconfigure, broken)
+        await asyncio.sleep(1.5)
+        await handle.execute_update(MonitorTarget.reconfigure, config)
+        await asyncio.sleep(5)
+        run_ids = [handle.result_run_id]
+        latest = (await client.get_workflow_handle(handle.id).describe()).run_id
+        run_ids.append(latest)
+        await handle.signal(MonitorTarget.remove)
+        await client.get_workflow_handle(handle.id).result()
+    return [r for r in run_ids if r]
+
+
+async def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="pricewatch-record-") as tmp:
+        database_url, postgres = start_embedded_postgres(Path(tmp) / "pgdata")
+        port = free_port()
+        temporal = start_temporal_dev_server(Path(tmp) / "t.db", port=port, ui_port=None)
+        app = web.Application()
+        counter = iter(range(1_000_000))
+
+        async def page(request: web.Request) -> web.Response:
+            if request.path.endswith("gone"):
+                return web.Response(status=404, text="gone")
+            return web.Response(text=f"price {next(counter) // 3}")
+
+        app.router.add_get("/{tail:.*}", page)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        page_port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", page_port).start()
+        try:
+            client = await Client.connect(
+                f"127.0.0.1:{port}", data_converter=pydantic_data_converter
+            )
+            async with check_activities(database_url) as activities:
+                run_ids = await drive(client, activities, f"http://127.0.0.1:{page_port}/")
+            HISTORIES.mkdir(exist_ok=True)
+            for index, run_id in enumerate(dict.fromkeys(run_ids)):
+                history = await client.get_workflow_handle(
+                    "pricewatch-recorded", run_id=run_id
+                ).fetch_history()
+                path = HISTORIES / f"monitor_target_run{index + 1}.json"
+                path.write_text(history.to_json())
+                print(f"wrote {path} ({len(history.events)} events)")
+        finally:
+            await runner.cleanup()
+            stop_process(temporal)
+            postgres.cleanup()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

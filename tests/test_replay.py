@@ -1,0 +1,41 @@
+"""Determinism: histories recorded from real runs replay against today's workflow code.
+
+A change to the workflow's command sequence (a new activity, a timer shape, a different
+wait) makes these fail, which is the point: running histories would break the same way.
+Re-record with `python -m tests.record_histories` only for changes that are safe.
+"""
+
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from workflows.monitor import MonitorTarget
+
+HISTORIES = {
+    p.name: p.read_text() for p in sorted((Path(__file__).parent / "histories").glob("*.json"))
+}
+
+
+def test_histories_are_committed() -> None:
+    assert HISTORIES, "record some with `python -m tests.record_histories`"
+
+
+@pytest.mark.parametrize("name", HISTORIES)
+async def test_recorded_history_replays(name: str) -> None:
+    history = WorkflowHistory.from_json("pricewatch-recorded", HISTORIES[name])
+    replayer = Replayer(workflows=[MonitorTarget], data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+
+
+async def test_replay_detects_a_changed_workflow() -> None:
+    """Guard the guard: a history whose commands no longer match must fail to replay."""
+    recorded = next(iter(HISTORIES.values()))
+    tampered = recorded.replace('"sync_target"', '"remove_target"', 1)
+    assert tampered != recorded
+    history = WorkflowHistory.from_json("pricewatch-recorded", tampered)
+    replayer = Replayer(workflows=[MonitorTarget], data_converter=pydantic_data_converter)
+    with pytest.raises(Exception, match=r"[Nn]ondetermin"):
+        await replayer.replay_workflow(history)
