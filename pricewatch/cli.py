@@ -168,7 +168,13 @@ async def add(
         handle = None
     if handle is None:
         await start_monitor(
-            client, MonitorState(config=config, start_at=first), settings().task_queue
+            client,
+            MonitorState(
+                config=config,
+                start_at=first,
+                min_interval_seconds=int(minimum.total_seconds()),
+            ),
+            settings().task_queue,
         )
         typer.echo(f"added {target_id}: {url} every {format_duration(config.interval)}")
     else:

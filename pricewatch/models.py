@@ -101,7 +101,11 @@ class MonitorState(Model):
     checks_completed: int = 0
     pending_manual_checks: list[UtcDatetime] = Field(default_factory=list)
     max_checks_per_run: int = Field(default=300, gt=0)
-    """Continue-as-new after this many checks even if the server has not suggested it."""
+    """Continue-as-new after this many checks even if the server has not suggested it
+    (300 checks is about 3,600 events, under the server's 4,096-event suggestion)."""
+    min_interval_seconds: int = Field(default=15 * 60, gt=0)
+    """The smallest interval this target accepts, now and on reconfigure (the CLI passes
+    PRICEWATCH_MIN_INTERVAL; a start from the Temporal CLI or UI gets the default)."""
 
 
 class MonitorStatus(Model):

@@ -35,7 +35,9 @@ async def drive(client: Client, activities: CheckActivities, page_url: str) -> l
     config = TargetConfig(target_id="recorded", url=page_url, interval_seconds=1)
     async with build_worker(client, TASK_QUEUE, activities):
         handle = await start_monitor(
-            client, MonitorState(config=config, max_checks_per_run=6), TASK_QUEUE
+            client,
+            MonitorState(config=config, max_checks_per_run=6, min_interval_seconds=1),
+            TASK_QUEUE,
         )
         await asyncio.sleep(2.5)
         await handle.signal(MonitorTarget.pause)

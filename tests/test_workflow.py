@@ -10,7 +10,12 @@ from typing import Any
 
 import asyncpg
 import pytest
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
@@ -316,3 +321,29 @@ async def test_duplicate_start_is_a_no_op_and_remove_deletes_the_target(
         await pool.fetchval("SELECT count(*) FROM monitor_targets WHERE id = $1", config.target_id)
         == 0
     )
+
+
+async def test_interval_below_the_minimum_is_refused_without_writing(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+) -> None:
+    """A start from the Temporal CLI/UI bypasses the CLI's checks; the workflow refuses."""
+    client = time_skipping_env.client
+    too_fast = new_target(page_server, interval=timedelta(minutes=5))
+    ok = new_target(page_server)
+    async with running_worker(client, task_queue, pool):
+        handle = await start(too_fast)
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        assert "below this target's minimum" in str(failed.value.cause)
+        assert await pool.fetchval("SELECT count(*) FROM monitor_targets") == 0
+
+        running = await start(ok)
+        with pytest.raises(WorkflowUpdateFailedError):
+            await running.execute_update(
+                MonitorTarget.reconfigure, ok.model_copy(update={"interval_seconds": 60})
+            )
+        assert (await running.query(MonitorTarget.status)).config == ok

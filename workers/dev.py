@@ -78,7 +78,8 @@ async def serve(settings: Settings, database_url: str, demo_url: str | None) -> 
             config = TargetConfig(
                 target_id=DEMO_TARGET, url=demo_url, interval_seconds=DEMO_INTERVAL_SECONDS
             )
-            await start_monitor(client, MonitorState(config=config), settings.task_queue)
+            state = MonitorState(config=config, min_interval_seconds=DEMO_INTERVAL_SECONDS)
+            await start_monitor(client, state, settings.task_queue)
             print(
                 f"demo:      watching {demo_url} every {DEMO_INTERVAL_SECONDS}s "
                 f"as {DEMO_TARGET!r} (price changes every "

@@ -14,7 +14,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 # Models are passed through so that the workflow and the converter share one class per
 # model (a sandbox re-import would make pydantic reject its own instances).
@@ -77,12 +77,16 @@ class MonitorTarget:
         self._manual_results: dict[datetime, CheckResult] = {}
         self._checks_this_run = 0
         self._max_checks_per_run = state.max_checks_per_run
+        self._min_interval_seconds = state.min_interval_seconds
         self._mirror_stale = False
         self._removing = False
         self._woken = False
 
     @workflow.run
     async def run(self, state: MonitorState) -> None:
+        if (problem := self._config_problem(self._config)) is not None:
+            # Bad input from a start outside the CLI: fail clearly before writing anything.
+            raise ApplicationError(problem, type="InvalidTarget", non_retryable=True)
         if not self._registered:
             await self._register()
         while True:
@@ -154,6 +158,8 @@ class MonitorTarget:
             raise ValueError(
                 f"this workflow monitors {self._config.target_id}, not {config.target_id}"
             )
+        if (problem := self._config_problem(config)) is not None:
+            raise ValueError(problem)
 
     @workflow.update(name="check_now")
     async def check_now(self) -> CheckResult:
@@ -280,6 +286,14 @@ class MonitorTarget:
             return False
         return True
 
+    def _config_problem(self, config: TargetConfig) -> str | None:
+        if config.interval_seconds < self._min_interval_seconds:
+            return (
+                f"interval {config.interval_seconds}s is below this target's minimum of "
+                f"{self._min_interval_seconds}s"
+            )
+        return None
+
     def _slot(self) -> datetime:
         assert self._next_slot is not None, "the slot is set at registration"
         return self._next_slot
@@ -305,6 +319,7 @@ class MonitorTarget:
             checks_completed=self._checks_completed,
             pending_manual_checks=self._manual_pending,
             max_checks_per_run=self._max_checks_per_run,
+            min_interval_seconds=self._min_interval_seconds,
         )
 
 
