@@ -25,15 +25,16 @@ from pricewatch.models import (
 )
 from pricewatch.slots import next_slot
 
-# Longer than the check's start-to-close timeout: while Temporal still considers an
-# attempt alive, nobody else can take its lease; once Temporal has given up on it, the
-# lease lapses soon after and the next attempt can claim.
-CHECK_LEASE = timedelta(seconds=90)
+# Longer than the check's start-to-close timeout (60 s): while Temporal still considers an
+# attempt alive, nobody else can take its lease. Shorter than that timeout plus the first
+# retry's 30 s backoff: the next attempt after a crash finds the lease lapsed.
+CHECK_LEASE = timedelta(seconds=75)
 
 # Error types the workflow's retry policy treats as permanent.
 PERMANENT_FETCH_ERROR = "PermanentFetchError"
 TRANSIENT_FETCH_ERROR = "TransientFetchError"
-TARGET_NOT_FOUND = "TargetNotFound"
+TARGET_OUT_OF_SYNC = "TargetOutOfSync"
+INVALID_TARGET = "InvalidTarget"
 LEASE_HELD = "LeaseHeld"
 SLOT_NOT_DUE = "SlotNotDue"
 
@@ -61,9 +62,13 @@ class CheckActivities:
     @activity.defn(name="sync_target")
     async def sync_target(self, sync: SyncTargetInput) -> None:
         """Mirror the workflow's config and schedule into `monitor_targets`."""
-        await store.sync_target(
-            self.pool, sync.config, next_slot=sync.next_slot, enabled=sync.enabled
-        )
+        try:
+            await store.sync_target(
+                self.pool, sync.config, next_slot=sync.next_slot, enabled=sync.enabled
+            )
+        except (asyncpg.IntegrityConstraintViolationError, asyncpg.DataError) as err:
+            # The table refuses this config; asking again will not change its mind.
+            raise ApplicationError(str(err), type=INVALID_TARGET, non_retryable=True) from err
 
     @activity.defn(name="check_slot")
     async def check_slot(self, check: CheckInput) -> CheckResult:
@@ -78,10 +83,12 @@ class CheckActivities:
             kind=check.kind,
             slot=check.slot,
         )
-        if not claim.target_exists:
+        if not claim.target_exists or (check.kind is CheckKind.SCHEDULED and not claim.enabled):
+            # The mirror disagrees with the workflow (row deleted, restored database, a
+            # lost sync): the workflow re-syncs and tries again.
             raise ApplicationError(
-                f"target {check.target_id} is not in the database",
-                type=TARGET_NOT_FOUND,
+                f"target {check.target_id} is missing or paused in the database",
+                type=TARGET_OUT_OF_SYNC,
                 non_retryable=True,
             )
         if claim.final is not None:
@@ -152,15 +159,18 @@ class CheckActivities:
             advance_to=advance_to,
         )
         if result is not None:
-            if result.next_slot is None and check.kind is CheckKind.SCHEDULED:
-                db_next = await store.next_check_at(self.pool, check.target_id)
-                result = result.model_copy(update={"next_slot": self._next_slot(check, db_next)})
-            return result
+            return result.model_copy(update={"next_slot": self._next_slot(check, result.next_slot)})
         stored = await store.stored_check(self.pool, check.work_id)
+        db_next = await store.next_check_at(self.pool, check.target_id)
         if stored is not None and stored.status is not CheckStatus.FAILED:
-            db_next = await store.next_check_at(self.pool, check.target_id)
             return stored.model_copy(
                 update={"already_recorded": True, "next_slot": self._next_slot(check, db_next)}
+            )
+        if db_next is None:
+            raise ApplicationError(
+                f"target {check.target_id} is not in the database",
+                type=TARGET_OUT_OF_SYNC,
+                non_retryable=True,
             )
         raise ApplicationError(
             f"target {check.target_id} is leased by a running attempt; will try again",
@@ -202,7 +212,11 @@ class CheckActivities:
         )
 
     def _claim_refused(self, check: CheckInput, claim: store.Claim) -> ApplicationError:
-        if claim.next_check_at is not None and claim.next_check_at > check.slot:
+        if (
+            check.kind is CheckKind.SCHEDULED
+            and claim.next_check_at
+            and claim.next_check_at > check.slot
+        ):
             return ApplicationError(
                 f"{check.work_id} is no longer due: the schedule is at "
                 f"{claim.next_check_at.isoformat()}",
@@ -210,8 +224,7 @@ class CheckActivities:
                 non_retryable=True,
             )
         return ApplicationError(
-            f"target {check.target_id} is leased by another attempt or disabled",
-            type=LEASE_HELD,
+            f"target {check.target_id} is leased by another attempt", type=LEASE_HELD
         )
 
     @staticmethod

@@ -63,6 +63,8 @@ async def fetch_page(client: httpx.AsyncClient, url: str) -> Page:
         raise FetchError(f"more than {MAX_REDIRECTS} redirects", transient=False) from err
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as err:
         raise FetchError(f"invalid URL: {err}", transient=False) from err
+    except httpx.DecodingError as err:
+        raise FetchError(f"undecodable body: {err}", transient=False) from err
     except httpx.TimeoutException as err:
         raise FetchError(f"timed out: {type(err).__name__}", transient=True) from err
     except httpx.TransportError as err:

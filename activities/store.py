@@ -21,7 +21,7 @@ CHECK_COLUMNS = """work_id, scheduled_for, kind, status, checked_at, attempt_cou
 # for a slot the schedule has left behind can never claim.
 CLAIM = f"""
 WITH target AS (
-    SELECT next_check_at FROM monitor_targets WHERE id = $1
+    SELECT enabled, next_check_at FROM monitor_targets WHERE id = $1
 ), existing AS (
     SELECT {CHECK_COLUMNS} FROM source_checks WHERE work_id = $2
 ), claimed AS (
@@ -35,6 +35,7 @@ WITH target AS (
 )
 SELECT
     EXISTS (SELECT 1 FROM target) AS target_exists,
+    (SELECT enabled FROM target) AS enabled,
     (SELECT next_check_at FROM target) AS next_check_at,
     EXISTS (SELECT 1 FROM claimed) AS claimed,
     (SELECT result_hash FROM source_checks
@@ -81,7 +82,8 @@ UPDATE monitor_targets SET lease_token = NULL, lease_expires_at = NULL
 """
 
 # Finalise a slot whose check gave up: keep the attempts' row (or write one if no attempt
-# got that far), advance the schedule if it still points at or before this slot. Waits
+# got that far), advance the schedule if it still points at or before this slot, and clear
+# the (expired) lease so the attempt that held it can never complete the row later. Waits
 # for nobody: a live lease means an attempt is still running, so this refuses (no row).
 RECORD_FAILED = f"""
 WITH target AS (
@@ -95,14 +97,15 @@ WITH target AS (
     ON CONFLICT (work_id) DO UPDATE SET error_message = excluded.error_message
      WHERE c.status = 'failed'
     RETURNING {CHECK_COLUMNS}
-), advanced AS (
+), released AS (
     UPDATE monitor_targets
-       SET next_check_at = $6, lease_token = NULL, lease_expires_at = NULL, updated_at = now()
-     WHERE id IN (SELECT id FROM target) AND $6::timestamptz IS NOT NULL
-       AND next_check_at <= $3
+       SET lease_token = NULL, lease_expires_at = NULL, updated_at = now(),
+           next_check_at = CASE WHEN next_check_at <= $3 THEN COALESCE($6, next_check_at)
+                                ELSE next_check_at END
+     WHERE id IN (SELECT id FROM target)
     RETURNING next_check_at
 )
-SELECT {CHECK_COLUMNS}, (SELECT next_check_at FROM advanced) AS advanced_to FROM recorded
+SELECT {CHECK_COLUMNS}, (SELECT next_check_at FROM released) AS next_check_at FROM recorded
 """
 
 SYNC_TARGET = """
@@ -121,6 +124,7 @@ DELETE_TARGET = "DELETE FROM monitor_targets WHERE id = $1"
 @dataclass(frozen=True)
 class Claim:
     target_exists: bool
+    enabled: bool | None
     next_check_at: datetime | None
     claimed: bool
     previous_hash: str | None
@@ -173,6 +177,7 @@ async def claim(
     existing = row["existing"]
     return Claim(
         target_exists=row["target_exists"],
+        enabled=row["enabled"],
         next_check_at=row["next_check_at"],
         claimed=row["claimed"],
         previous_hash=row["previous_hash"],
@@ -225,13 +230,14 @@ async def record_failed(
     error_message: str,
     advance_to: datetime | None,
 ) -> CheckResult | None:
-    """Finalise a given-up slot as failed; None if an attempt still holds the lease."""
+    """Finalise a given-up slot as failed; None if an attempt still holds the lease or the
+    slot is already final. `next_slot` is where the schedule stands afterwards."""
     row = await pool.fetchrow(
         RECORD_FAILED, target_id, work_id, slot, kind.value, error_message, advance_to
     )
     if row is None:
         return None
-    return _result(row, next_slot=row["advanced_to"])
+    return _result(row, next_slot=row["next_check_at"])
 
 
 async def stored_check(pool: asyncpg.Pool, work_id: str) -> CheckResult | None:

@@ -1,9 +1,10 @@
 """`pricewatch`: the command line. Errors are one line on stderr; bad input exits 2."""
 
 import asyncio
+import contextlib
 import os
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from datetime import UTC, datetime
 from functools import wraps
 from typing import Annotated, Any, ParamSpec, TypeVar
@@ -11,7 +12,7 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 import asyncpg
 import typer
 from pydantic import ValidationError
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from pricewatch.durations import format_duration, parse_duration
@@ -38,22 +39,27 @@ class BadInput(Exception):
     """The user asked for something invalid: exit 2, nothing changed."""
 
 
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn expected failures into one line on stderr: bad input exits 2, an unreachable
+    or failing service exits 1."""
+    try:
+        yield
+    except (BadInput, ValidationError, ValueError) as err:
+        fail(_one_line(err), BAD_INPUT)
+    except (RPCError, OSError, LookupError, TimeoutError, asyncpg.PostgresError) as err:
+        fail(f"{type(err).__name__}: {_one_line(err)}", UNAVAILABLE)
+    except WorkflowFailureError as err:
+        fail(f"the workflow failed: {_one_line(err.cause)}", UNAVAILABLE)
+
+
 def command(fn: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
-    """Run an async command; turn expected failures into one line on stderr."""
+    """Run an async command with `user_errors`."""
 
     @wraps(fn)
     def run(*args: P.args, **kwargs: P.kwargs) -> None:
-        try:
+        with user_errors():
             asyncio.run(fn(*args, **kwargs))
-        except (BadInput, ValidationError, ValueError) as err:
-            fail(_one_line(err), BAD_INPUT)
-        except (
-            RPCError,
-            OSError,
-            LookupError,
-            asyncpg.PostgresError,
-        ) as err:  # OSError: unreachable
-            fail(f"{type(err).__name__}: {_one_line(err)}", UNAVAILABLE)
 
     return run
 
@@ -63,7 +69,7 @@ def fail(message: str, code: int) -> None:
     raise typer.Exit(code)
 
 
-def _one_line(err: Exception) -> str:
+def _one_line(err: BaseException | None) -> str:
     if isinstance(err, ValidationError):
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
@@ -284,7 +290,12 @@ async def remove(target_id: IdArg) -> None:
     client = await connect()
     handle = await running_handle(client, target_id)
     await handle.signal("remove")
-    await asyncio.wait_for(handle.result(), timeout=120)
+    try:
+        await asyncio.wait_for(handle.result(), timeout=120)
+    except TimeoutError as err:
+        raise TimeoutError(
+            f"{target_id} will be removed when a worker picks it up (none did in 120 s)"
+        ) from err
     typer.echo(f"removed {target_id}")
 
 
@@ -320,7 +331,8 @@ def dev(
     """Run the whole embedded stack in the foreground: Temporal, Postgres, a worker."""
     from workers.dev import run_dev
 
-    run_dev(settings(), demo=demo)
+    with user_errors():
+        run_dev(settings(), demo=demo)
 
 
 def main() -> None:

@@ -49,10 +49,11 @@ class TargetConfig(Model):
     @field_validator("url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        parsed = AnyHttpUrl(value)
+        """Normalised (lowercase scheme and host, a path), so equal URLs compare equal."""
+        parsed = AnyHttpUrl(value.strip())
         if parsed.scheme not in ("http", "https") or not parsed.host:
             raise ValueError("url must be an absolute http(s) URL")
-        return value
+        return str(parsed)
 
     @property
     def interval(self) -> timedelta:

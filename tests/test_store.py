@@ -336,3 +336,35 @@ async def test_concurrent_migrations_apply_the_schema_once(postgres_server_url: 
     finally:
         await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         await admin.close()
+
+
+async def test_urls_the_model_accepts_are_accepted_by_the_table(pool: asyncpg.Pool) -> None:
+    """The model normalises what the table's CHECK would refuse (an uppercase scheme, spaces);
+    otherwise `add` would succeed and the workflow could never mirror its target."""
+    for raw in ("HTTP://Example.com/pricing", "  https://example.com/x\n"):
+        config = TargetConfig(target_id="up", url=raw, interval_seconds=3600)
+        await store.sync_target(pool, config, next_slot=T0, enabled=True)
+    assert await pool.fetchval("SELECT url FROM monitor_targets") == "https://example.com/x"
+
+
+async def test_dead_lettered_slot_cannot_be_rewritten_by_its_zombie(target: asyncpg.Pool) -> None:
+    """Finalising a slot clears the expired lease, so the attempt that held it can never
+    complete the row afterwards (here a manual check, which moves no schedule)."""
+    manual_at = T0 + timedelta(minutes=5)
+    manual = wid(manual_at, CheckKind.MANUAL)
+    claimed = await store.claim(
+        target, target_id=TARGET, work_id=manual, token="zombie", lease=timedelta(0),
+        kind=CheckKind.MANUAL, slot=manual_at,
+    )  # fmt: skip
+    assert claimed.claimed
+    failed = await store.record_failed(
+        target, target_id=TARGET, work_id=manual, slot=manual_at, kind=CheckKind.MANUAL,
+        error_message="gave up", advance_to=None,
+    )  # fmt: skip
+    assert failed is not None and failed.status is CheckStatus.FAILED
+    late = await store.commit(
+        target, target_id=TARGET, token="zombie", work_id=manual, slot=manual_at,
+        kind=CheckKind.MANUAL, outcome=GOOD, advance_to=None,
+    )  # fmt: skip
+    assert late is None
+    assert (await check_rows(target))[0]["status"] == "failed"

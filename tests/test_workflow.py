@@ -347,3 +347,24 @@ async def test_interval_below_the_minimum_is_refused_without_writing(
                 MonitorTarget.reconfigure, ok.model_copy(update={"interval_seconds": 60})
             )
         assert (await running.query(MonitorTarget.status)).config == ok
+
+
+async def test_a_lost_target_row_is_mirrored_again_and_no_slot_is_lost(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+) -> None:
+    """The row vanishes (a restored database, a lost sync): the next check notices, the
+    workflow re-syncs its mirror, and every slot is still recorded."""
+    client = time_skipping_env.client
+    config = new_target(page_server)
+    anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + HOUR
+    async with running_worker(client, task_queue, pool):
+        await start(config, start_at=anchor)
+        await time_skipping_env.sleep(timedelta(hours=1, minutes=30))
+        await pool.execute("DELETE FROM monitor_targets WHERE id = $1", config.target_id)
+        await time_skipping_env.sleep(timedelta(hours=4))
+    slots = scheduled(await rows(pool, config.target_id))
+    assert slots == [anchor + k * HOUR for k in range(1, 5)]  # the first went with the row

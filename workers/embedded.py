@@ -73,13 +73,13 @@ def start_temporal_dev_server(
         args.append("--headless")
     else:
         args += ["--ui-port", str(ui_port), "--ui-ip", "127.0.0.1"]
-    output = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115
-    process = subprocess.Popen(
-        args, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        env={**os.environ, "TEMPORAL_ADDRESS": ""},
-        # Its own session: Ctrl-C reaches the launcher, which stops the server last.
-        start_new_session=True,
-    )  # fmt: skip
+    with open(log_file or os.devnull, "ab") as output:  # the child keeps its own copy
+        process = subprocess.Popen(
+            args, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, "TEMPORAL_ADDRESS": ""},
+            # Its own session: Ctrl-C reaches the launcher, which stops the server last.
+            start_new_session=True,
+        )  # fmt: skip
     try:
         wait_for_port("127.0.0.1", port, process, timeout=60)
     except BaseException:

@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.checks import (
         PERMANENT_FETCH_ERROR,
         SLOT_NOT_DUE,
-        TARGET_NOT_FOUND,
+        TARGET_OUT_OF_SYNC,
         CheckActivities,
     )
     from pricewatch.models import (
@@ -49,7 +49,7 @@ CHECK_RETRY = RetryPolicy(
     backoff_coefficient=2.0,
     maximum_interval=timedelta(minutes=15),
     maximum_attempts=5,
-    non_retryable_error_types=[PERMANENT_FETCH_ERROR, TARGET_NOT_FOUND, SLOT_NOT_DUE],
+    non_retryable_error_types=[PERMANENT_FETCH_ERROR, TARGET_OUT_OF_SYNC, SLOT_NOT_DUE],
 )
 # Bookkeeping statements: retried briefly through a Postgres restart, then given up so the
 # workflow carries on (it never fails because the database was away).
@@ -91,11 +91,17 @@ class MonitorTarget:
             await self._register()
         while True:
             if self._removing:
-                await self._bookkeep(
+                removed = await self._bookkeep(
                     CheckActivities.remove_target,
                     RemoveTargetInput(target_id=self._config.target_id),
                     f"remove {self._config.target_id}",
                 )
+                if not removed:
+                    raise ApplicationError(
+                        f"stopped watching {self._config.target_id}, but its rows could not "
+                        "be deleted; run `pricewatch remove` again after adding it back",
+                        non_retryable=True,
+                    )
                 return
             if self._mirror_stale:
                 self._mirror_stale = False
@@ -192,15 +198,16 @@ class MonitorTarget:
         await self._sync()
         self._registered = True
 
-    async def _sync(self) -> None:
-        """Mirror config, slot and pause into Postgres; a paused target cannot be claimed."""
-        synced = await self._bookkeep(
+    async def _sync(self) -> bool:
+        """Mirror config, slot and pause into Postgres; a paused target cannot be claimed.
+
+        A failed sync is not retried in a loop: the next check finds the mirror out of
+        sync and asks for another sync then."""
+        return await self._bookkeep(
             CheckActivities.sync_target,
             SyncTargetInput(config=self._config, next_slot=self._slot(), enabled=not self._paused),
             f"sync {self._config.target_id}",
         )
-        if not synced:
-            self._mirror_stale = True
 
     async def _run_scheduled_check(self, slot: datetime) -> None:
         check = CheckInput(
@@ -242,13 +249,12 @@ class MonitorTarget:
     async def _check(self, check: CheckInput) -> CheckResult | None:
         """Run the check; if it gives up, dead-letter the slot. None only if even that failed."""
         try:
-            result = await workflow.execute_activity_method(
-                CheckActivities.check_slot,
-                check,
-                start_to_close_timeout=CHECK_TIMEOUT,
-                retry_policy=CHECK_RETRY,
-                summary=f"check {check.work_id}",
-            )
+            try:
+                result = await self._check_slot(check)
+            except ActivityError as err:
+                if _error_type(err) != TARGET_OUT_OF_SYNC or not await self._sync():
+                    raise
+                result = await self._check_slot(check)
         except ActivityError as err:
             workflow.logger.warning("check %s gave up: %s", check.work_id, _reason(err))
             failure = RecordFailureInput(check=check, error_message=_reason(err))
@@ -268,6 +274,15 @@ class MonitorTarget:
         self._last_result = result
         self._checks_completed += 1
         return result
+
+    async def _check_slot(self, check: CheckInput) -> CheckResult:
+        return await workflow.execute_activity_method(
+            CheckActivities.check_slot,
+            check,
+            start_to_close_timeout=CHECK_TIMEOUT,
+            retry_policy=CHECK_RETRY,
+            summary=f"check {check.work_id}",
+        )
 
     async def _bookkeep(
         self, activity: Callable[[CheckActivities, Any], Awaitable[None]], arg: Any, summary: str
@@ -328,6 +343,10 @@ def _whole_second_after(moment: datetime) -> datetime:
     if moment.microsecond == 0:
         return moment
     return moment.replace(microsecond=0) + timedelta(seconds=1)
+
+
+def _error_type(err: ActivityError) -> str | None:
+    return err.cause.type if isinstance(err.cause, ApplicationError) else None
 
 
 def _reason(err: ActivityError) -> str:
