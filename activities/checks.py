@@ -5,6 +5,8 @@ execute several times for one slot (retries, crashes, resets, zombies); the leas
 one-row-per-slot record in Postgres make every execution after the first a no-op.
 """
 
+import asyncio
+import contextlib
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -13,10 +15,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import store
-from activities.fetch import FetchError, fetch_page
+from activities.fetch import FetchError, Page, fetch_page
 from pricewatch.models import (
     CheckInput,
-    CheckKind,
     CheckResult,
     CheckStatus,
     RecordFailureInput,
@@ -29,6 +30,11 @@ from pricewatch.slots import next_slot
 # attempt alive, nobody else can take its lease. Shorter than that timeout plus the first
 # retry's 30 s backoff: the next attempt after a crash finds the lease lapsed.
 CHECK_LEASE = timedelta(seconds=75)
+# A fetch heartbeats (and extends its lease) this often; the workflow's heartbeat timeout
+# is a few beats, well below the lease, so a silent attempt is retried before its lease
+# could be mistaken for a live one.
+HEARTBEAT_EVERY = timedelta(seconds=5)
+HEARTBEAT_TIMEOUT = timedelta(seconds=20)
 
 # Error types the workflow's retry policy treats as permanent.
 PERMANENT_FETCH_ERROR = "PermanentFetchError"
@@ -80,10 +86,10 @@ class CheckActivities:
             work_id=check.work_id,
             token=token,
             lease=CHECK_LEASE,
-            kind=check.kind,
+            on_schedule=check.on_schedule,
             slot=check.slot,
         )
-        if not claim.target_exists or (check.kind is CheckKind.SCHEDULED and not claim.enabled):
+        if not claim.target_exists or (check.on_schedule and not claim.enabled):
             # The mirror disagrees with the workflow (row deleted, restored database, a
             # lost sync): the workflow re-syncs and tries again.
             raise ApplicationError(
@@ -91,21 +97,16 @@ class CheckActivities:
                 type=TARGET_OUT_OF_SYNC,
                 non_retryable=True,
             )
-        if claim.final is not None:
+        if (stored := claim.final(retrying=check.retry)) is not None:
             activity.logger.info("slot %s already recorded, not fetched again", check.work_id)
-            return claim.final.model_copy(
-                update={
-                    "already_recorded": True,
-                    "next_slot": self._next_slot(check, claim.next_check_at),
-                }
-            )
+            return self._already_recorded(check, stored, claim.next_check_at)
         if not claim.claimed:
             raise self._claim_refused(check, claim)
 
         committed = False
         try:
             try:
-                page = await fetch_page(self.http, check.url)
+                page = await self._fetch_holding_lease(check, token)
             except FetchError as err:
                 committed = await self._record_attempt_failure(check, token, err)
                 raise ApplicationError(
@@ -121,9 +122,9 @@ class CheckActivities:
                 http_status=page.status_code,
                 body_bytes=page.size,
             )
-            advance_to = None
-            if check.kind is CheckKind.SCHEDULED:
-                advance_to = next_slot(check.slot, check.interval, clock())
+            advance_to = (
+                next_slot(check.slot, check.interval, clock()) if check.on_schedule else None
+            )
             result = await store.commit(
                 self.pool,
                 target_id=check.target_id,
@@ -142,13 +143,37 @@ class CheckActivities:
             if not committed:
                 await store.release(self.pool, target_id=check.target_id, token=token)
 
+    async def _fetch_holding_lease(self, check: CheckInput, token: str) -> Page:
+        """Fetch, heartbeating to Temporal and extending the lease while the fetch runs.
+
+        If Temporal has given up on this attempt, the SDK cancels it at the next heartbeat;
+        if the lease was taken over meanwhile, the fetch stops at once: its result could
+        not be committed anyway.
+        """
+        fetch = asyncio.create_task(fetch_page(self.http, check.url))
+        try:
+            while True:
+                done, _ = await asyncio.wait({fetch}, timeout=HEARTBEAT_EVERY.total_seconds())
+                if done:
+                    return fetch.result()
+                activity.heartbeat()
+                if not await store.extend_lease(
+                    self.pool, target_id=check.target_id, token=token, lease=CHECK_LEASE
+                ):
+                    raise ApplicationError(
+                        f"lost the lease on {check.target_id} while fetching", type=LEASE_HELD
+                    )
+        finally:
+            if not fetch.done():
+                fetch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await fetch
+
     @activity.defn(name="record_failed_slot")
     async def record_failed_slot(self, failure: RecordFailureInput) -> CheckResult:
         """Dead-letter a slot whose check gave up: one failed row, then the schedule moves on."""
         check = failure.check
-        advance_to = None
-        if check.kind is CheckKind.SCHEDULED:
-            advance_to = next_slot(check.slot, check.interval, clock())
+        advance_to = _schedule_after(check)
         result = await store.record_failed(
             self.pool,
             target_id=check.target_id,
@@ -163,9 +188,7 @@ class CheckActivities:
         stored = await store.stored_check(self.pool, check.work_id)
         db_next = await store.next_check_at(self.pool, check.target_id)
         if stored is not None and stored.status is not CheckStatus.FAILED:
-            return stored.model_copy(
-                update={"already_recorded": True, "next_slot": self._next_slot(check, db_next)}
-            )
+            return self._already_recorded(check, stored, db_next)
         if db_next is None:
             raise ApplicationError(
                 f"target {check.target_id} is not in the database",
@@ -203,20 +226,21 @@ class CheckActivities:
         stored = await store.stored_check(self.pool, check.work_id)
         if stored is not None and stored.status is not CheckStatus.FAILED:
             db_next = await store.next_check_at(self.pool, check.target_id)
-            return stored.model_copy(
-                update={"already_recorded": True, "next_slot": self._next_slot(check, db_next)}
-            )
+            return self._already_recorded(check, stored, db_next)
         raise ApplicationError(
             f"lost the lease on {check.target_id} before committing {check.work_id}",
             type=LEASE_HELD,
         )
 
+    def _already_recorded(
+        self, check: CheckInput, stored: CheckResult, db_next: datetime | None
+    ) -> CheckResult:
+        return stored.model_copy(
+            update={"already_recorded": True, "next_slot": self._next_slot(check, db_next)}
+        )
+
     def _claim_refused(self, check: CheckInput, claim: store.Claim) -> ApplicationError:
-        if (
-            check.kind is CheckKind.SCHEDULED
-            and claim.next_check_at
-            and claim.next_check_at > check.slot
-        ):
+        if check.on_schedule and claim.next_check_at and claim.next_check_at > check.slot:
             return ApplicationError(
                 f"{check.work_id} is no longer due: the schedule is at "
                 f"{claim.next_check_at.isoformat()}",
@@ -230,11 +254,16 @@ class CheckActivities:
     @staticmethod
     def _next_slot(check: CheckInput, db_next: datetime | None) -> datetime | None:
         """Where the schedule stands after this slot: the database's view if it moved on."""
-        if check.kind is CheckKind.MANUAL:
+        if not check.on_schedule:
             return None
         if db_next is not None and db_next > check.slot:
             return db_next
         return next_slot(check.slot, check.interval, clock())
+
+
+def _schedule_after(check: CheckInput) -> datetime | None:
+    """The next slot once this one is final; None for checks off the schedule."""
+    return next_slot(check.slot, check.interval, clock()) if check.on_schedule else None
 
 
 def _compare(previous_hash: str | None, new_hash: str) -> CheckStatus:

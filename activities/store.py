@@ -16,9 +16,9 @@ CHECK_COLUMNS = """work_id, scheduled_for, kind, status, checked_at, attempt_cou
 
 # Claim the target's lease for one slot and, in the same snapshot, read what the check
 # needs: the slot's row if it exists and the last good hash. The lease is taken only if
-# it is free, expired (by the database's clock) or already ours, and, for a scheduled
-# slot, only while the target is enabled and not yet past this slot: a stale attempt
-# for a slot the schedule has left behind can never claim.
+# it is free, expired (by the database's clock) or already ours, and, for the due slot
+# ($5 = false: not a manual check or a retry), only while the target is enabled and not
+# yet past this slot: a stale attempt for a slot the schedule left behind never claims.
 CLAIM = f"""
 WITH target AS (
     SELECT enabled, next_check_at FROM monitor_targets WHERE id = $1
@@ -29,7 +29,7 @@ WITH target AS (
        SET lease_token = $3, lease_expires_at = now() + $4::interval
      WHERE id = $1
        AND (lease_token IS NULL OR lease_expires_at <= now() OR lease_token = $3)
-       AND ($5::text = 'manual' OR (enabled AND next_check_at <= $6))
+       AND ($5::boolean OR (enabled AND next_check_at <= $6))
        AND NOT EXISTS (SELECT 1 FROM existing WHERE status <> 'failed')
     RETURNING id
 )
@@ -38,6 +38,7 @@ SELECT
     (SELECT enabled FROM target) AS enabled,
     (SELECT next_check_at FROM target) AS next_check_at,
     EXISTS (SELECT 1 FROM claimed) AS claimed,
+    -- The latest observation, whichever check made it: each change is reported once.
     (SELECT result_hash FROM source_checks
       WHERE target_id = $1 AND status <> 'failed' AND work_id <> $2
       ORDER BY checked_at DESC LIMIT 1) AS previous_hash,
@@ -68,7 +69,9 @@ WITH lease AS (
 ), released AS (
     UPDATE monitor_targets
        SET lease_token = NULL, lease_expires_at = NULL,
-           next_check_at = COALESCE($12::timestamptz, next_check_at), updated_at = now()
+           next_check_at = COALESCE($12::timestamptz, next_check_at),
+           failure_streak = CASE WHEN $12::timestamptz IS NULL THEN failure_streak ELSE 0 END,
+           updated_at = now()
      WHERE id = $1 AND lease_token = $2 AND EXISTS (SELECT 1 FROM recorded)
     RETURNING id
 )
@@ -101,7 +104,10 @@ WITH target AS (
     UPDATE monitor_targets
        SET lease_token = NULL, lease_expires_at = NULL, updated_at = now(),
            next_check_at = CASE WHEN next_check_at <= $3 THEN COALESCE($6, next_check_at)
-                                ELSE next_check_at END
+                                ELSE next_check_at END,
+           failure_streak = CASE WHEN next_check_at <= $3 AND $6 IS NOT NULL
+                                 AND EXISTS (SELECT 1 FROM recorded)
+                                 THEN failure_streak + 1 ELSE failure_streak END
      WHERE id IN (SELECT id FROM target)
     RETURNING next_check_at
 )
@@ -109,11 +115,19 @@ SELECT {CHECK_COLUMNS}, (SELECT next_check_at FROM released) AS next_check_at FR
 """
 
 SYNC_TARGET = """
-INSERT INTO monitor_targets (id, url, interval_seconds, enabled, next_check_at)
-VALUES ($1, $2, $3, $4, $5)
+INSERT INTO monitor_targets (id, url, interval_seconds, enabled, next_check_at, unhealthy_after)
+VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (id) DO UPDATE
    SET url = excluded.url, interval_seconds = excluded.interval_seconds,
-       enabled = excluded.enabled, next_check_at = excluded.next_check_at, updated_at = now()
+       enabled = excluded.enabled, next_check_at = excluded.next_check_at,
+       unhealthy_after = excluded.unhealthy_after, updated_at = now()
+"""
+
+# Heartbeat: push the lease forward while a slow fetch is still making progress. Only the
+# holder can; zero rows means the lease was taken over and the fetch should stop.
+EXTEND_LEASE = """
+UPDATE monitor_targets SET lease_expires_at = now() + $3::interval
+ WHERE id = $1 AND lease_token = $2
 """
 
 SELECT_CHECK = f"SELECT {CHECK_COLUMNS} FROM source_checks WHERE work_id = $1"
@@ -130,13 +144,14 @@ class Claim:
     previous_hash: str | None
     existing: CheckResult | None
 
-    @property
-    def final(self) -> CheckResult | None:
-        """The stored result if this slot needs no more work."""
+    def final(self, *, retrying: bool = False) -> CheckResult | None:
+        """The stored result if this slot needs no more work (a retry re-runs a failed one)."""
         if self.existing is None:
             return None
         if self.existing.status is not CheckStatus.FAILED:
             return self.existing
+        if retrying:
+            return None
         schedule_moved_on = self.next_check_at is not None and (
             self.next_check_at > self.existing.scheduled_for
         )
@@ -169,10 +184,10 @@ async def claim(
     work_id: str,
     token: str,
     lease: timedelta,
-    kind: CheckKind,
+    on_schedule: bool,
     slot: datetime,
 ) -> Claim:
-    row = await pool.fetchrow(CLAIM, target_id, work_id, token, lease, kind.value, slot)
+    row = await pool.fetchrow(CLAIM, target_id, work_id, token, lease, not on_schedule, slot)
     assert row is not None
     existing = row["existing"]
     return Claim(
@@ -254,8 +269,19 @@ async def sync_target(
     pool: asyncpg.Pool, config: TargetConfig, *, next_slot: datetime, enabled: bool
 ) -> None:
     await pool.execute(
-        SYNC_TARGET, config.target_id, config.url, config.interval_seconds, enabled, next_slot
+        SYNC_TARGET,
+        config.target_id,
+        config.url,
+        config.interval_seconds,
+        enabled,
+        next_slot,
+        config.unhealthy_after,
     )
+
+
+async def extend_lease(pool: asyncpg.Pool, *, target_id: str, token: str, lease: timedelta) -> bool:
+    status = await pool.execute(EXTEND_LEASE, target_id, token, lease)
+    return bool(status == "UPDATE 1")
 
 
 async def delete_target(pool: asyncpg.Pool, target_id: str) -> None:

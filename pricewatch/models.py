@@ -27,7 +27,9 @@ UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Unknown fields are ignored, not refused: a field dropped in a later version must not
+    # stop old histories from decoding.
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
 
 class TargetConfig(Model):
@@ -36,6 +38,10 @@ class TargetConfig(Model):
     target_id: str
     url: str
     interval_seconds: int = Field(gt=0, le=MAX_INTERVAL_SECONDS)
+    max_attempts: int = Field(default=5, ge=1, le=20)
+    """Fetch attempts per slot before it is recorded failed (transient errors only)."""
+    unhealthy_after: int = Field(default=3, ge=1, le=1000)
+    """Failed slots in a row after which the target counts as unhealthy."""
 
     @field_validator("target_id")
     @classmethod
@@ -86,6 +92,31 @@ class CheckResult(Model):
     already_recorded: bool = False
 
 
+class CheckInput(Model):
+    target_id: str
+    url: str
+    interval_seconds: int
+    slot: UtcDatetime
+    kind: CheckKind = CheckKind.SCHEDULED
+    retry: bool = False
+    """A re-run of a failed slot on demand (`pricewatch retry`): off the schedule."""
+
+    @property
+    def interval(self) -> timedelta:
+        return timedelta(seconds=self.interval_seconds)
+
+    @property
+    def on_schedule(self) -> bool:
+        """Whether this check is the target's due slot: it moves the schedule when final."""
+        return self.kind is CheckKind.SCHEDULED and not self.retry
+
+    @property
+    def work_id(self) -> str:
+        if self.kind is CheckKind.MANUAL:
+            return work_id(f"{self.target_id}:manual", self.slot)
+        return work_id(self.target_id, self.slot)
+
+
 class MonitorState(Model):
     """Everything a run hands to the next one through continue-as-new.
 
@@ -100,7 +131,9 @@ class MonitorState(Model):
     registered: bool = False
     last_result: CheckResult | None = None
     checks_completed: int = 0
-    pending_manual_checks: list[UtcDatetime] = Field(default_factory=list)
+    pending_checks: list[CheckInput] = Field(default_factory=list)
+    """Checks asked for by `check_now` or `retry_slot` and not yet run."""
+    failure_streak: int = 0
     max_checks_per_run: int = Field(default=300, gt=0)
     """Continue-as-new after this many checks even if the server has not suggested it
     (300 checks is about 3,600 events, under the server's 4,096-event suggestion)."""
@@ -117,6 +150,15 @@ class MonitorStatus(Model):
     next_slot: UtcDatetime | None
     last_result: CheckResult | None
     checks_completed: int
+    failure_streak: int = 0
+    unhealthy: bool = False
+
+
+class RetryRequest(Model):
+    """Re-run one failed slot (scheduled or manual) of this target."""
+
+    scheduled_for: UtcDatetime
+    kind: CheckKind = CheckKind.SCHEDULED
 
 
 class SyncTargetInput(Model):
@@ -125,24 +167,6 @@ class SyncTargetInput(Model):
     config: TargetConfig
     next_slot: UtcDatetime
     enabled: bool
-
-
-class CheckInput(Model):
-    target_id: str
-    url: str
-    interval_seconds: int
-    slot: UtcDatetime
-    kind: CheckKind = CheckKind.SCHEDULED
-
-    @property
-    def interval(self) -> timedelta:
-        return timedelta(seconds=self.interval_seconds)
-
-    @property
-    def work_id(self) -> str:
-        if self.kind is CheckKind.MANUAL:
-            return work_id(f"{self.target_id}:manual", self.slot)
-        return work_id(self.target_id, self.slot)
 
 
 class RecordFailureInput(Model):

@@ -19,6 +19,11 @@ from pricewatch.models import MonitorState
 # Names recorded in histories: never derive them from Python identifiers.
 WORKFLOW_TYPE = "MonitorTarget"
 TARGET_SEARCH_ATTRIBUTE = SearchAttributeKey.for_keyword("PricewatchTarget")
+UNHEALTHY_SEARCH_ATTRIBUTE = SearchAttributeKey.for_bool("PricewatchUnhealthy")
+SEARCH_ATTRIBUTES = {
+    TARGET_SEARCH_ATTRIBUTE.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+    UNHEALTHY_SEARCH_ATTRIBUTE.name: IndexedValueType.INDEXED_VALUE_TYPE_BOOL,
+}
 
 
 def workflow_id(target_id: str) -> str:
@@ -45,14 +50,9 @@ async def start_monitor(
 
 
 async def register_search_attributes(client: Client) -> None:
-    """Make the target search attribute filterable (the dev launcher passes it at start)."""
+    """Make our search attributes filterable (the dev launcher passes them at start)."""
     await client.operator_service.add_search_attributes(
-        AddSearchAttributesRequest(
-            namespace=client.namespace,
-            search_attributes={
-                TARGET_SEARCH_ATTRIBUTE.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
-            },
-        )
+        AddSearchAttributesRequest(namespace=client.namespace, search_attributes=SEARCH_ATTRIBUTES)
     )
 
 

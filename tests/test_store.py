@@ -47,7 +47,7 @@ async def claim(
         work_id=wid(slot, kind),
         token=token,
         lease=LEASE,
-        kind=kind,
+        on_schedule=kind is CheckKind.SCHEDULED,
         slot=slot,
     )
 
@@ -127,8 +127,9 @@ async def test_completed_slot_is_final_and_not_claimed_again(target: asyncpg.Poo
     again = await claim(target, "b")
 
     assert not again.claimed
-    assert again.final is not None
-    assert (again.final.work_id, again.final.result_hash) == (wid(), HASH)
+    stored = again.final()
+    assert stored is not None
+    assert (stored.work_id, stored.result_hash) == (wid(), HASH)
     assert (await target_row(target))["lease_token"] is None
 
 
@@ -212,7 +213,7 @@ async def test_failed_attempts_share_one_row_until_success(target: asyncpg.Pool)
         token = f"try-{attempt}"
         claimed = await claim(target, token)
         assert claimed.claimed
-        assert claimed.final is None
+        assert claimed.final() is None
         failed = await commit(target, token, FAILED, advance_to=None)
         assert failed is not None
         assert (failed.status, failed.attempt_count) == (CheckStatus.FAILED, attempt)
@@ -228,7 +229,7 @@ async def test_failed_attempts_share_one_row_until_success(target: asyncpg.Pool)
         None,
     )
     assert len(await check_rows(target)) == 1
-    final = (await claim(target, "try-4")).final
+    final = (await claim(target, "try-4")).final()
     assert final is not None
     assert (final.status, final.attempt_count) == (CheckStatus.UNCHANGED, 3)
 
@@ -247,8 +248,9 @@ async def test_record_failed_finalises_the_slot(target: asyncpg.Pool) -> None:
     assert (await target_row(target))["next_check_at"] == T0 + HOUR
     later = await claim(target, "late-retry")
     assert not later.claimed
-    assert later.final is not None
-    assert later.final.status is CheckStatus.FAILED
+    stored = later.final()
+    assert stored is not None
+    assert stored.status is CheckStatus.FAILED
 
 
 async def test_record_failed_refuses_while_a_lease_is_live(target: asyncpg.Pool) -> None:
@@ -267,7 +269,7 @@ async def test_stale_slot_cannot_be_claimed(target: asyncpg.Pool) -> None:
 
     stale = await claim(target, "late", slot=T0)
 
-    assert (stale.claimed, stale.next_check_at, stale.final) == (False, T0 + HOUR, None)
+    assert (stale.claimed, stale.next_check_at, stale.final()) == (False, T0 + HOUR, None)
     assert (await target_row(target))["lease_token"] is None
 
 
@@ -354,7 +356,7 @@ async def test_dead_lettered_slot_cannot_be_rewritten_by_its_zombie(target: asyn
     manual = wid(manual_at, CheckKind.MANUAL)
     claimed = await store.claim(
         target, target_id=TARGET, work_id=manual, token="zombie", lease=timedelta(0),
-        kind=CheckKind.MANUAL, slot=manual_at,
+        on_schedule=False, slot=manual_at,
     )  # fmt: skip
     assert claimed.claimed
     failed = await store.record_failed(

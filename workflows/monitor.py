@@ -8,6 +8,7 @@ the replay of running histories.
 """
 
 import contextlib
+import dataclasses
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,6 +21,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 # model (a sandbox re-import would make pydantic reject its own instances).
 with workflow.unsafe.imports_passed_through():
     from activities.checks import (
+        HEARTBEAT_TIMEOUT,
         PERMANENT_FETCH_ERROR,
         SLOT_NOT_DUE,
         TARGET_OUT_OF_SYNC,
@@ -34,16 +36,22 @@ with workflow.unsafe.imports_passed_through():
         MonitorStatus,
         RecordFailureInput,
         RemoveTargetInput,
+        RetryRequest,
         SyncTargetInput,
         TargetConfig,
     )
     from pricewatch.slots import first_slot, format_slot, next_slot
-    from pricewatch.temporal import TARGET_SEARCH_ATTRIBUTE, WORKFLOW_TYPE
+    from pricewatch.temporal import (
+        TARGET_SEARCH_ATTRIBUTE,
+        UNHEALTHY_SEARCH_ATTRIBUTE,
+        WORKFLOW_TYPE,
+    )
 
 # A fetch is bounded at 30 s; the rest is two short SQL statements.
 CHECK_TIMEOUT = timedelta(seconds=60)
-# Transient failures back off from 30 s, doubling to 15 min; five attempts in all
-# (about 7.5 min of backoff). Permanent ones stop at once.
+# Transient failures back off from 30 s, doubling to 15 min (Retry-After overrides a delay);
+# the target's max_attempts (default 5: about 7.5 min of backoff) bounds them. Permanent
+# ones stop at once.
 CHECK_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=30),
     backoff_coefficient=2.0,
@@ -73,8 +81,9 @@ class MonitorTarget:
         self._registered = state.registered
         self._last_result = state.last_result
         self._checks_completed = state.checks_completed
-        self._manual_pending: list[datetime] = list(state.pending_manual_checks)
-        self._manual_results: dict[datetime, CheckResult] = {}
+        self._pending: list[CheckInput] = list(state.pending_checks)
+        self._extra_results: dict[str, CheckResult] = {}
+        self._failure_streak = state.failure_streak
         self._checks_this_run = 0
         self._max_checks_per_run = state.max_checks_per_run
         self._min_interval_seconds = state.min_interval_seconds
@@ -107,8 +116,8 @@ class MonitorTarget:
                 self._mirror_stale = False
                 await self._sync()
                 continue
-            if self._manual_pending:
-                await self._run_manual_check(self._manual_pending[0])
+            if self._pending:
+                await self._run_extra_check(self._pending[0])
                 continue
             if self._should_continue_as_new():
                 await workflow.wait_condition(workflow.all_handlers_finished)
@@ -170,12 +179,28 @@ class MonitorTarget:
     @workflow.update(name="check_now")
     async def check_now(self) -> CheckResult:
         """An extra check with its own identity (a manual work id); the grid is untouched."""
-        requested_at = workflow.now()
-        if requested_at not in self._manual_pending and requested_at not in self._manual_results:
-            self._manual_pending.append(requested_at)
+        return await self._extra_check(self._check_input(workflow.now(), kind=CheckKind.MANUAL))
+
+    @workflow.update(name="retry_slot")
+    async def retry_slot(self, request: RetryRequest) -> CheckResult:
+        """Re-run one failed slot now, on its own row; a slot that succeeded meanwhile is
+        returned as recorded, not fetched again. The schedule is untouched."""
+        check = self._check_input(request.scheduled_for, kind=request.kind, retry=True)
+        return await self._extra_check(check)
+
+    @retry_slot.validator
+    def _validate_retry(self, request: RetryRequest) -> None:
+        not_yet_due = self._next_slot is not None and request.scheduled_for >= self._next_slot
+        if request.kind is CheckKind.SCHEDULED and not_yet_due:
+            raise ValueError("only slots that already fell due can be retried")
+
+    async def _extra_check(self, check: CheckInput) -> CheckResult:
+        """Queue a check off the schedule for the main loop (which owns the lease) and wait."""
+        if check.work_id not in self._extra_results and check not in self._pending:
+            self._pending.append(check)
         self._woken = True
-        await workflow.wait_condition(lambda: requested_at in self._manual_results)
-        return self._manual_results[requested_at]
+        await workflow.wait_condition(lambda: check.work_id in self._extra_results)
+        return self._extra_results[check.work_id]
 
     @workflow.query(name="status")
     def status(self) -> MonitorStatus:
@@ -185,6 +210,8 @@ class MonitorTarget:
             next_slot=self._next_slot,
             last_result=self._last_result,
             checks_completed=self._checks_completed,
+            failure_streak=self._failure_streak,
+            unhealthy=self._unhealthy,
         )
 
     async def _register(self) -> None:
@@ -209,42 +236,56 @@ class MonitorTarget:
             f"sync {self._config.target_id}",
         )
 
-    async def _run_scheduled_check(self, slot: datetime) -> None:
-        check = CheckInput(
+    def _check_input(
+        self, slot: datetime, kind: CheckKind = CheckKind.SCHEDULED, retry: bool = False
+    ) -> CheckInput:
+        return CheckInput(
             target_id=self._config.target_id,
             url=self._config.url,
             interval_seconds=self._config.interval_seconds,
             slot=slot,
+            kind=kind,
+            retry=retry,
         )
-        result = await self._check(check)
+
+    async def _run_scheduled_check(self, slot: datetime) -> None:
+        result = await self._check(self._check_input(slot))
+        self._count_failures(result)
         advanced = result.next_slot if result is not None else None
         if advanced is None or advanced <= slot:
             advanced = next_slot(slot, self._config.interval, workflow.now())
         self._next_slot = advanced
         self._checks_this_run += 1
 
-    async def _run_manual_check(self, requested_at: datetime) -> None:
-        check = CheckInput(
-            target_id=self._config.target_id,
-            url=self._config.url,
-            interval_seconds=self._config.interval_seconds,
-            slot=requested_at,
-            kind=CheckKind.MANUAL,
-        )
+    async def _run_extra_check(self, check: CheckInput) -> None:
         result = await self._check(check)
-        self._manual_pending.remove(requested_at)
+        self._pending.remove(check)
         if result is None:
             result = CheckResult(
                 work_id=check.work_id,
-                scheduled_for=requested_at,
-                kind=CheckKind.MANUAL,
+                scheduled_for=check.slot,
+                kind=check.kind,
                 status=CheckStatus.FAILED,
                 checked_at=workflow.now(),
                 attempt_count=1,
                 error_message="could not be recorded: the database was unreachable",
             )
-        self._manual_results[requested_at] = result
+        self._extra_results[check.work_id] = result
         self._checks_this_run += 1
+
+    def _count_failures(self, result: CheckResult | None) -> None:
+        """Track failed slots in a row; tell the UI when the target turns (un)healthy."""
+        was_unhealthy = self._unhealthy
+        failed = result is None or result.status is CheckStatus.FAILED
+        self._failure_streak = self._failure_streak + 1 if failed else 0
+        if self._unhealthy != was_unhealthy:
+            workflow.upsert_search_attributes(
+                [UNHEALTHY_SEARCH_ATTRIBUTE.value_set(self._unhealthy)]
+            )
+
+    @property
+    def _unhealthy(self) -> bool:
+        return self._failure_streak >= self._config.unhealthy_after
 
     async def _check(self, check: CheckInput) -> CheckResult | None:
         """Run the check; if it gives up, dead-letter the slot. None only if even that failed."""
@@ -280,8 +321,11 @@ class MonitorTarget:
             CheckActivities.check_slot,
             check,
             start_to_close_timeout=CHECK_TIMEOUT,
-            retry_policy=CHECK_RETRY,
-            summary=f"check {check.work_id}",
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
+            retry_policy=dataclasses.replace(
+                CHECK_RETRY, maximum_attempts=self._config.max_attempts
+            ),
+            summary=f"{'retry' if check.retry else 'check'} {check.work_id}",
         )
 
     async def _bookkeep(
@@ -332,7 +376,8 @@ class MonitorTarget:
             registered=True,
             last_result=self._last_result,
             checks_completed=self._checks_completed,
-            pending_manual_checks=self._manual_pending,
+            pending_checks=self._pending,
+            failure_streak=self._failure_streak,
             max_checks_per_run=self._max_checks_per_run,
             min_interval_seconds=self._min_interval_seconds,
         )

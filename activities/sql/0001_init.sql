@@ -7,6 +7,9 @@ CREATE TABLE monitor_targets (
     -- table refuses what no setting can make valid.
     interval_seconds integer NOT NULL CHECK (interval_seconds >= 1),
     enabled          boolean NOT NULL DEFAULT true,
+    -- Failed slots in a row (reset by a good one); unhealthy from `unhealthy_after` on.
+    failure_streak   integer NOT NULL DEFAULT 0 CHECK (failure_streak >= 0),
+    unhealthy_after  integer NOT NULL DEFAULT 3 CHECK (unhealthy_after >= 1),
     next_check_at    timestamptz NOT NULL,
     lease_token      text,
     lease_expires_at timestamptz,
