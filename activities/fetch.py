@@ -2,10 +2,26 @@
 
 Only digests leave this module: the body is streamed under a byte cap and an overall
 deadline (httpx's own timeouts are per operation, so a slow drip would never trip them).
+
+The classification (the README has the same table):
+
+| failure                                                            | class     |
+| ------------------------------------------------------------------ | --------- |
+| connect/read timeout, overall deadline, connection refused/reset,   | transient |
+| temporary DNS failure                                               |           |
+| HTTP 408, 425, 429, 500, 502, 503, 504 (Retry-After honoured)       | transient |
+| any other HTTP 4xx (and 3xx left unfollowed), unknown host          | permanent |
+| TLS certificate failure, too many redirects, a non-http(s) redirect | permanent |
+| body over the cap, unsupported content type, undecodable body       | permanent |
+
+Transient means "ask again later" (the workflow's retry policy backs off); permanent
+means the same request will fail the same way, so the slot is recorded failed at once.
 """
 
 import asyncio
 import hashlib
+import socket
+import ssl
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -21,6 +37,16 @@ USER_AGENT = "pricewatch/0.1 (+page-change monitor)"
 
 # Statuses worth asking again later; every other 4xx will answer the same next time.
 TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+# What a pricing page can be; anything else (images, archives, video) is refused. A
+# response without a content type is accepted.
+ALLOWED_CONTENT_TYPES = frozenset(
+    {"text/html", "application/xhtml+xml", "application/xml", "text/xml", "application/json",
+     "text/plain"}
+)  # fmt: skip
+# getaddrinfo's "this name does not exist" answers, as opposed to EAI_AGAIN ("try later").
+UNKNOWN_HOST_ERRORS = frozenset(
+    {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)}
+)
 
 
 class FetchError(Exception):
@@ -62,19 +88,38 @@ async def fetch_page(client: httpx.AsyncClient, url: str) -> Page:
     except httpx.TooManyRedirects as err:
         raise FetchError(f"more than {MAX_REDIRECTS} redirects", transient=False) from err
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as err:
-        raise FetchError(f"invalid URL: {err}", transient=False) from err
+        # Also a redirect to file:, ftp: or another scheme we do not fetch.
+        raise FetchError(f"invalid or unsupported URL: {err}", transient=False) from err
     except httpx.DecodingError as err:
         raise FetchError(f"undecodable body: {err}", transient=False) from err
     except httpx.TimeoutException as err:
         raise FetchError(f"timed out: {type(err).__name__}", transient=True) from err
     except httpx.TransportError as err:
-        raise FetchError(f"connection failed: {err or type(err).__name__}", transient=True) from err
+        raise classify_connection_error(err) from err
+
+
+def classify_connection_error(err: httpx.TransportError) -> FetchError:
+    """Tell a host that does not exist or a bad certificate (permanent) from a network
+    hiccup (transient) by the OS-level error underneath httpx's wrappers."""
+    cause: BaseException | None = err
+    while cause is not None:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return FetchError(f"TLS certificate failure: {cause.verify_message}", transient=False)
+        if isinstance(cause, socket.gaierror):
+            if cause.errno in UNKNOWN_HOST_ERRORS:
+                return FetchError(f"unknown host: {cause.strerror}", transient=False)
+            return FetchError(f"temporary DNS failure: {cause.strerror}", transient=True)
+        cause = cause.__cause__ or cause.__context__
+    return FetchError(f"connection failed: {err or type(err).__name__}", transient=True)
 
 
 async def _fetch(client: httpx.AsyncClient, url: str) -> Page:
     async with client.stream("GET", url) as response:
         if response.status_code >= 300:
             raise _status_error(response)
+        content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type and not _allowed(content_type):
+            raise FetchError(f"unsupported content type {content_type}", transient=False)
         digest = hashlib.sha256()
         size = 0
         async for chunk in response.aiter_bytes():
@@ -83,6 +128,10 @@ async def _fetch(client: httpx.AsyncClient, url: str) -> Page:
                 raise FetchError(f"body larger than {MAX_BODY_BYTES} bytes", transient=False)
             digest.update(chunk)
         return Page(status_code=response.status_code, sha256=digest.hexdigest(), size=size)
+
+
+def _allowed(content_type: str) -> bool:
+    return content_type in ALLOWED_CONTENT_TYPES or content_type.endswith(("+json", "+xml"))
 
 
 def _status_error(response: httpx.Response) -> FetchError:

@@ -4,6 +4,7 @@ whether a failure is worth retrying."""
 import asyncio
 import hashlib
 import socket
+import ssl
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -11,17 +12,24 @@ from urllib.parse import urlencode
 
 import httpx
 import pytest
+import trustme
 from aiohttp import web
 
 from activities import fetch
-from activities.fetch import FetchError, fetch_page, new_client, parse_retry_after
+from activities.fetch import (
+    FetchError,
+    classify_connection_error,
+    fetch_page,
+    new_client,
+    parse_retry_after,
+)
 
 BODY = b"<html>Pro plan: 12.00 EUR / month</html>"
 NOW = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)
 
 
 async def page(request: web.Request) -> web.Response:
-    return web.Response(body=BODY)
+    return web.Response(body=BODY, content_type="text/html")
 
 
 async def status(request: web.Request) -> web.Response:
@@ -33,16 +41,27 @@ async def status(request: web.Request) -> web.Response:
 
 
 async def big(request: web.Request) -> web.Response:
-    return web.Response(body=b"x" * 10_000)
+    return web.Response(body=b"x" * 10_000, content_type="text/plain")
 
 
 async def redirect_loop(request: web.Request) -> web.Response:
     raise web.HTTPFound("/loop")
 
 
+async def to_file(request: web.Request) -> web.Response:
+    raise web.HTTPFound("file:///etc/passwd")
+
+
+async def typed(request: web.Request) -> web.Response:
+    """`/typed?type=<content type>`: a small body with exactly that header."""
+    response = web.Response(body=b"<p>9.99</p>")
+    response.headers["Content-Type"] = request.query["type"]
+    return response
+
+
 async def drip(request: web.Request) -> web.StreamResponse:
     """Headers at once, then a byte every 0.1 s for 2 s: no single read ever times out."""
-    response = web.StreamResponse()
+    response = web.StreamResponse(headers={"content-type": "text/html"})
     await response.prepare(request)
     try:
         for _ in range(20):
@@ -62,6 +81,8 @@ async def server() -> AsyncIterator[str]:
     app.router.add_get("/big", big)
     app.router.add_get("/loop", redirect_loop)
     app.router.add_get("/drip", drip)
+    app.router.add_get("/to-file", to_file)
+    app.router.add_get("/typed", typed)
     runner = web.AppRunner(app, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -228,3 +249,107 @@ async def test_slow_drip_hits_the_overall_deadline(
     assert error.transient
     assert "no complete response" in str(error)
     assert asyncio.get_running_loop().time() - started < 1.5
+
+
+async def test_unknown_host_is_permanent(http: httpx.AsyncClient) -> None:
+    """`.invalid` never resolves (RFC 6761): asking again will not make it exist."""
+    err = await fetch_error(http, "http://pricewatch-test.invalid/pricing")
+    assert not err.transient
+    assert "unknown host" in str(err)
+
+
+def test_temporary_dns_failure_is_transient() -> None:
+    """EAI_AGAIN ("try again later") is the resolver's own word for transient."""
+    try:
+        try:
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        except socket.gaierror as dns:
+            raise httpx.ConnectError("[Errno -3] Temporary failure") from dns
+    except httpx.ConnectError as wrapped:
+        err = classify_connection_error(wrapped)
+    assert err.transient
+    assert "temporary DNS failure" in str(err)
+
+
+@pytest.fixture(scope="module")
+async def tls_server() -> AsyncIterator[str]:
+    """HTTPS on 127.0.0.1 with a certificate from a CA nobody trusts."""
+    ca = trustme.CA()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    app = web.Application()
+    app.router.add_get("/page", page)
+    runner = web.AppRunner(app, shutdown_timeout=1.0)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
+    try:
+        yield f"https://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+async def test_untrusted_tls_certificate_is_permanent(
+    tls_server: str, http: httpx.AsyncClient
+) -> None:
+    err = await fetch_error(http, f"{tls_server}/page")
+    assert not err.transient
+    assert "TLS certificate failure" in str(err)
+
+
+async def test_redirect_to_a_file_url_is_permanent(server: str, http: httpx.AsyncClient) -> None:
+    err = await fetch_error(http, f"{server}/to-file")
+    assert not err.transient
+    assert "unsupported URL" in str(err)
+
+
+@pytest.mark.parametrize("content_type", ["image/png", "application/zip", "video/mp4"])
+async def test_unsupported_content_type_is_permanent(
+    server: str, http: httpx.AsyncClient, content_type: str
+) -> None:
+    err = await fetch_error(http, f"{server}/typed?type={content_type}")
+    assert not err.transient
+    assert content_type in str(err)
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    ["text/html; charset=utf-8", "application/json", "application/ld+json", "text/plain"],
+)
+async def test_page_like_content_types_are_fetched(
+    server: str, http: httpx.AsyncClient, content_type: str
+) -> None:
+    page_ = await fetch_page(http, f"{server}/typed?{urlencode({'type': content_type})}")
+    assert page_.status_code == 200
+
+
+async def test_a_response_without_content_type_is_fetched(http: httpx.AsyncClient) -> None:
+    async def bare(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\nconnection: close\r\n\r\n9.99")
+        await writer.drain()
+        writer.close()
+
+    raw = await asyncio.start_server(bare, "127.0.0.1", 0)
+    try:
+        page_ = await fetch_page(http, f"http://127.0.0.1:{raw.sockets[0].getsockname()[1]}/")
+    finally:
+        raw.close()
+        await raw.wait_closed()
+    assert page_.size == 4
+
+
+async def test_dropped_connection_is_transient(http: httpx.AsyncClient) -> None:
+    """A server that accepts and hangs up before answering (a reset, a crash)."""
+
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readline()
+        writer.close()
+
+    dropper = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    port = dropper.sockets[0].getsockname()[1]
+    try:
+        err = await fetch_error(http, f"http://127.0.0.1:{port}/")
+    finally:
+        dropper.close()
+        await dropper.wait_closed()
+    assert err.transient
