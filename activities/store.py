@@ -291,6 +291,7 @@ async def delete_target(pool: asyncpg.Pool, target_id: str) -> None:
 # Read side for the CLI.
 LIST_TARGETS = """
 SELECT t.id, t.url, t.interval_seconds, t.enabled, t.next_check_at,
+       t.failure_streak >= t.unhealthy_after AS unhealthy,
        c.status AS last_status, c.checked_at AS last_checked_at
   FROM monitor_targets t
   LEFT JOIN LATERAL (
@@ -300,6 +301,14 @@ SELECT t.id, t.url, t.interval_seconds, t.enabled, t.next_check_at,
  ORDER BY t.id
 """
 
+FAILED_CHECKS = f"""
+SELECT {CHECK_COLUMNS} FROM source_checks
+ WHERE status = 'failed' AND ($1::text IS NULL OR target_id = $1)
+ ORDER BY scheduled_for DESC LIMIT $2
+"""
+
+SELECT_CHECK_TARGET = "SELECT target_id FROM source_checks WHERE work_id = $1"
+
 CHECK_HISTORY = f"""
 SELECT {CHECK_COLUMNS} FROM source_checks
  WHERE target_id = $1 ORDER BY scheduled_for DESC LIMIT $2
@@ -308,6 +317,15 @@ SELECT {CHECK_COLUMNS} FROM source_checks
 
 async def list_targets(pool: asyncpg.Pool) -> list[asyncpg.Record]:
     return list(await pool.fetch(LIST_TARGETS))
+
+
+async def failed_checks(pool: asyncpg.Pool, target_id: str | None, limit: int) -> list[CheckResult]:
+    return [_result(row) for row in await pool.fetch(FAILED_CHECKS, target_id, limit)]
+
+
+async def check_target(pool: asyncpg.Pool, work_id: str) -> str | None:
+    value = await pool.fetchval(SELECT_CHECK_TARGET, work_id)
+    return value if isinstance(value, str) else None
 
 
 async def check_history(pool: asyncpg.Pool, target_id: str, limit: int) -> list[CheckResult]:

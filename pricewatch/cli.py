@@ -16,7 +16,13 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.service import RPCError, RPCStatusCode
 
 from pricewatch.durations import format_duration, parse_duration
-from pricewatch.models import CheckResult, MonitorState, MonitorStatus, TargetConfig
+from pricewatch.models import (
+    CheckResult,
+    MonitorState,
+    MonitorStatus,
+    RetryRequest,
+    TargetConfig,
+)
 from pricewatch.settings import Settings
 from pricewatch.slots import format_slot
 from pricewatch.temporal import connect, start_monitor, workflow_id
@@ -131,6 +137,8 @@ def print_status(status: MonitorStatus, link: str) -> None:
     typer.echo(f"url:        {config.url}")
     typer.echo(f"every:      {format_duration(config.interval)}")
     typer.echo(f"state:      {'paused' if status.paused else 'active'}")
+    health = f"unhealthy ({status.failure_streak} failed slots in a row)"
+    typer.echo(f"health:     {health if status.unhealthy else 'healthy'}")
     next_slot = format_slot(status.next_slot) if status.next_slot else "-"
     typer.echo(f"next slot:  {next_slot}")
     typer.echo(f"checks:     {status.checks_completed}")
@@ -154,11 +162,21 @@ async def add(
     start_at: Annotated[
         str | None, typer.Option(help="First due slot (ISO-8601, default: now).")
     ] = None,
+    max_attempts: Annotated[
+        int, typer.Option(help="Fetch attempts per slot on transient errors (1-20).")
+    ] = 5,
+    unhealthy_after: Annotated[
+        int, typer.Option(help="Failed slots in a row that make the target unhealthy.")
+    ] = 3,
 ) -> None:
     """Start watching a page (same settings again: no-op; different: reconfigure)."""
     valid_id(target_id)
     config = TargetConfig(
-        target_id=target_id, url=url, interval_seconds=int(parse_duration(every).total_seconds())
+        target_id=target_id,
+        url=url,
+        interval_seconds=int(parse_duration(every).total_seconds()),
+        max_attempts=max_attempts,
+        unhealthy_after=unhealthy_after,
     )
     minimum = settings().min_interval
     if config.interval < minimum:
@@ -208,11 +226,13 @@ async def list_targets() -> None:
         typer.echo("no targets: add one with `pricewatch add <id> <url> --every 24h`")
         return
     for row in rows:
-        state = "active" if row["enabled"] else "paused"
+        state = ("active" if row["enabled"] else "paused") + (
+            ",unhealthy" if row["unhealthy"] else ""
+        )
         every = format_duration(parse_duration(f"{row['interval_seconds']}s"))
         last = row["last_status"] or "-"
         typer.echo(
-            f"{row['id']:<24} {state:<7} every {every:<8} next {format_slot(row['next_check_at'])}"
+            f"{row['id']:<24} {state:<16} every {every:<8} next {format_slot(row['next_check_at'])}"
             f"  last {last:<9} {row['url']}"
         )
 
@@ -247,6 +267,56 @@ async def history(
         raise BadInput(f"no recorded checks for {target_id!r}")
     for result in results:
         print_result(result)
+
+
+@app.command()
+@command
+async def failures(
+    target_id: Annotated[str | None, typer.Argument(help="Only this target.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=10000, help="How many slots.")] = 50,
+) -> None:
+    """Failed slots (dead letters), newest first: work id, attempts, error, when."""
+    from activities.store import failed_checks
+
+    if target_id is not None:
+        valid_id(target_id)
+    pool = await asyncpg.create_pool(settings().resolved_database_url(), min_size=1, max_size=1)
+    try:
+        results = await failed_checks(pool, target_id, limit)
+    finally:
+        await pool.close()
+    if not results:
+        typer.echo("no failed slots")
+    for result in results:
+        typer.echo(
+            f"{result.work_id}  attempts={result.attempt_count}  "
+            f"at={format_slot(result.checked_at)}  error={result.error_message}"
+        )
+
+
+@app.command()
+@command
+async def retry(
+    work_id: Annotated[str, typer.Argument(help="A failed slot's work id (see `failures`).")],
+) -> None:
+    """Re-run one failed slot now, through its workflow, on the same row."""
+    from activities.store import check_target, stored_check
+
+    pool = await asyncpg.create_pool(settings().resolved_database_url(), min_size=1, max_size=1)
+    try:
+        stored = await stored_check(pool, work_id)
+        target_id = await check_target(pool, work_id)
+    finally:
+        await pool.close()
+    if stored is None or target_id is None:
+        raise BadInput(f"unknown work id {work_id!r}")
+    client = await connect()
+    handle = await running_handle(client, target_id)
+    request = RetryRequest(scheduled_for=stored.scheduled_for, kind=stored.kind)
+    result = await handle.execute_update("retry_slot", request, result_type=CheckResult)
+    if result.already_recorded:
+        typer.echo("already recorded, not fetched again:")
+    print_result(result)
 
 
 @app.command()

@@ -1,6 +1,7 @@
 """Shared fixtures: a real Postgres (embedded, or `PRICEWATCH_TEST_DATABASE_URL`) with a
 fresh database per test cloned from a migrated template, and the Temporal test servers."""
 
+import asyncio
 import os
 import shutil
 import socket
@@ -9,6 +10,7 @@ import tempfile
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -108,6 +110,12 @@ def client(time_skipping_env: WorkflowEnvironment) -> Client:
     return time_skipping_env.client
 
 
+@dataclass(frozen=True)
+class Hold:
+    arrived: asyncio.Event
+    release: asyncio.Event
+
+
 class PageServer:
     """A real HTTP server on 127.0.0.1 whose pages a test edits while checks run."""
 
@@ -115,6 +123,7 @@ class PageServer:
         self.pages: dict[str, tuple[int, str]] = {}
         self.queued: dict[str, list[tuple[int, str]]] = {}
         self.hits: Counter[str] = Counter()
+        self.held: dict[str, Hold] = {}
         self.base_url = ""
 
     def url(self, path: str) -> str:
@@ -127,10 +136,20 @@ class PageServer:
         """Answer the next requests with these, then with the page as set."""
         self.queued.setdefault(path, []).extend(responses)
 
+    def hold_next(self, path: str) -> "Hold":
+        """Keep the next request to `path` waiting (with the page as it is now) until
+        released: a fetch stuck on a slow server."""
+        hold = Hold(arrived=asyncio.Event(), release=asyncio.Event())
+        self.held[path] = hold
+        return hold
+
     async def handle(self, request: web.Request) -> web.Response:
         self.hits[request.path] += 1
         queued = self.queued.get(request.path)
         status, body = queued.pop(0) if queued else self.pages.get(request.path, (404, "no"))
+        if (hold := self.held.pop(request.path, None)) is not None:
+            hold.arrived.set()
+            await hold.release.wait()
         return web.Response(status=status, text=body, content_type="text/html")
 
 

@@ -1,0 +1,119 @@
+"""Stale attempts are fenced out by the lease token, with real Postgres and a real page
+server. Each attempt is the real `check_slot` activity with its own execution id (the SDK's
+ActivityEnvironment supplies the attempt's info), so the race is reproduced exactly."""
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import httpx
+import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities import checks, store
+from activities.checks import LEASE_HELD, CheckActivities
+from activities.fetch import new_client
+from pricewatch.models import CheckInput, CheckResult, CheckStatus, TargetConfig
+from tests.conftest import PageServer
+
+SLOT = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with new_client() as client:
+        yield client
+
+
+@pytest.fixture
+async def check(pool: asyncpg.Pool, page_server: PageServer) -> CheckInput:
+    """A target due at SLOT whose page currently says "price 10"."""
+    page_server.set("/p", "price 10")
+    config = TargetConfig(target_id="acme", url=page_server.url("/p"), interval_seconds=3600)
+    await store.sync_target(pool, config, next_slot=SLOT, enabled=True)
+    return CheckInput(target_id="acme", url=config.url, interval_seconds=3600, slot=SLOT)
+
+
+def attempt(number: int, heartbeats: list[object] | None = None) -> ActivityEnvironment:
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(
+        env.info, workflow_run_id="run-1", activity_id="1", attempt=number,
+        current_attempt_scheduled_time=SLOT,
+    )  # fmt: skip
+    if heartbeats is not None:
+        env.on_heartbeat = lambda *details: heartbeats.append(details)
+    return env
+
+
+async def test_a_zombie_attempt_writes_nothing_after_a_newer_attempt_committed(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, page_server: PageServer, check: CheckInput
+) -> None:
+    """Attempt 1 is stuck in a slow response until Temporal gives up on it and its lease
+    lapses; attempt 2 claims and commits; then attempt 1's response arrives."""
+    activities = CheckActivities(pool, http)
+    hold = page_server.hold_next("/p")
+    zombie = asyncio.create_task(attempt(1).run(activities.check_slot, check))
+    await asyncio.wait_for(hold.arrived.wait(), timeout=10)
+    await pool.execute("UPDATE monitor_targets SET lease_expires_at = now() - interval '1 s'")
+    page_server.set("/p", "price 12")
+
+    fresh: CheckResult = await attempt(2).run(activities.check_slot, check)
+    hold.release.set()
+    late: CheckResult = await zombie
+
+    rows = await pool.fetch("SELECT * FROM source_checks")
+    assert len(rows) == 1
+    assert rows[0]["result_hash"] == fresh.result_hash  # the newer attempt's page
+    assert rows[0]["attempt_count"] == 1
+    assert late.already_recorded and late.result_hash == fresh.result_hash
+    target = await pool.fetchrow("SELECT * FROM monitor_targets")
+    assert target is not None
+    assert target["lease_token"] is None and target["lease_expires_at"] is None
+    assert target["next_check_at"] > SLOT
+
+
+async def test_a_long_fetch_heartbeats_and_extends_its_lease(
+    pool: asyncpg.Pool,
+    http: httpx.AsyncClient,
+    page_server: PageServer,
+    check: CheckInput,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(checks, "HEARTBEAT_EVERY", timedelta(seconds=0.1))
+    heartbeats: list[object] = []
+    hold = page_server.hold_next("/p")
+    running = asyncio.create_task(
+        attempt(1, heartbeats).run(CheckActivities(pool, http).check_slot, check)
+    )
+    await asyncio.wait_for(hold.arrived.wait(), timeout=10)
+    first = await pool.fetchval("SELECT lease_expires_at FROM monitor_targets")
+    await asyncio.sleep(0.5)
+    later = await pool.fetchval("SELECT lease_expires_at FROM monitor_targets")
+    hold.release.set()
+    result = await running
+    assert later > first, "the heartbeat must push the lease forward"
+    assert len(heartbeats) >= 3
+    assert result.status is CheckStatus.UNCHANGED
+
+
+async def test_a_fetch_whose_lease_was_taken_over_stops_and_writes_nothing(
+    pool: asyncpg.Pool,
+    http: httpx.AsyncClient,
+    page_server: PageServer,
+    check: CheckInput,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(checks, "HEARTBEAT_EVERY", timedelta(seconds=0.1))
+    hold = page_server.hold_next("/p")
+    running = asyncio.create_task(attempt(1).run(CheckActivities(pool, http).check_slot, check))
+    await asyncio.wait_for(hold.arrived.wait(), timeout=10)
+    await pool.execute("UPDATE monitor_targets SET lease_token = 'someone-else'")
+    with pytest.raises(ApplicationError) as stopped:
+        await running
+    hold.release.set()
+    assert stopped.value.type == LEASE_HELD
+    assert await pool.fetchval("SELECT count(*) FROM source_checks") == 0
+    assert await pool.fetchval("SELECT lease_token FROM monitor_targets") == "someone-else"
