@@ -121,7 +121,7 @@ class PageServer:
 
     def __init__(self) -> None:
         self.pages: dict[str, tuple[int, str]] = {}
-        self.queued: dict[str, list[tuple[int, str]]] = {}
+        self.queued: dict[str, list[tuple[int, str, dict[str, str]]]] = {}
         self.hits: Counter[str] = Counter()
         self.held: dict[str, Hold] = {}
         self.base_url = ""
@@ -132,9 +132,11 @@ class PageServer:
     def set(self, path: str, body: str, status: int = 200) -> None:
         self.pages[path] = (status, body)
 
-    def queue(self, path: str, *responses: tuple[int, str]) -> None:
-        """Answer the next requests with these, then with the page as set."""
-        self.queued.setdefault(path, []).extend(responses)
+    def queue(
+        self, path: str, *responses: tuple[int, str], headers: dict[str, str] | None = None
+    ) -> None:
+        """Answer the next requests with these (and headers), then with the page as set."""
+        self.queued.setdefault(path, []).extend((s, b, headers or {}) for s, b in responses)
 
     def hold_next(self, path: str) -> "Hold":
         """Keep the next request to `path` waiting (with the page as it is now) until
@@ -146,11 +148,13 @@ class PageServer:
     async def handle(self, request: web.Request) -> web.Response:
         self.hits[request.path] += 1
         queued = self.queued.get(request.path)
-        status, body = queued.pop(0) if queued else self.pages.get(request.path, (404, "no"))
+        status, body, headers = (
+            queued.pop(0) if queued else (*self.pages.get(request.path, (404, "no")), {})
+        )
         if (hold := self.held.pop(request.path, None)) is not None:
             hold.arrived.set()
             await hold.release.wait()
-        return web.Response(status=status, text=body, content_type="text/html")
+        return web.Response(status=status, text=body, content_type="text/html", headers=headers)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
@@ -205,3 +205,56 @@ async def test_killed_worker_resumes_on_the_grid_without_a_burst(
     assert len(late) <= 1, f"missed slots were replayed as a burst: {late}"
     grid_points = (slots[-1] - slots[0]) // interval + 1
     assert len(slots) < grid_points, "the slots due during the outage should have been skipped"
+
+
+async def test_failures_are_classified_dead_lettered_listed_and_retried(
+    env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer, temporal_address: str
+) -> None:
+    """503 (Retry-After: 1) then 200 is one row with two attempts; a 404 slot fails after
+    one attempt, shows in `failures`, flags the target unhealthy, and `retry` completes it."""
+    page_server.queue("/flaky", (503, "busy"), headers={"Retry-After": "1"})
+    page_server.set("/flaky", "<p>EUR 9</p>")
+    page_server.set("/gone", "nope", status=404)
+    soon = (datetime.now(UTC) + timedelta(seconds=3)).isoformat()
+    every = ["--every", "1h", "--start-at", soon]  # one slot in 3 s, then none for an hour
+    async with worker_process(env):
+        assert (await cli(env, "add", "e2e-flaky", page_server.url("/flaky"), *every))[0] == 0
+        code, _, err = await cli(
+            env, "add", "e2e-gone", page_server.url("/gone"), *every, "--unhealthy-after", "1"
+        )
+        assert code == 0, err
+        await wait_for(pool, "SELECT count(*) FROM source_checks WHERE status = 'unchanged'")
+        await wait_for(pool, "SELECT count(*) FROM monitor_targets WHERE failure_streak > 0")
+
+        flaky = await pool.fetchrow("SELECT * FROM source_checks WHERE target_id = 'e2e-flaky'")
+        assert flaky is not None
+        assert (flaky["status"], flaky["attempt_count"]) == ("unchanged", 2)
+        gone = await pool.fetchrow("SELECT * FROM source_checks WHERE target_id = 'e2e-gone'")
+        assert gone is not None
+        assert (gone["status"], gone["attempt_count"]) == ("failed", 1)
+        assert "404" in gone["error_message"]
+        assert page_server.hits["/gone"] == 1, "a permanent error must not be retried"
+
+        code, out, _ = await cli(env, "failures")
+        assert code == 0 and gone["work_id"] in out and "404" in out
+        code, out, _ = await cli(env, "list")
+        assert "unhealthy" in out.split("e2e-gone")[1].splitlines()[0]
+        client = await Client.connect(temporal_address, data_converter=pydantic_data_converter)
+        query = "PricewatchUnhealthy = true"
+        deadline = time.monotonic() + 30
+        flagged: list[str] = []
+        while not flagged and time.monotonic() < deadline:
+            flagged = [w.id async for w in client.list_workflows(query)]
+            await asyncio.sleep(0.5)
+        assert flagged == [workflow_id("e2e-gone")]
+
+        page_server.set("/gone", "back again")
+        code, out, err = await cli(env, "retry", gone["work_id"])
+        assert code == 0, err
+        assert "unchanged" in out and "attempts=2" in out
+        code, out, _ = await cli(env, "retry", gone["work_id"])
+        assert code == 0 and page_server.hits["/gone"] == 2, "a good slot is not fetched again"
+        code, _, err = await cli(env, "retry", "e2e-gone:1999-01-01T00:00:00Z")
+        assert code == 2 and "unknown work id" in err
+        for target in ("e2e-flaky", "e2e-gone"):
+            assert (await cli(env, "remove", target))[0] == 0

@@ -19,9 +19,18 @@ from temporalio.client import (
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
+from activities import store
 from activities.checks import CheckActivities
 from activities.fetch import new_client
-from pricewatch.models import CheckKind, CheckResult, CheckStatus, MonitorState, TargetConfig
+from pricewatch.models import (
+    CheckKind,
+    CheckResult,
+    CheckStatus,
+    MonitorState,
+    RetryRequest,
+    TargetConfig,
+)
+from pricewatch.slots import format_slot
 from pricewatch.temporal import start_monitor
 from tests.conftest import PageServer
 from workers.worker import build_worker
@@ -368,3 +377,136 @@ async def test_a_lost_target_row_is_mirrored_again_and_no_slot_is_lost(
         await time_skipping_env.sleep(timedelta(hours=4))
     slots = scheduled(await rows(pool, config.target_id))
     assert slots == [anchor + k * HOUR for k in range(1, 5)]  # the first went with the row
+
+
+async def hits_after(
+    env: WorkflowEnvironment, pages: PageServer, path: str, until: datetime
+) -> int:
+    """Skip to `until` (workflow time) and count the requests the page got by then."""
+    await env.sleep(until - await env.get_current_time())
+    return pages.hits[path]
+
+
+async def test_transient_retries_back_off_from_30_seconds_doubling(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+) -> None:
+    env = time_skipping_env
+    config = new_target(page_server)
+    path = f"/{config.target_id}"
+    page_server.queue(path, (503, "busy"), (503, "busy"), (503, "busy"))
+    slot = (await env.get_current_time()).replace(microsecond=0) + timedelta(minutes=5)
+
+    def seconds(n: int) -> datetime:
+        return slot + timedelta(seconds=n)
+
+    async with running_worker(env.client, task_queue, pool):
+        await start(config, start_at=slot)
+        assert await hits_after(env, page_server, path, seconds(10)) == 1
+        assert await hits_after(env, page_server, path, seconds(25)) == 1
+        assert await hits_after(env, page_server, path, seconds(40)) == 2  # +30 s
+        assert await hits_after(env, page_server, path, seconds(85)) == 2
+        assert await hits_after(env, page_server, path, seconds(100)) == 3  # +60 s
+        assert await hits_after(env, page_server, path, seconds(205)) == 3
+        assert await hits_after(env, page_server, path, seconds(220)) == 4  # +120 s
+    records = await rows(pool, config.target_id)
+    assert [(r["status"], r["attempt_count"]) for r in records] == [("unchanged", 4)]
+
+
+async def test_retry_after_sets_the_next_delay(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+) -> None:
+    env = time_skipping_env
+    config = new_target(page_server)
+    path = f"/{config.target_id}"
+    page_server.queue(path, (429, "slow down"), headers={"Retry-After": "300"})
+    slot = (await env.get_current_time()).replace(microsecond=0) + timedelta(minutes=5)
+    async with running_worker(env.client, task_queue, pool):
+        await start(config, start_at=slot)
+        assert await hits_after(env, page_server, path, slot + timedelta(seconds=200)) == 1
+        assert await hits_after(env, page_server, path, slot + timedelta(seconds=310)) == 2
+    records = await rows(pool, config.target_id)
+    assert [(r["status"], r["attempt_count"]) for r in records] == [("unchanged", 2)]
+
+
+async def test_attempts_per_slot_are_configurable(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+) -> None:
+    config = new_target(page_server).model_copy(update={"max_attempts": 2})
+    page_server.set(f"/{config.target_id}", "down", status=502)
+    anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + HOUR
+    async with running_worker(time_skipping_env.client, task_queue, pool):
+        await start(config, start_at=anchor)
+        await time_skipping_env.sleep(timedelta(hours=1, minutes=30))
+    records = await rows(pool, config.target_id)
+    assert [(r["status"], r["attempt_count"]) for r in records] == [("failed", 2)]
+    assert page_server.hits[f"/{config.target_id}"] == 2
+
+
+async def test_retry_reruns_a_failed_slot_on_its_row_and_never_refetches_a_good_one(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+) -> None:
+    config = new_target(page_server)
+    path = f"/{config.target_id}"
+    page_server.set(path, "gone", status=404)
+    anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + HOUR
+    async with running_worker(time_skipping_env.client, task_queue, pool):
+        handle = await start(config, start_at=anchor)
+        await time_skipping_env.sleep(timedelta(hours=1, minutes=30))
+        page_server.set(path, "back")
+        request = RetryRequest(scheduled_for=anchor)
+        retried = await handle.execute_update("retry_slot", request, result_type=CheckResult)
+        assert (retried.status, retried.attempt_count) == (CheckStatus.UNCHANGED, 2)
+        hits = page_server.hits[path]
+        again = await handle.execute_update("retry_slot", request, result_type=CheckResult)
+        assert again == retried and page_server.hits[path] == hits, "fetched a good slot again"
+        with pytest.raises(WorkflowUpdateFailedError):
+            future = RetryRequest(scheduled_for=anchor + 5 * HOUR)
+            await handle.execute_update("retry_slot", future, result_type=CheckResult)
+        assert (await handle.query(MonitorTarget.status)).next_slot == anchor + HOUR
+    records = await rows(pool, config.target_id)
+    assert [(r["work_id"], r["status"], r["attempt_count"]) for r in records] == [
+        (f"{config.target_id}:{format_slot(anchor)}", "unchanged", 2)
+    ]
+
+
+async def test_failing_slots_in_a_row_make_a_target_unhealthy_until_one_succeeds(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+) -> None:
+    config = new_target(page_server).model_copy(update={"unhealthy_after": 2})
+    path = f"/{config.target_id}"
+    page_server.set(path, "gone", status=410)
+    anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + HOUR
+    async with running_worker(time_skipping_env.client, task_queue, pool):
+        handle = await start(config, start_at=anchor)
+        await time_skipping_env.sleep(timedelta(hours=1, minutes=30))
+        status = await handle.query(MonitorTarget.status)
+        assert (status.failure_streak, status.unhealthy) == (1, False)
+        await time_skipping_env.sleep(timedelta(hours=2))
+        status = await handle.query(MonitorTarget.status)
+        assert (status.failure_streak, status.unhealthy) == (3, True)
+        assert [r["unhealthy"] for r in await store.list_targets(pool)] == [True]
+        page_server.set(path, "back")
+        await time_skipping_env.sleep(timedelta(hours=1))
+        status = await handle.query(MonitorTarget.status)
+        assert (status.failure_streak, status.unhealthy) == (0, False)
+        assert [r["unhealthy"] for r in await store.list_targets(pool)] == [False]
