@@ -68,7 +68,10 @@ async def cli(env: dict[str, str], *args: str) -> tuple[int, str, str]:
 
 @asynccontextmanager
 async def worker_process(env: dict[str, str]) -> AsyncIterator[asyncio.subprocess.Process]:
-    """`pricewatch worker` as its own process; SIGTERM (graceful) on the way out."""
+    """`pricewatch worker` as its own process; SIGTERM (graceful) on the way out.
+
+    Its output is drained all along: a full pipe would stall the worker's logging.
+    """
     process = await asyncio.create_subprocess_exec(
         PRICEWATCH,
         "worker",
@@ -76,10 +79,12 @@ async def worker_process(env: dict[str, str]) -> AsyncIterator[asyncio.subproces
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
+    assert process.stdout is not None
+    drain = None
     try:
-        assert process.stdout is not None
         line = await asyncio.wait_for(process.stdout.readline(), timeout=60)
         assert b"polling" in line, line
+        drain = asyncio.create_task(process.stdout.read())
         yield process
     finally:
         if process.returncode is None:
@@ -89,6 +94,8 @@ async def worker_process(env: dict[str, str]) -> AsyncIterator[asyncio.subproces
             except TimeoutError:
                 process.kill()
                 await process.wait()
+        if drain is not None:
+            await drain
 
 
 async def wait_for(pool: asyncpg.Pool, sql: str, *args: object) -> int:
