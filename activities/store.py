@@ -4,15 +4,17 @@ Idempotency lives here, in SQL. Each hot-path step is one statement (one round t
 claim, then commit. "Already recorded" is a normal outcome, returned, never raised.
 """
 
+import base64
+import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import asyncpg
 
-from pricewatch.models import CheckKind, CheckResult, CheckStatus, TargetConfig
+from pricewatch.models import ChannelKind, CheckKind, CheckResult, CheckStatus, TargetConfig
 
 CHECK_COLUMNS = """work_id, scheduled_for, kind, status, checked_at, attempt_count,
-    result_hash, error_message"""
+    result_hash, previous_hash, error_message"""
 
 # Claim the target's lease for one slot and, in the same snapshot, read what the check
 # needs: the slot's row if it exists and the last good hash. The lease is taken only if
@@ -123,6 +125,21 @@ ON CONFLICT (id) DO UPDATE
        unhealthy_after = excluded.unhealthy_after, updated_at = now()
 """
 
+# Channels follow the config: new ones are added (keeping the secret of one that exists),
+# dropped ones deleted. Deliveries already recorded stay.
+SYNC_CHANNELS = """
+WITH wanted AS (
+    SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[])
+        AS w(channel_id, kind, destination, secret)
+), dropped AS (
+    DELETE FROM channels
+     WHERE target_id = $1 AND channel_id NOT IN (SELECT channel_id FROM wanted)
+)
+INSERT INTO channels (target_id, channel_id, kind, destination, secret)
+SELECT $1, channel_id, kind, destination, secret FROM wanted
+ON CONFLICT (target_id, channel_id) DO NOTHING
+"""
+
 # Heartbeat: push the lease forward while a slow fetch is still making progress. Only the
 # holder can; zero rows means the lease was taken over and the fetch should stop.
 EXTEND_LEASE = """
@@ -132,7 +149,11 @@ UPDATE monitor_targets SET lease_expires_at = now() + $3::interval
 
 SELECT_CHECK = f"SELECT {CHECK_COLUMNS} FROM source_checks WHERE work_id = $1"
 SELECT_NEXT_CHECK_AT = "SELECT next_check_at FROM monitor_targets WHERE id = $1"
-DELETE_TARGET = "DELETE FROM monitor_targets WHERE id = $1"
+DELETE_TARGET = """
+WITH channels_gone AS (DELETE FROM channels WHERE target_id = $1),
+     deliveries_gone AS (DELETE FROM deliveries WHERE target_id = $1)
+DELETE FROM monitor_targets WHERE id = $1
+"""
 
 
 @dataclass(frozen=True)
@@ -268,15 +289,32 @@ async def next_check_at(pool: asyncpg.Pool, target_id: str) -> datetime | None:
 async def sync_target(
     pool: asyncpg.Pool, config: TargetConfig, *, next_slot: datetime, enabled: bool
 ) -> None:
-    await pool.execute(
-        SYNC_TARGET,
-        config.target_id,
-        config.url,
-        config.interval_seconds,
-        enabled,
-        next_slot,
-        config.unhealthy_after,
-    )
+    """Mirror the target and its channels in one transaction. A new webhook gets a fresh
+    signing secret here, in the database, so no secret ever passes through Temporal."""
+    channels = config.channels
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(
+            SYNC_TARGET,
+            config.target_id,
+            config.url,
+            config.interval_seconds,
+            enabled,
+            next_slot,
+            config.unhealthy_after,
+        )
+        await conn.execute(
+            SYNC_CHANNELS,
+            config.target_id,
+            [c.channel_id for c in channels],
+            [c.kind.value for c in channels],
+            [c.destination for c in channels],
+            [new_webhook_secret() if c.kind is ChannelKind.WEBHOOK else None for c in channels],
+        )
+
+
+def new_webhook_secret() -> str:
+    """Standard Webhooks form: `whsec_` + base64 of 24 random bytes."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
 
 
 async def extend_lease(pool: asyncpg.Pool, *, target_id: str, token: str, lease: timedelta) -> bool:

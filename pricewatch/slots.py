@@ -30,6 +30,19 @@ def first_slot(anchor: datetime, interval: timedelta, now: datetime) -> datetime
     return next_slot(anchor, interval, now)
 
 
+def latest_due_slot(anchor: datetime, interval: timedelta, now: datetime) -> datetime:
+    """`anchor` if it is still ahead, else the last grid point at or before `now`.
+
+    Used when a target is registered: a start in the past gets one check right away (its
+    baseline) on the grid, never one per slot it missed.
+    """
+    if interval <= timedelta(0):
+        raise ValueError("interval must be positive")
+    if anchor >= now:
+        return anchor
+    return anchor + ((now - anchor) // interval) * interval
+
+
 def work_id(target_id: str, slot: datetime) -> str:
     """The business identity of one check: the same for every execution of the slot."""
     return f"{target_id}:{format_slot(slot)}"

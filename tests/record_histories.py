@@ -15,8 +15,8 @@ from aiohttp import web
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.checks import CheckActivities
 from pricewatch.models import CheckResult, MonitorState, TargetConfig
+from pricewatch.settings import Settings
 from pricewatch.temporal import start_monitor
 from workers.embedded import (
     free_port,
@@ -24,14 +24,14 @@ from workers.embedded import (
     start_temporal_dev_server,
     stop_process,
 )
-from workers.worker import build_worker, check_activities
+from workers.worker import Activities, build_worker, smtp_settings, worker_activities
 from workflows.monitor import MonitorTarget
 
 HISTORIES = Path(__file__).parent / "histories"
 TASK_QUEUE = "record-histories"
 
 
-async def drive(client: Client, activities: CheckActivities, page_url: str) -> list[str]:
+async def drive(client: Client, activities: Activities, page_url: str) -> list[str]:
     config = TargetConfig(target_id="recorded", url=page_url, interval_seconds=1)
     async with build_worker(client, TASK_QUEUE, activities):
         handle = await start_monitor(
@@ -79,7 +79,7 @@ async def main() -> None:
             client = await Client.connect(
                 f"127.0.0.1:{port}", data_converter=pydantic_data_converter
             )
-            async with check_activities(database_url) as activities:
+            async with worker_activities(database_url, smtp_settings(Settings())) as activities:
                 run_ids = await drive(client, activities, f"http://127.0.0.1:{page_port}/")
             HISTORIES.mkdir(exist_ok=True)
             for index, run_id in enumerate(dict.fromkeys(run_ids)):

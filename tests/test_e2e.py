@@ -9,7 +9,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import asyncpg
@@ -222,8 +222,8 @@ async def test_failures_are_classified_dead_lettered_listed_and_retried(
     page_server.queue("/flaky", (503, "busy"), headers={"Retry-After": "1"})
     page_server.set("/flaky", "<p>EUR 9</p>")
     page_server.set("/gone", "nope", status=404)
-    soon = (datetime.now(UTC) + timedelta(seconds=3)).isoformat()
-    every = ["--every", "1h", "--start-at", soon]  # one slot in 3 s, then none for an hour
+    # A start in the past: one check right away, the next one tomorrow.
+    every = ["--every", "24h", "--start-at", "2020-01-01T00:00:00Z"]
     async with worker_process(env):
         assert (await cli(env, "add", "e2e-flaky", page_server.url("/flaky"), *every))[0] == 0
         code, _, err = await cli(

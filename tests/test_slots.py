@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pricewatch.durations import format_duration, parse_duration
-from pricewatch.slots import first_slot, format_slot, next_slot, work_id
+from pricewatch.slots import first_slot, format_slot, latest_due_slot, next_slot, work_id
 
 T0 = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -137,3 +137,29 @@ def test_format_then_parse_round_trips(seconds: int) -> None:
     """What the CLI prints can be typed back in."""
     value = timedelta(seconds=seconds)
     assert parse_duration(format_duration(value)) == value
+
+
+@given(anchor=moments, interval=intervals, offset=offsets)
+def test_latest_due_slot_checks_once_now_for_a_start_in_the_past(
+    anchor: datetime, interval: timedelta, offset: timedelta
+) -> None:
+    """Registration: a past anchor yields the last grid point at or before now (one check
+    right away), a future anchor is kept."""
+    now = anchor + offset
+    slot = latest_due_slot(anchor, interval, now)
+    if anchor >= now:
+        assert slot == anchor
+    else:
+        assert (slot - anchor) % interval == timedelta(0)
+        assert slot <= now < slot + interval
+
+
+def test_latest_due_slot_examples() -> None:
+    anchor = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)
+    hour = timedelta(hours=1)
+    assert latest_due_slot(anchor, hour, anchor - hour) == anchor
+    assert latest_due_slot(anchor, hour, anchor) == anchor
+    assert latest_due_slot(anchor, hour, anchor + timedelta(minutes=59)) == anchor
+    assert (
+        latest_due_slot(anchor, hour, anchor + timedelta(hours=5, minutes=1)) == anchor + 5 * hour
+    )

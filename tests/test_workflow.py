@@ -22,6 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 from activities import store
 from activities.checks import CheckActivities
 from activities.fetch import new_client
+from activities.notify import NotifyActivities, SmtpSettings
 from pricewatch.models import (
     CheckKind,
     CheckResult,
@@ -33,18 +34,21 @@ from pricewatch.models import (
 from pricewatch.slots import format_slot
 from pricewatch.temporal import start_monitor
 from tests.conftest import PageServer
-from workers.worker import build_worker
+from workers.worker import Activities, build_worker
 from workflows.monitor import MonitorTarget
 
 HOUR = timedelta(hours=1)
+NO_SMTP = SmtpSettings(host="127.0.0.1", port=9, sender="pricewatch@localhost")
 
 
 @asynccontextmanager
 async def running_worker(
-    client: Client, task_queue: str, pool: asyncpg.Pool
+    client: Client, task_queue: str, pool: asyncpg.Pool, smtp: SmtpSettings = NO_SMTP
 ) -> AsyncIterator[None]:
-    async with new_client() as http, build_worker(client, task_queue, CheckActivities(pool, http)):
-        yield
+    async with new_client() as http:
+        activities = Activities(CheckActivities(pool, http), NotifyActivities(pool, http, smtp))
+        async with build_worker(client, task_queue, activities):
+            yield
 
 
 def new_target(page_server: PageServer, interval: timedelta = HOUR) -> TargetConfig:

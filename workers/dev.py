@@ -18,7 +18,7 @@ from pricewatch.models import MonitorState, TargetConfig
 from pricewatch.settings import EMBEDDED_DATABASE_URL_FILE, Settings
 from pricewatch.temporal import connect, start_monitor
 from workers.embedded import start_embedded_postgres, start_temporal_dev_server, stop_process
-from workers.worker import build_worker, check_activities
+from workers.worker import build_worker, smtp_settings, worker_activities
 
 TEMPORAL_PORT = 7233
 UI_PORT = 8233
@@ -71,7 +71,7 @@ async def serve(settings: Settings, database_url: str, demo_url: str | None) -> 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     async with (
-        check_activities(database_url) as activities,
+        worker_activities(database_url, smtp_settings(settings)) as activities,
         build_worker(client, settings.task_queue, activities),
     ):
         if demo_url:

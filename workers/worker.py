@@ -4,6 +4,7 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import timedelta
 
 import asyncpg
@@ -13,6 +14,7 @@ from temporalio.worker import Worker
 from activities.checks import CheckActivities
 from activities.fetch import new_client
 from activities.migrate import migrate
+from activities.notify import NotifyActivities, SmtpSettings
 from pricewatch.settings import Settings
 from pricewatch.temporal import connect
 from workflows.monitor import MonitorTarget
@@ -25,29 +27,50 @@ GRACEFUL_SHUTDOWN = timedelta(seconds=30)
 MAX_CACHED_WORKFLOWS = 2000
 
 
+@dataclass(frozen=True)
+class Activities:
+    checks: CheckActivities
+    notify: NotifyActivities
+
+
+def smtp_settings(settings: Settings) -> SmtpSettings:
+    password = settings.smtp_password.get_secret_value() if settings.smtp_password else None
+    return SmtpSettings(
+        host=settings.smtp_host,
+        port=settings.smtp_port,
+        sender=settings.smtp_sender,
+        username=settings.smtp_username,
+        password=password,
+        use_tls=settings.smtp_tls,
+    )
+
+
 @contextlib.asynccontextmanager
-async def check_activities(database_url: str) -> AsyncIterator[CheckActivities]:
-    """The worker's one pool and one HTTP client, closed on the way out."""
+async def worker_activities(database_url: str, smtp: SmtpSettings) -> AsyncIterator[Activities]:
+    """The worker's one pool and one HTTP client, shared by all activities, closed on exit."""
     pool = await asyncpg.create_pool(database_url, min_size=1, max_size=10)
     try:
         async with pool.acquire() as conn:
             await migrate(conn)
         async with new_client() as http:
-            yield CheckActivities(pool, http)
+            yield Activities(CheckActivities(pool, http), NotifyActivities(pool, http, smtp))
     finally:
         await pool.close()
 
 
-def build_worker(client: Client, task_queue: str, activities: CheckActivities) -> Worker:
+def build_worker(client: Client, task_queue: str, activities: Activities) -> Worker:
+    checks, notify = activities.checks, activities.notify
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[MonitorTarget],
         activities=[
-            activities.sync_target,
-            activities.check_slot,
-            activities.record_failed_slot,
-            activities.remove_target,
+            checks.sync_target,
+            checks.check_slot,
+            checks.record_failed_slot,
+            checks.remove_target,
+            notify.deliver_notice,
+            notify.record_delivery_failed,
         ],
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         max_cached_workflows=MAX_CACHED_WORKFLOWS,
@@ -61,7 +84,8 @@ async def run_worker(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    async with check_activities(settings.resolved_database_url()) as activities:
+    database_url = settings.resolved_database_url()
+    async with worker_activities(database_url, smtp_settings(settings)) as activities:
         worker = build_worker(client, settings.task_queue, activities)
         async with worker:
             print(f"worker polling task queue {settings.task_queue!r}", flush=True)

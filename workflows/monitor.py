@@ -7,6 +7,7 @@ run the check activity, move to the next slot on the grid. Deterministic: time i
 the replay of running histories.
 """
 
+import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable
@@ -27,20 +28,24 @@ with workflow.unsafe.imports_passed_through():
         TARGET_OUT_OF_SYNC,
         CheckActivities,
     )
+    from activities.notify import PERMANENT_DELIVERY_ERROR, NotifyActivities
     from pricewatch.models import (
         CheckInput,
         CheckKind,
         CheckResult,
         CheckStatus,
+        DeliveryFailureInput,
+        DeliveryInput,
         MonitorState,
         MonitorStatus,
+        Notice,
         RecordFailureInput,
         RemoveTargetInput,
         RetryRequest,
         SyncTargetInput,
         TargetConfig,
     )
-    from pricewatch.slots import first_slot, format_slot, next_slot
+    from pricewatch.slots import first_slot, format_slot, latest_due_slot, next_slot
     from pricewatch.temporal import (
         TARGET_SEARCH_ATTRIBUTE,
         UNHEALTHY_SEARCH_ATTRIBUTE,
@@ -58,6 +63,16 @@ CHECK_RETRY = RetryPolicy(
     maximum_interval=timedelta(minutes=15),
     maximum_attempts=5,
     non_retryable_error_types=[PERMANENT_FETCH_ERROR, TARGET_OUT_OF_SYNC, SLOT_NOT_DUE],
+)
+# A notice: 10 s per attempt; transient failures back off from 10 s to 5 min, 8 attempts
+# (about 15 min), then the delivery is recorded failed. Permanent ones stop at once.
+DELIVERY_TIMEOUT = timedelta(seconds=10)
+DELIVERY_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=10),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=5),
+    maximum_attempts=8,
+    non_retryable_error_types=[PERMANENT_DELIVERY_ERROR],
 )
 # Bookkeeping statements: retried briefly through a Postgres restart, then given up so the
 # workflow carries on (it never fails because the database was away).
@@ -84,6 +99,7 @@ class MonitorTarget:
         self._pending: list[CheckInput] = list(state.pending_checks)
         self._extra_results: dict[str, CheckResult] = {}
         self._failure_streak = state.failure_streak
+        self._deliveries: set[asyncio.Task[None]] = set()
         self._checks_this_run = 0
         self._max_checks_per_run = state.max_checks_per_run
         self._min_interval_seconds = state.min_interval_seconds
@@ -100,6 +116,7 @@ class MonitorTarget:
             await self._register()
         while True:
             if self._removing:
+                await asyncio.gather(*self._deliveries)
                 removed = await self._bookkeep(
                     CheckActivities.remove_target,
                     RemoveTargetInput(target_id=self._config.target_id),
@@ -120,6 +137,7 @@ class MonitorTarget:
                 await self._run_extra_check(self._pending[0])
                 continue
             if self._should_continue_as_new():
+                await asyncio.gather(*self._deliveries)
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._snapshot())
             if self._paused:
@@ -218,7 +236,7 @@ class MonitorTarget:
         """First run only: anchor the grid, tag the run for the UI, create the target row."""
         now = workflow.now()
         anchor = self._start_at or _whole_second_after(now)
-        self._next_slot = first_slot(anchor, self._config.interval, now)
+        self._next_slot = latest_due_slot(anchor, self._config.interval, now)
         workflow.upsert_search_attributes(
             [TARGET_SEARCH_ATTRIBUTE.value_set(self._config.target_id)]
         )
@@ -250,7 +268,9 @@ class MonitorTarget:
 
     async def _run_scheduled_check(self, slot: datetime) -> None:
         result = await self._check(self._check_input(slot))
-        self._count_failures(result)
+        health_notice = self._count_failures(result)
+        if result is not None:
+            self._notify(result, health_notice)
         advanced = result.next_slot if result is not None else None
         if advanced is None or advanced <= slot:
             advanced = next_slot(slot, self._config.interval, workflow.now())
@@ -260,7 +280,9 @@ class MonitorTarget:
     async def _run_extra_check(self, check: CheckInput) -> None:
         result = await self._check(check)
         self._pending.remove(check)
-        if result is None:
+        if result is not None:
+            self._notify(result, None)
+        else:
             result = CheckResult(
                 work_id=check.work_id,
                 scheduled_for=check.slot,
@@ -273,14 +295,54 @@ class MonitorTarget:
         self._extra_results[check.work_id] = result
         self._checks_this_run += 1
 
-    def _count_failures(self, result: CheckResult | None) -> None:
-        """Track failed slots in a row; tell the UI when the target turns (un)healthy."""
+    def _count_failures(self, result: CheckResult | None) -> Notice | None:
+        """Track failed slots in a row; when the target turns (un)healthy, tell the UI and
+        return the notice the channels get."""
         was_unhealthy = self._unhealthy
         failed = result is None or result.status is CheckStatus.FAILED
         self._failure_streak = self._failure_streak + 1 if failed else 0
-        if self._unhealthy != was_unhealthy:
-            workflow.upsert_search_attributes(
-                [UNHEALTHY_SEARCH_ATTRIBUTE.value_set(self._unhealthy)]
+        if self._unhealthy == was_unhealthy:
+            return None
+        workflow.upsert_search_attributes([UNHEALTHY_SEARCH_ATTRIBUTE.value_set(self._unhealthy)])
+        return Notice.FAILING if self._unhealthy else Notice.RECOVERED
+
+    def _notify(self, result: CheckResult, health_notice: Notice | None) -> None:
+        """Tell every channel, in the background: the schedule never waits for a slow
+        receiver. A change is told once per channel; so is each health transition."""
+        notices = [Notice.CHANGED] if result.status is CheckStatus.CHANGED else []
+        if health_notice is not None:
+            notices.append(health_notice)
+        for notice in notices:
+            for channel in self._config.channels:
+                delivery = DeliveryInput(
+                    notice=notice,
+                    channel_id=channel.channel_id,
+                    target_id=self._config.target_id,
+                    url=self._config.url,
+                    result=result,
+                    failure_streak=self._failure_streak,
+                )
+                task = asyncio.create_task(self._deliver(delivery))
+                self._deliveries.add(task)
+                task.add_done_callback(self._deliveries.discard)
+
+    async def _deliver(self, delivery: DeliveryInput) -> None:
+        """One channel; its failure is recorded and never touches the check or the others."""
+        summary = f"notify {delivery.channel_id} {delivery.notice.value} {delivery.result.work_id}"
+        try:
+            await workflow.execute_activity_method(
+                NotifyActivities.deliver_notice,
+                delivery,
+                start_to_close_timeout=DELIVERY_TIMEOUT,
+                retry_policy=DELIVERY_RETRY,
+                summary=summary,
+            )
+        except ActivityError as err:
+            workflow.logger.warning("%s gave up: %s", summary, _reason(err))
+            await self._bookkeep(
+                NotifyActivities.record_delivery_failed,
+                DeliveryFailureInput(delivery=delivery, error_message=_reason(err)),
+                f"record failed {summary}",
             )
 
     @property
@@ -329,7 +391,7 @@ class MonitorTarget:
         )
 
     async def _bookkeep(
-        self, activity: Callable[[CheckActivities, Any], Awaitable[None]], arg: Any, summary: str
+        self, activity: Callable[[Any, Any], Awaitable[None]], arg: Any, summary: str
     ) -> bool:
         """Run a bookkeeping activity; report failure instead of failing the workflow."""
         try:

@@ -1,0 +1,259 @@
+"""Notices to a target's channels: signed webhooks (Standard Webhooks) and email.
+
+One activity call is one notice to one channel. The `deliveries` row keyed on (work id,
+channel, notice) makes every re-execution after a recorded send a no-op. The one window
+that cannot be closed is "sent, then the worker died before recording it": the re-send
+carries the same webhook-id / Message-ID, so the receiver can drop it.
+"""
+
+import base64
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from email.message import EmailMessage
+
+import aiosmtplib
+import asyncpg
+import httpx
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.fetch import TRANSIENT_STATUSES
+from pricewatch.models import (
+    ChannelKind,
+    DeliveryFailureInput,
+    DeliveryInput,
+    DeliveryResult,
+    Notice,
+)
+from pricewatch.slots import format_slot
+
+PERMANENT_DELIVERY_ERROR = "PermanentDeliveryError"
+TRANSIENT_DELIVERY_ERROR = "TransientDeliveryError"
+# Longer than one attempt (10 s): a second execution of the same delivery waits it out.
+SENDING_LEASE = timedelta(seconds=15)
+WEBHOOK_TIMEOUT = httpx.Timeout(8.0, connect=4.0)
+SMTP_TIMEOUT_SECONDS = 8.0
+
+# Take the delivery for this attempt: create its row on first sight, and refuse if it was
+# sent already or another attempt is sending right now. Returns the channel to send to.
+CLAIM_DELIVERY = """
+WITH taken AS (
+    INSERT INTO deliveries AS d
+        (work_id, channel_id, notice, target_id, message_id, sending_until)
+    VALUES ($1, $2, $3, $4, $5, now() + $6::interval)
+    ON CONFLICT (work_id, channel_id, notice) DO UPDATE SET sending_until = excluded.sending_until
+     WHERE d.status <> 'sent' AND (d.sending_until IS NULL OR d.sending_until < now())
+    RETURNING status
+)
+SELECT
+    COALESCE(
+        (SELECT status FROM taken),
+        (SELECT status FROM deliveries WHERE work_id = $1 AND channel_id = $2 AND notice = $3)
+    ) AS status,
+    EXISTS (SELECT 1 FROM taken) AS taken,
+    c.kind, c.destination, c.secret, c.disabled_reason
+  FROM (SELECT 1) AS one
+  LEFT JOIN channels c ON c.target_id = $4 AND c.channel_id = $2
+"""
+
+RECORD_DELIVERY = """
+UPDATE deliveries
+   SET status = $4, attempt_count = attempt_count + $5, last_error = $6,
+       sent_at = CASE WHEN $4 = 'sent' THEN now() END, sending_until = NULL
+ WHERE work_id = $1 AND channel_id = $2 AND notice = $3 AND status <> 'sent'
+RETURNING status, attempt_count
+"""
+
+SELECT_DELIVERY = """
+SELECT status, attempt_count FROM deliveries
+ WHERE work_id = $1 AND channel_id = $2 AND notice = $3
+"""
+
+DISABLE_CHANNEL = """
+UPDATE channels SET disabled_reason = $3 WHERE target_id = $1 AND channel_id = $2
+"""
+
+
+@dataclass(frozen=True)
+class SmtpSettings:
+    host: str
+    port: int
+    sender: str
+    username: str | None = None
+    password: str | None = None
+    use_tls: bool = False
+    start_tls: bool | None = None
+
+
+class DeliveryError(Exception):
+    def __init__(self, message: str, *, transient: bool) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
+    """Standard Webhooks: `v1,` + base64(HMAC-SHA256(key, "id.timestamp.body"))."""
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    signed = f"{message_id}.{timestamp}.".encode() + body
+    return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+
+
+def notice_body(delivery: DeliveryInput) -> dict[str, object]:
+    result = delivery.result
+    return {
+        "type": f"page.{delivery.notice.value}",
+        "target_id": delivery.target_id,
+        "url": delivery.url,
+        "slot": format_slot(result.scheduled_for),
+        "work_id": result.work_id,
+        "status": result.status.value,
+        "previous_hash": result.previous_hash,
+        "new_hash": result.result_hash,
+        "checked_at": result.checked_at.isoformat(),
+        "error": result.error_message,
+        "failure_streak": delivery.failure_streak,
+        "excerpt": None,
+    }
+
+
+class NotifyActivities:
+    def __init__(self, pool: asyncpg.Pool, http: httpx.AsyncClient, smtp: SmtpSettings) -> None:
+        self.pool = pool
+        self.http = http
+        self.smtp = smtp
+
+    @activity.defn(name="deliver_notice")
+    async def deliver_notice(self, delivery: DeliveryInput) -> DeliveryResult:
+        """Send one notice to one channel, at most once once it is recorded sent."""
+        keys = (delivery.result.work_id, delivery.channel_id, delivery.notice.value)
+        row = await self.pool.fetchrow(
+            CLAIM_DELIVERY, *keys, delivery.target_id, self.message_id(delivery), SENDING_LEASE
+        )
+        assert row is not None
+        if row["status"] == "sent":
+            return await self._result(delivery, already_sent=True)
+        if row["kind"] is None:
+            raise await self._give_up(delivery, "the channel was removed from the target")
+        if row["disabled_reason"]:
+            raise await self._give_up(delivery, f"channel disabled: {row['disabled_reason']}")
+        if not row["taken"]:
+            raise ApplicationError(
+                "another attempt is sending this notice", type=TRANSIENT_DELIVERY_ERROR
+            )
+        try:
+            if row["kind"] == ChannelKind.WEBHOOK.value:
+                await self._post_webhook(delivery, row["destination"], row["secret"])
+            else:
+                await self._send_email(delivery, row["destination"])
+        except DeliveryError as err:
+            await self.pool.execute(RECORD_DELIVERY, *keys, "failed", 1, str(err))
+            raise ApplicationError(
+                str(err),
+                type=TRANSIENT_DELIVERY_ERROR if err.transient else PERMANENT_DELIVERY_ERROR,
+                non_retryable=not err.transient,
+            ) from err
+        await self.pool.execute(RECORD_DELIVERY, *keys, "sent", 1, None)
+        return await self._result(delivery)
+
+    @activity.defn(name="record_delivery_failed")
+    async def record_delivery_failed(self, failure: DeliveryFailureInput) -> None:
+        """The workflow gave up on a delivery: make sure its row says so (an attempt that
+        timed out never got to record anything)."""
+        delivery = failure.delivery
+        keys = (delivery.result.work_id, delivery.channel_id, delivery.notice.value)
+        await self.pool.execute(
+            CLAIM_DELIVERY, *keys, delivery.target_id, self.message_id(delivery), timedelta(0)
+        )
+        await self.pool.execute(RECORD_DELIVERY, *keys, "failed", 0, failure.error_message)
+
+    @staticmethod
+    def message_id(delivery: DeliveryInput) -> str:
+        return f"msg_{delivery.delivery_id}"
+
+    async def _give_up(self, delivery: DeliveryInput, reason: str) -> ApplicationError:
+        keys = (delivery.result.work_id, delivery.channel_id, delivery.notice.value)
+        await self.pool.execute(RECORD_DELIVERY, *keys, "failed", 0, reason)
+        return ApplicationError(reason, type=PERMANENT_DELIVERY_ERROR, non_retryable=True)
+
+    async def _result(self, delivery: DeliveryInput, already_sent: bool = False) -> DeliveryResult:
+        keys = (delivery.result.work_id, delivery.channel_id, delivery.notice.value)
+        row = await self.pool.fetchrow(SELECT_DELIVERY, *keys)
+        assert row is not None
+        return DeliveryResult(
+            channel_id=delivery.channel_id,
+            notice=delivery.notice,
+            status=row["status"],
+            attempt_count=row["attempt_count"],
+            already_sent=already_sent,
+        )
+
+    async def _post_webhook(self, delivery: DeliveryInput, url: str, secret: str) -> None:
+        """Same webhook-id on every re-send; a fresh timestamp and signature per attempt."""
+        body = json.dumps(notice_body(delivery), separators=(",", ":")).encode()
+        message_id = self.message_id(delivery)
+        timestamp = int(datetime.now(UTC).timestamp())
+        headers = {
+            "content-type": "application/json",
+            "webhook-id": message_id,
+            "webhook-timestamp": str(timestamp),
+            "webhook-signature": sign(secret, message_id, timestamp, body),
+        }
+        try:
+            response = await self.http.post(
+                url, content=body, headers=headers, timeout=WEBHOOK_TIMEOUT, follow_redirects=False
+            )
+        except httpx.TransportError as err:
+            raise DeliveryError(
+                f"webhook unreachable: {err or type(err).__name__}", transient=True
+            ) from err
+        if response.is_success:
+            return
+        message = f"webhook answered HTTP {response.status_code}"
+        if response.status_code == 410:
+            await self.pool.execute(
+                DISABLE_CHANNEL, delivery.target_id, delivery.channel_id, "HTTP 410 Gone"
+            )
+            raise DeliveryError(f"{message}: endpoint gone, channel disabled", transient=False)
+        raise DeliveryError(message, transient=response.status_code in TRANSIENT_STATUSES)
+
+    async def _send_email(self, delivery: DeliveryInput, address: str) -> None:
+        body = notice_body(delivery)
+        message = EmailMessage()
+        message["From"] = self.smtp.sender
+        message["To"] = address
+        message["Subject"] = _subject(delivery)
+        # The same Message-ID on every re-send lets mail systems collapse duplicates.
+        message["Message-ID"] = f"<{delivery.delivery_id}@pricewatch>"
+        message.set_content(json.dumps(body, indent=2))
+        try:
+            await aiosmtplib.send(
+                message,
+                hostname=self.smtp.host,
+                port=self.smtp.port,
+                username=self.smtp.username,
+                password=self.smtp.password,
+                use_tls=self.smtp.use_tls,
+                start_tls=self.smtp.start_tls,
+                timeout=SMTP_TIMEOUT_SECONDS,
+            )
+        except aiosmtplib.SMTPRecipientsRefused as err:
+            raise DeliveryError(f"address refused: {err}", transient=False) from err
+        except aiosmtplib.SMTPResponseException as err:
+            # 4xx: try later (greylisting, full queue); 5xx: this will never be accepted.
+            raise DeliveryError(f"SMTP {err.code} {err.message}", transient=err.code < 500) from err
+        except (aiosmtplib.SMTPException, OSError) as err:
+            raise DeliveryError(f"SMTP unreachable: {err}", transient=True) from err
+
+
+def _subject(delivery: DeliveryInput) -> str:
+    what = {
+        Notice.CHANGED: "changed",
+        Notice.FAILING: "is failing",
+        Notice.RECOVERED: "recovered",
+    }[delivery.notice]
+    return (
+        f"[pricewatch] {delivery.target_id} {what} ({format_slot(delivery.result.scheduled_for)})"
+    )
