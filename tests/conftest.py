@@ -2,6 +2,7 @@
 fresh database per test cloned from a migrated template, and the Temporal test servers."""
 
 import asyncio
+import contextlib
 import os
 import shutil
 import socket
@@ -9,21 +10,30 @@ import sys
 import tempfile
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from email import message_from_bytes
+from email.message import Message
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
 from aiohttp import web
-from temporalio.client import Client
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import Envelope
+from standardwebhooks.webhooks import Webhook
+from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from activities.migrate import migrate
-from pricewatch.temporal import register_search_attributes
-from workers.embedded import find_binary, start_embedded_postgres
+from activities.notify import SmtpSettings
+from pricewatch.models import MonitorState, TargetConfig
+from pricewatch.temporal import register_search_attributes, start_monitor
+from workers.embedded import find_binary, free_port, start_embedded_postgres
 
 TEMPLATE_DB = "pricewatch_template"
 
@@ -192,3 +202,96 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(_exit_status)
+
+
+@dataclass
+class WebhookReceiver:
+    """A real endpoint on 127.0.0.1 that verifies Standard Webhooks signatures (with the
+    reference `standardwebhooks` package) and logs every delivery it accepts."""
+
+    pool: asyncpg.Pool | None = None
+    url: str = ""
+    answers: list[int] = field(default_factory=list)
+    received: list[tuple[str, dict[str, object]]] = field(default_factory=list)
+    hold: Hold | None = None
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        assert self.pool is not None
+        secret = await self.pool.fetchval(
+            "SELECT secret FROM channels WHERE destination = $1", str(request.url)
+        )
+        payload = Webhook(secret).verify(body, dict(request.headers))  # raises if forged
+        self.received.append((request.headers["webhook-id"], payload))
+        if self.hold is not None:
+            hold, self.hold = self.hold, None
+            hold.arrived.set()
+            await hold.release.wait()
+        return web.Response(status=self.answers.pop(0) if self.answers else 204)
+
+    def ids(self) -> list[str]:
+        return [webhook_id for webhook_id, _ in self.received]
+
+
+@pytest.fixture
+async def webhook_receiver(pool: asyncpg.Pool) -> AsyncIterator[WebhookReceiver]:
+    receiver = WebhookReceiver(pool=pool)
+    app = web.Application()
+    app.router.add_post("/hook", receiver.handle)
+    runner = web.AppRunner(app, shutdown_timeout=1.0)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    receiver.url = f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
+    try:
+        yield receiver
+    finally:
+        await runner.cleanup()
+
+
+class MailSink:
+    """aiosmtpd handler: keeps what it accepts; scripted SMTP answers first."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.answers: list[str] = []
+
+    async def handle_DATA(self, server: object, session: object, envelope: Envelope) -> str:
+        if self.answers:
+            return self.answers.pop(0)
+        assert isinstance(envelope.content, bytes)
+        self.messages.append(message_from_bytes(envelope.content))
+        return "250 OK"
+
+
+@pytest.fixture
+def smtp_server() -> Iterator[tuple[MailSink, SmtpSettings]]:
+    """A real SMTP server (aiosmtpd) on 127.0.0.1, in its own thread."""
+    sink = MailSink()
+    port = free_port()
+    controller = Controller(sink, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        yield sink, SmtpSettings(host="127.0.0.1", port=port, sender="pricewatch@test.local")
+    finally:
+        controller.stop()
+
+
+Start = Callable[..., Awaitable[WorkflowHandle[Any, None]]]
+
+
+@pytest.fixture
+async def start(time_skipping_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Start]:
+    """Start a target's workflow; terminate it after the test, since a workflow left open
+    with no worker would stall time skipping for every later test."""
+    handles: list[WorkflowHandle[Any, None]] = []
+
+    async def start_target(config: TargetConfig, **state: Any) -> WorkflowHandle[Any, None]:
+        state_ = MonitorState(config=config, **state)
+        handle = await start_monitor(time_skipping_env.client, state_, task_queue)
+        handles.append(handle)
+        return handle
+
+    yield start_target
+    for handle in handles:
+        with contextlib.suppress(RPCError):
+            await time_skipping_env.client.get_workflow_handle(handle.id).terminate("test done")

@@ -1,22 +1,18 @@
 """MonitorTarget on the time-skipping test server: days of cadence in seconds, with real
 activities against real Postgres and a real page server on 127.0.0.1."""
 
-import contextlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
-from typing import Any
 
 import asyncpg
 import pytest
 from temporalio.client import (
     Client,
     WorkflowFailureError,
-    WorkflowHandle,
     WorkflowUpdateFailedError,
 )
-from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from activities import store
@@ -27,13 +23,11 @@ from pricewatch.models import (
     CheckKind,
     CheckResult,
     CheckStatus,
-    MonitorState,
     RetryRequest,
     TargetConfig,
 )
 from pricewatch.slots import format_slot
-from pricewatch.temporal import start_monitor
-from tests.conftest import PageServer
+from tests.conftest import PageServer, Start
 from workers.worker import Activities, build_worker
 from workflows.monitor import MonitorTarget
 
@@ -59,27 +53,6 @@ def new_target(page_server: PageServer, interval: timedelta = HOUR) -> TargetCon
         url=page_server.url(f"/{target_id}"),
         interval_seconds=int(interval.total_seconds()),
     )
-
-
-Start = Callable[..., Awaitable[WorkflowHandle[Any, None]]]
-
-
-@pytest.fixture
-async def start(time_skipping_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Start]:
-    """Start a target's workflow; terminate it after the test, since a workflow left open
-    with no worker would stall time skipping for every later test."""
-    handles: list[WorkflowHandle[Any, None]] = []
-
-    async def start_target(config: TargetConfig, **state: Any) -> WorkflowHandle[Any, None]:
-        state_ = MonitorState(config=config, **state)
-        handle = await start_monitor(time_skipping_env.client, state_, task_queue)
-        handles.append(handle)
-        return handle
-
-    yield start_target
-    for handle in handles:
-        with contextlib.suppress(RPCError):
-            await time_skipping_env.client.get_workflow_handle(handle.id).terminate("test done")
 
 
 async def rows(pool: asyncpg.Pool, target_id: str) -> list[asyncpg.Record]:

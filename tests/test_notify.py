@@ -1,0 +1,326 @@
+"""Notices: signed webhooks and email, each channel told once per change, with real
+receivers on 127.0.0.1 (signatures verified by the reference `standardwebhooks` package,
+mail by an aiosmtpd server) and real Postgres."""
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
+
+from activities import store
+from activities.fetch import new_client
+from activities.notify import PERMANENT_DELIVERY_ERROR, NotifyActivities, SmtpSettings
+from pricewatch.models import (
+    Channel,
+    ChannelKind,
+    CheckResult,
+    CheckStatus,
+    DeliveryInput,
+    Notice,
+    TargetConfig,
+)
+from tests.conftest import Hold, MailSink, PageServer, Start, WebhookReceiver
+from tests.test_workflow import HOUR, rows, running_worker
+
+SLOT = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)
+CHANGED = CheckResult(
+    work_id="acme:2026-08-07T08:00:00Z",
+    scheduled_for=SLOT,
+    status=CheckStatus.CHANGED,
+    checked_at=SLOT,
+    attempt_count=1,
+    result_hash="b" * 64,
+    previous_hash="a" * 64,
+)
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with new_client() as client:
+        yield client
+
+
+async def add_target(
+    pool: asyncpg.Pool, webhook: WebhookReceiver, mail_to: str = "ops@example.com"
+) -> TargetConfig:
+    config = TargetConfig(
+        target_id="acme",
+        url="https://example.com/pricing",
+        interval_seconds=3600,
+        channels=[
+            Channel(kind=ChannelKind.WEBHOOK, destination=webhook.url),
+            Channel(kind=ChannelKind.EMAIL, destination=mail_to),
+        ],
+    )
+    await store.sync_target(pool, config, next_slot=SLOT, enabled=True)
+    return config
+
+
+def delivery(config: TargetConfig, kind: ChannelKind) -> DeliveryInput:
+    channel = next(c for c in config.channels if c.kind is kind)
+    return DeliveryInput(
+        notice=Notice.CHANGED,
+        channel_id=channel.channel_id,
+        target_id=config.target_id,
+        url=config.url,
+        result=CHANGED,
+    )
+
+
+async def deliveries(pool: asyncpg.Pool) -> list[asyncpg.Record]:
+    return list(await pool.fetch("SELECT * FROM deliveries ORDER BY channel_id"))
+
+
+async def test_a_webhook_is_signed_sent_once_and_never_again(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, webhook_receiver: WebhookReceiver,
+    smtp_server: tuple[MailSink, SmtpSettings],
+) -> None:  # fmt: skip
+    config = await add_target(pool, webhook_receiver)
+    notify = NotifyActivities(pool, http, smtp_server[1])
+    notice = delivery(config, ChannelKind.WEBHOOK)
+    first = await ActivityEnvironment().run(notify.deliver_notice, notice)
+    again = await ActivityEnvironment().run(notify.deliver_notice, notice)
+    assert (first.status, first.attempt_count, first.already_sent) == ("sent", 1, False)
+    assert again.already_sent
+    assert len(webhook_receiver.received) == 1  # verified by standardwebhooks on arrival
+    webhook_id, payload = webhook_receiver.received[0]
+    assert webhook_id == f"msg_{notice.delivery_id}"
+    assert payload["work_id"] == CHANGED.work_id
+    assert (payload["previous_hash"], payload["new_hash"]) == ("a" * 64, "b" * 64)
+
+
+async def test_an_email_carries_a_message_id_from_the_work_id_and_is_sent_once(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, webhook_receiver: WebhookReceiver,
+    smtp_server: tuple[MailSink, SmtpSettings],
+) -> None:  # fmt: skip
+    sink, smtp = smtp_server
+    config = await add_target(pool, webhook_receiver)
+    notify = NotifyActivities(pool, http, smtp)
+    notice = delivery(config, ChannelKind.EMAIL)
+    await ActivityEnvironment().run(notify.deliver_notice, notice)
+    await ActivityEnvironment().run(notify.deliver_notice, notice)
+    assert len(sink.messages) == 1
+    message = sink.messages[0]
+    assert message["Message-ID"] == f"<{notice.delivery_id}@pricewatch>"
+    assert message["To"] == "ops@example.com"
+    assert "acme changed" in message["Subject"]
+
+
+async def test_a_failing_webhook_is_retried_on_its_row_then_sent(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, webhook_receiver: WebhookReceiver,
+    smtp_server: tuple[MailSink, SmtpSettings],
+) -> None:  # fmt: skip
+    config = await add_target(pool, webhook_receiver)
+    notify = NotifyActivities(pool, http, smtp_server[1])
+    notice = delivery(config, ChannelKind.WEBHOOK)
+    webhook_receiver.answers = [500]
+    with pytest.raises(ApplicationError) as failed:
+        await ActivityEnvironment().run(notify.deliver_notice, notice)
+    assert not failed.value.non_retryable
+    [row] = await deliveries(pool)
+    assert (row["status"], row["attempt_count"]) == ("failed", 1)
+    assert "HTTP 500" in row["last_error"]
+    sent = await ActivityEnvironment().run(notify.deliver_notice, notice)
+    assert (sent.status, sent.attempt_count) == ("sent", 2)
+    assert len(set(webhook_receiver.ids())) == 1, "every re-send keeps the webhook-id"
+
+
+@pytest.mark.parametrize(("answer", "retryable"), [(429, True), (503, True), (400, False)])
+async def test_webhook_answers_are_classified(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, webhook_receiver: WebhookReceiver,
+    smtp_server: tuple[MailSink, SmtpSettings], answer: int, retryable: bool,
+) -> None:  # fmt: skip
+    config = await add_target(pool, webhook_receiver)
+    webhook_receiver.answers = [answer]
+    notify = NotifyActivities(pool, http, smtp_server[1])
+    with pytest.raises(ApplicationError) as failed:
+        await ActivityEnvironment().run(
+            notify.deliver_notice, delivery(config, ChannelKind.WEBHOOK)
+        )
+    assert failed.value.non_retryable is not retryable
+
+
+async def test_a_gone_webhook_disables_its_channel(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, webhook_receiver: WebhookReceiver,
+    smtp_server: tuple[MailSink, SmtpSettings],
+) -> None:  # fmt: skip
+    config = await add_target(pool, webhook_receiver)
+    webhook_receiver.answers = [410]
+    notify = NotifyActivities(pool, http, smtp_server[1])
+    notice = delivery(config, ChannelKind.WEBHOOK)
+    for _ in range(2):
+        with pytest.raises(ApplicationError) as failed:
+            await ActivityEnvironment().run(notify.deliver_notice, notice)
+        assert failed.value.type == PERMANENT_DELIVERY_ERROR
+    assert len(webhook_receiver.received) == 1, "a disabled endpoint is not called again"
+    reason = await pool.fetchval("SELECT disabled_reason FROM channels WHERE kind = 'webhook'")
+    assert "410" in reason
+
+
+@pytest.mark.parametrize(
+    ("answer", "retryable"),
+    [("451 4.3.0 try again later", True), ("550 5.1.1 no such user", False)],
+)
+async def test_smtp_answers_are_classified(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, webhook_receiver: WebhookReceiver,
+    smtp_server: tuple[MailSink, SmtpSettings], answer: str, retryable: bool,
+) -> None:  # fmt: skip
+    sink, smtp = smtp_server
+    config = await add_target(pool, webhook_receiver)
+    sink.answers = [answer]
+    notify = NotifyActivities(pool, http, smtp)
+    with pytest.raises(ApplicationError) as failed:
+        await ActivityEnvironment().run(notify.deliver_notice, delivery(config, ChannelKind.EMAIL))
+    assert failed.value.non_retryable is not retryable
+    assert sink.messages == []
+
+
+async def test_a_crash_between_send_and_record_resends_once_with_the_same_id(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, webhook_receiver: WebhookReceiver,
+    smtp_server: tuple[MailSink, SmtpSettings],
+) -> None:  # fmt: skip
+    """The attempt dies after the receiver got the POST but before `sent` was recorded:
+    the next attempt (once the sending lease lapsed) re-sends once, same webhook-id."""
+    config = await add_target(pool, webhook_receiver)
+    notify = NotifyActivities(pool, http, smtp_server[1])
+    notice = delivery(config, ChannelKind.WEBHOOK)
+    webhook_receiver.hold = Hold(arrived=asyncio.Event(), release=asyncio.Event())
+    arrived = webhook_receiver.hold.arrived
+    doomed_env = ActivityEnvironment()
+    doomed = asyncio.create_task(doomed_env.run(notify.deliver_notice, notice))
+    await asyncio.wait_for(arrived.wait(), timeout=10)
+    doomed.cancel()  # the worker dies here: sent, not recorded
+    with pytest.raises(asyncio.CancelledError):
+        await doomed
+    [row] = await deliveries(pool)
+    assert row["status"] != "sent"
+    await pool.execute("UPDATE deliveries SET sending_until = now() - interval '1 s'")
+    resent = await ActivityEnvironment().run(notify.deliver_notice, notice)
+    assert resent.status == "sent"
+    assert webhook_receiver.ids() == [f"msg_{notice.delivery_id}"] * 2
+    assert (await ActivityEnvironment().run(notify.deliver_notice, notice)).already_sent
+    assert len(webhook_receiver.received) == 2
+
+
+# The workflow: who is told what, on the time-skipping server.
+
+
+async def channels_for(webhook: WebhookReceiver) -> list[Channel]:
+    return [
+        Channel(kind=ChannelKind.WEBHOOK, destination=webhook.url),
+        Channel(kind=ChannelKind.EMAIL, destination=f"ops-{uuid.uuid4().hex[:6]}@example.com"),
+    ]
+
+
+def watched(page_server: PageServer, channels: list[Channel], **config: Any) -> TargetConfig:
+    target_id = f"t-{uuid.uuid4().hex[:8]}"
+    page_server.set(f"/{target_id}", "price 10")
+    return TargetConfig(
+        target_id=target_id, url=page_server.url(f"/{target_id}"), interval_seconds=3600,
+        channels=channels, **config,
+    )  # fmt: skip
+
+
+async def anchor_of(env: WorkflowEnvironment) -> datetime:
+    return (await env.get_current_time()).replace(microsecond=0) + HOUR
+
+
+async def test_a_change_is_told_once_per_channel_and_nothing_else_is(
+    time_skipping_env: WorkflowEnvironment, pool: asyncpg.Pool, page_server: PageServer,
+    webhook_receiver: WebhookReceiver, smtp_server: tuple[MailSink, SmtpSettings],
+    start: Start, task_queue: str,
+) -> None:  # fmt: skip
+    sink, smtp = smtp_server
+    env = time_skipping_env
+    config = watched(page_server, await channels_for(webhook_receiver))
+    async with running_worker(env.client, task_queue, pool, smtp):
+        handle = await start(config, start_at=await anchor_of(env))
+        await env.sleep(timedelta(hours=3, minutes=30))  # baseline + unchanged: silence
+        assert webhook_receiver.received == [] and sink.messages == []
+        page_server.set(f"/{config.target_id}", "price 12")
+        await env.sleep(timedelta(hours=3))
+        history = await handle.fetch_history()
+    changed = [r for r in await rows(pool, config.target_id) if r["status"] == "changed"]
+    assert len(changed) == 1
+    assert [p["work_id"] for _, p in webhook_receiver.received] == [changed[0]["work_id"]]
+    assert len(sink.messages) == 1
+    assert [(r["status"], r["notice"]) for r in await deliveries(pool)] == [("sent", "changed")] * 2
+    secret = await pool.fetchval("SELECT secret FROM channels WHERE kind = 'webhook'")
+    assert secret.startswith("whsec_")
+    assert secret not in history.to_json(), "a secret leaked into the workflow history"
+    assert secret.removeprefix("whsec_") not in history.to_json()
+
+
+async def test_a_webhook_failing_three_times_is_sent_once_and_email_once(
+    time_skipping_env: WorkflowEnvironment, pool: asyncpg.Pool, page_server: PageServer,
+    webhook_receiver: WebhookReceiver, smtp_server: tuple[MailSink, SmtpSettings],
+    start: Start, task_queue: str,
+) -> None:  # fmt: skip
+    sink, smtp = smtp_server
+    env = time_skipping_env
+    config = watched(page_server, await channels_for(webhook_receiver))
+    webhook_receiver.answers = [500, 500, 500]
+    async with running_worker(env.client, task_queue, pool, smtp):
+        await start(config, start_at=await anchor_of(env))
+        await env.sleep(timedelta(hours=1, minutes=30))
+        page_server.set(f"/{config.target_id}", "price 12")
+        await env.sleep(timedelta(hours=2))
+    assert len(webhook_receiver.received) == 4
+    assert len(set(webhook_receiver.ids())) == 1
+    assert len(sink.messages) == 1
+    by_kind = {r["channel_id"].split("-")[0]: r for r in await deliveries(pool)}
+    assert (by_kind["webhook"]["status"], by_kind["webhook"]["attempt_count"]) == ("sent", 4)
+    assert (by_kind["email"]["status"], by_kind["email"]["attempt_count"]) == ("sent", 1)
+
+
+async def test_a_channel_that_always_fails_is_recorded_and_the_others_carry_on(
+    time_skipping_env: WorkflowEnvironment, pool: asyncpg.Pool, page_server: PageServer,
+    webhook_receiver: WebhookReceiver, smtp_server: tuple[MailSink, SmtpSettings],
+    start: Start, task_queue: str,
+) -> None:  # fmt: skip
+    sink, smtp = smtp_server
+    env = time_skipping_env
+    config = watched(page_server, await channels_for(webhook_receiver))
+    path = f"/{config.target_id}"
+    webhook_receiver.answers = [503] * 100
+    async with running_worker(env.client, task_queue, pool, smtp):
+        await start(config, start_at=await anchor_of(env))
+        await env.sleep(timedelta(hours=1, minutes=30))
+        page_server.set(path, "price 12")
+        await env.sleep(timedelta(hours=1))
+        page_server.set(path, "price 14")
+        await env.sleep(timedelta(hours=1))
+    records = await rows(pool, config.target_id)
+    assert [r["status"] for r in records] == ["unchanged", "changed", "changed"]
+    failed = [r for r in await deliveries(pool) if r["channel_id"].startswith("webhook")]
+    assert [(r["status"], r["attempt_count"]) for r in failed] == [("failed", 8)] * 2
+    assert "503" in failed[0]["last_error"]
+    assert len(sink.messages) == 2, "email was told about both changes"
+
+
+async def test_failing_and_recovered_are_each_told_once(
+    time_skipping_env: WorkflowEnvironment, pool: asyncpg.Pool, page_server: PageServer,
+    webhook_receiver: WebhookReceiver, smtp_server: tuple[MailSink, SmtpSettings],
+    start: Start, task_queue: str,
+) -> None:  # fmt: skip
+    _, smtp = smtp_server
+    env = time_skipping_env
+    channels = [Channel(kind=ChannelKind.WEBHOOK, destination=webhook_receiver.url)]
+    config = watched(page_server, channels, unhealthy_after=2)
+    path = f"/{config.target_id}"
+    async with running_worker(env.client, task_queue, pool, smtp):
+        await start(config, start_at=await anchor_of(env))
+        await env.sleep(timedelta(hours=1, minutes=30))
+        page_server.set(path, "gone", status=404)
+        await env.sleep(timedelta(hours=4))  # four failed slots: one "failing" notice
+        page_server.set(path, "price 10")
+        await env.sleep(timedelta(hours=2))  # good again: one "recovered" notice
+    types = [payload["type"] for _, payload in webhook_receiver.received]
+    assert types == ["page.failing", "page.recovered"]
