@@ -357,6 +357,25 @@ async def list_targets(pool: asyncpg.Pool) -> list[asyncpg.Record]:
     return list(await pool.fetch(LIST_TARGETS))
 
 
+TARGET_CHANNELS = """
+SELECT channel_id, kind, destination, secret, disabled_reason FROM channels
+ WHERE target_id = $1 ORDER BY kind, destination
+"""
+
+TARGET_DELIVERIES = """
+SELECT work_id, notice, channel_id, status, attempt_count, last_error, sent_at
+  FROM deliveries WHERE target_id = $1 ORDER BY created_at DESC, channel_id LIMIT $2
+"""
+
+
+async def target_channels(pool: asyncpg.Pool, target_id: str) -> list[asyncpg.Record]:
+    return list(await pool.fetch(TARGET_CHANNELS, target_id))
+
+
+async def target_deliveries(pool: asyncpg.Pool, target_id: str, limit: int) -> list[asyncpg.Record]:
+    return list(await pool.fetch(TARGET_DELIVERIES, target_id, limit))
+
+
 async def failed_checks(pool: asyncpg.Pool, target_id: str | None, limit: int) -> list[CheckResult]:
     return [_result(row) for row in await pool.fetch(FAILED_CHECKS, target_id, limit)]
 

@@ -4,7 +4,7 @@ import asyncio
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from datetime import UTC, datetime
 from functools import wraps
 from typing import Annotated, Any, ParamSpec, TypeVar
@@ -17,6 +17,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from pricewatch.durations import format_duration, parse_duration
 from pricewatch.models import (
+    Channel,
+    ChannelKind,
     CheckResult,
     MonitorState,
     MonitorStatus,
@@ -85,6 +87,15 @@ def _one_line(err: BaseException | None) -> str:
 
 def settings() -> Settings:
     return Settings()
+
+
+async def read_database(query: Callable[[asyncpg.Pool], Awaitable[R]]) -> R:
+    """Run one read against Postgres with a short-lived pool (the CLI's only DB access)."""
+    pool = await asyncpg.create_pool(settings().resolved_database_url(), min_size=1, max_size=1)
+    try:
+        return await query(pool)
+    finally:
+        await pool.close()
 
 
 def parse_start_at(text: str | None) -> datetime | None:
@@ -168,6 +179,10 @@ async def add(
     unhealthy_after: Annotated[
         int, typer.Option(help="Failed slots in a row that make the target unhealthy.")
     ] = 3,
+    webhook: Annotated[
+        list[str] | None, typer.Option(help="Webhook URL to notify (repeatable).")
+    ] = None,
+    email: Annotated[list[str] | None, typer.Option(help="Address to notify (repeatable).")] = None,
 ) -> None:
     """Start watching a page (same settings again: no-op; different: reconfigure)."""
     valid_id(target_id)
@@ -177,6 +192,8 @@ async def add(
         interval_seconds=int(parse_duration(every).total_seconds()),
         max_attempts=max_attempts,
         unhealthy_after=unhealthy_after,
+        channels=[Channel(kind=ChannelKind.WEBHOOK, destination=url) for url in webhook or []]
+        + [Channel(kind=ChannelKind.EMAIL, destination=address) for address in email or []],
     )
     minimum = settings().min_interval
     if config.interval < minimum:
@@ -217,11 +234,7 @@ async def list_targets() -> None:
     """List targets with their state, next slot and last result."""
     from activities.store import list_targets as fetch_targets
 
-    pool = await asyncpg.create_pool(settings().resolved_database_url(), min_size=1, max_size=1)
-    try:
-        rows = await fetch_targets(pool)
-    finally:
-        await pool.close()
+    rows = await read_database(fetch_targets)
     if not rows:
         typer.echo("no targets: add one with `pricewatch add <id> <url> --every 24h`")
         return
@@ -258,15 +271,58 @@ async def history(
     from activities.store import check_history
 
     valid_id(target_id)
-    pool = await asyncpg.create_pool(settings().resolved_database_url(), min_size=1, max_size=1)
-    try:
-        results = await check_history(pool, target_id, limit)
-    finally:
-        await pool.close()
+    results = await read_database(lambda pool: check_history(pool, target_id, limit))
     if not results:
         raise BadInput(f"no recorded checks for {target_id!r}")
     for result in results:
         print_result(result)
+
+
+@app.command()
+@command
+async def channels(
+    target_id: IdArg,
+    reveal: Annotated[bool, typer.Option(help="Print webhook secrets in full.")] = False,
+) -> None:
+    """A target's notification channels; webhook secrets masked unless --reveal."""
+    from activities.store import target_channels
+
+    valid_id(target_id)
+    rows = await read_database(lambda pool: target_channels(pool, target_id))
+    if not rows:
+        typer.echo(f"no channels for {target_id!r}: add them with --webhook / --email")
+    for row in rows:
+        secret = row["secret"] or ""
+        shown = secret if reveal or not secret else secret[:10] + "..." + "*" * 6
+        line = f"{row['channel_id']:<18} {row['kind']:<8} {row['destination']}"
+        if secret:
+            line += f"  secret={shown}"
+        if row["disabled_reason"]:
+            line += f"  DISABLED ({row['disabled_reason']})"
+        typer.echo(line)
+
+
+@app.command()
+@command
+async def deliveries(
+    target_id: IdArg,
+    limit: Annotated[int, typer.Option(min=1, max=10000, help="How many deliveries.")] = 50,
+) -> None:
+    """Each notice per channel, newest first: sent, or failed with the last error."""
+    from activities.store import target_deliveries
+
+    valid_id(target_id)
+    rows = await read_database(lambda pool: target_deliveries(pool, target_id, limit))
+    if not rows:
+        typer.echo("no deliveries yet")
+    for row in rows:
+        line = (
+            f"{row['work_id']}  {row['notice']:<9} {row['channel_id']:<18} "
+            f"{row['status']:<7} attempts={row['attempt_count']}"
+        )
+        if row["last_error"] and row["status"] != "sent":
+            line += f"  error={row['last_error']}"
+        typer.echo(line)
 
 
 @app.command()
@@ -280,11 +336,7 @@ async def failures(
 
     if target_id is not None:
         valid_id(target_id)
-    pool = await asyncpg.create_pool(settings().resolved_database_url(), min_size=1, max_size=1)
-    try:
-        results = await failed_checks(pool, target_id, limit)
-    finally:
-        await pool.close()
+    results = await read_database(lambda pool: failed_checks(pool, target_id, limit))
     if not results:
         typer.echo("no failed slots")
     for result in results:
@@ -302,12 +354,10 @@ async def retry(
     """Re-run one failed slot now, through its workflow, on the same row."""
     from activities.store import check_target, stored_check
 
-    pool = await asyncpg.create_pool(settings().resolved_database_url(), min_size=1, max_size=1)
-    try:
-        stored = await stored_check(pool, work_id)
-        target_id = await check_target(pool, work_id)
-    finally:
-        await pool.close()
+    async def lookup(pool: asyncpg.Pool) -> tuple[CheckResult | None, str | None]:
+        return await stored_check(pool, work_id), await check_target(pool, work_id)
+
+    stored, target_id = await read_database(lookup)
     if stored is None or target_id is None:
         raise BadInput(f"unknown work id {work_id!r}")
     client = await connect()

@@ -3,7 +3,8 @@
 Run after a deliberate workflow change that keeps old histories valid, or to add a
 history for a new feature: `python -m tests.record_histories`. It starts its own dev
 server, Postgres, page server and worker in a temp dir, drives one target through every
-message (pause, resume, check-now, reconfigure, a permanent failure, continue-as-new), and
+message (pause, resume, check-now, reconfigure, a permanent failure, continue-as-new) with a
+webhook channel told of its changes, and
 writes each run's history to tests/histories/.
 """
 
@@ -15,7 +16,7 @@ from aiohttp import web
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from pricewatch.models import CheckResult, MonitorState, TargetConfig
+from pricewatch.models import Channel, ChannelKind, CheckResult, MonitorState, TargetConfig
 from pricewatch.settings import Settings
 from pricewatch.temporal import start_monitor
 from workers.embedded import (
@@ -32,7 +33,12 @@ TASK_QUEUE = "record-histories"
 
 
 async def drive(client: Client, activities: Activities, page_url: str) -> list[str]:
-    config = TargetConfig(target_id="recorded", url=page_url, interval_seconds=1)
+    config = TargetConfig(
+        target_id="recorded",
+        url=page_url,
+        interval_seconds=1,
+        channels=[Channel(kind=ChannelKind.WEBHOOK, destination=page_url + "hook")],
+    )
     async with build_worker(client, TASK_QUEUE, activities):
         handle = await start_monitor(
             client,
@@ -71,6 +77,11 @@ async def main() -> None:
             return web.Response(text=f"price {next(counter) // 3}")
 
         app.router.add_get("/{tail:.*}", page)
+
+        async def hook(request: web.Request) -> web.Response:
+            return web.Response(status=204)
+
+        app.router.add_post("/hook", hook)
         runner = web.AppRunner(app)
         await runner.setup()
         page_port = free_port()

@@ -18,8 +18,9 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from activities.notify import SmtpSettings
 from pricewatch.temporal import workflow_id
-from tests.conftest import PageServer
+from tests.conftest import MailSink, PageServer, WebhookReceiver
 from workers.embedded import free_port, start_temporal_dev_server, stop_process
 from workflows.monitor import MonitorTarget
 
@@ -265,3 +266,37 @@ async def test_failures_are_classified_dead_lettered_listed_and_retried(
         assert code == 2 and "unknown work id" in err
         for target in ("e2e-flaky", "e2e-gone"):
             assert (await cli(env, "remove", target))[0] == 0
+
+
+async def test_a_change_reaches_each_channel_once_through_real_processes(
+    env: dict[str, str],
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    webhook_receiver: WebhookReceiver,
+    smtp_server: tuple[MailSink, SmtpSettings],
+) -> None:
+    sink, smtp = smtp_server
+    env = {**env, "PRICEWATCH_SMTP_HOST": smtp.host, "PRICEWATCH_SMTP_PORT": str(smtp.port)}
+    page_server.set("/notify", "<p>EUR 4</p>")
+    async with worker_process(env):
+        code, _, err = await cli(
+            env, "add", "e2e-notify", page_server.url("/notify"), "--every", f"{INTERVAL_SECONDS}s",
+            "--webhook", webhook_receiver.url, "--email", "ops@example.com",
+        )  # fmt: skip
+        assert code == 0, err
+        await wait_for(pool, "SELECT count(*) - 1 FROM source_checks")
+        page_server.set("/notify", "<p>EUR 5</p>")
+        await wait_for(pool, "SELECT count(*) - 1 FROM deliveries WHERE status = 'sent'")
+        await asyncio.sleep(2 * INTERVAL_SECONDS)  # later unchanged slots tell nobody
+
+        code, out, _ = await cli(env, "channels", "e2e-notify")
+        secret = await pool.fetchval("SELECT secret FROM channels WHERE kind = 'webhook'")
+        assert code == 0 and webhook_receiver.url in out and "ops@example.com" in out
+        assert secret not in out, "`channels` masks secrets"
+        code, out, _ = await cli(env, "channels", "e2e-notify", "--reveal")
+        assert secret in out
+        code, out, _ = await cli(env, "deliveries", "e2e-notify")
+        assert code == 0 and out.count(" sent ") == 2
+        assert (await cli(env, "remove", "e2e-notify"))[0] == 0
+    assert len(webhook_receiver.received) == 1  # its signature was verified on arrival
+    assert len(sink.messages) == 1
