@@ -28,6 +28,8 @@ from email.utils import parsedate_to_datetime
 
 import httpx
 
+from activities.guard import AddressPolicy, BlockedAddress, GuardedTransport
+
 MAX_BODY_BYTES = 5 * 1024 * 1024
 FETCH_DEADLINE = timedelta(seconds=30)
 MAX_RETRY_AFTER = timedelta(minutes=15)
@@ -65,15 +67,16 @@ class Page:
     size: int
 
 
-def new_client(transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
-    """One client per worker; `trust_env=False` so proxy variables cannot reroute checks."""
+def new_client(policy: AddressPolicy) -> httpx.AsyncClient:
+    """One client per worker, for pages and webhooks alike: every connection goes through
+    the SSRF guard; `trust_env=False` so proxy variables cannot reroute it; redirects are
+    followed by hand (`_fetch`), so a redirect's body is never read."""
     return httpx.AsyncClient(
         timeout=HTTP_TIMEOUTS,
-        follow_redirects=True,
-        max_redirects=MAX_REDIRECTS,
+        follow_redirects=False,
         trust_env=False,
         headers={"user-agent": USER_AGENT},
-        transport=transport,
+        transport=GuardedTransport(policy),
     )
 
 
@@ -85,8 +88,8 @@ async def fetch_page(client: httpx.AsyncClient, url: str) -> Page:
         raise FetchError(
             f"no complete response within {FETCH_DEADLINE.total_seconds():.0f}s", transient=True
         ) from err
-    except httpx.TooManyRedirects as err:
-        raise FetchError(f"more than {MAX_REDIRECTS} redirects", transient=False) from err
+    except BlockedAddress as err:
+        raise FetchError(str(err), transient=False) from err
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as err:
         # Also a redirect to file:, ftp: or another scheme we do not fetch.
         raise FetchError(f"invalid or unsupported URL: {err}", transient=False) from err
@@ -114,20 +117,37 @@ def classify_connection_error(err: httpx.TransportError) -> FetchError:
 
 
 async def _fetch(client: httpx.AsyncClient, url: str) -> Page:
-    async with client.stream("GET", url) as response:
-        if response.status_code >= 300:
-            raise _status_error(response)
-        content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
-        if content_type and not _allowed(content_type):
-            raise FetchError(f"unsupported content type {content_type}", transient=False)
-        digest = hashlib.sha256()
-        size = 0
-        async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise FetchError(f"body larger than {MAX_BODY_BYTES} bytes", transient=False)
-            digest.update(chunk)
-        return Page(status_code=response.status_code, sha256=digest.hexdigest(), size=size)
+    request = client.build_request("GET", url)
+    for _ in range(MAX_REDIRECTS + 1):
+        response = await client.send(request, stream=True)
+        try:
+            if response.next_request is not None:  # a redirect: follow without reading it
+                request = response.next_request
+                continue
+            return await _read_page(response)
+        finally:
+            await response.aclose()
+    raise FetchError(f"more than {MAX_REDIRECTS} redirects", transient=False)
+
+
+async def _read_page(response: httpx.Response) -> Page:
+    """The body, decompressed under the cap (a gzip bomb stops at the cap, not in memory)."""
+    if response.status_code >= 300:
+        raise _status_error(response)
+    content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type and not _allowed(content_type):
+        raise FetchError(f"unsupported content type {content_type}", transient=False)
+    codings = [c for c in response.headers.get("content-encoding", "").split(",") if c.strip()]
+    if len([c for c in codings if c.strip().lower() != "identity"]) > 1:
+        raise FetchError(f"stacked content encodings {codings} are refused", transient=False)
+    digest = hashlib.sha256()
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise FetchError(f"body larger than {MAX_BODY_BYTES} bytes", transient=False)
+        digest.update(chunk)
+    return Page(status_code=response.status_code, sha256=digest.hexdigest(), size=size)
 
 
 def _allowed(content_type: str) -> bool:

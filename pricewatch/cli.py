@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.guard import AddressPolicy, BlockedAddress, check_url
 from pricewatch.durations import format_duration, parse_duration
 from pricewatch.models import (
     Channel,
@@ -53,7 +54,7 @@ def user_errors() -> Iterator[None]:
     or failing service exits 1."""
     try:
         yield
-    except (BadInput, ValidationError, ValueError) as err:
+    except (BadInput, ValidationError, ValueError, BlockedAddress) as err:
         fail(_one_line(err), BAD_INPUT)
     except (RPCError, OSError, LookupError, TimeoutError, asyncpg.PostgresError) as err:
         fail(f"{type(err).__name__}: {_one_line(err)}", UNAVAILABLE)
@@ -202,6 +203,9 @@ async def add(
             "(PRICEWATCH_MIN_INTERVAL)"
         )
     first = parse_start_at(start_at)
+    policy = AddressPolicy.allowing(settings().allow_networks.split(","))
+    for destination in [url, *(webhook or [])]:
+        await check_url(policy, destination)
     client = await connect()
     try:
         handle = await running_handle(client, target_id)

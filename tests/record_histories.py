@@ -19,6 +19,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from pricewatch.models import Channel, ChannelKind, CheckResult, MonitorState, TargetConfig
 from pricewatch.settings import Settings
 from pricewatch.temporal import start_monitor
+from tests.conftest import LOOPBACK
 from workers.embedded import (
     free_port,
     start_embedded_postgres,
@@ -90,7 +91,9 @@ async def main() -> None:
             client = await Client.connect(
                 f"127.0.0.1:{port}", data_converter=pydantic_data_converter
             )
-            async with worker_activities(database_url, smtp_settings(Settings())) as activities:
+            async with worker_activities(
+                database_url, smtp_settings(Settings()), LOOPBACK
+            ) as activities:
                 run_ids = await drive(client, activities, f"http://127.0.0.1:{page_port}/")
             HISTORIES.mkdir(exist_ok=True)
             for index, run_id in enumerate(dict.fromkeys(run_ids)):

@@ -55,6 +55,7 @@ def env(temporal_address: str, database_url: str, task_queue: str) -> dict[str, 
         "PRICEWATCH_DATABASE_URL": database_url,
         "PRICEWATCH_TASK_QUEUE": task_queue,
         "PRICEWATCH_MIN_INTERVAL": "1s",  # test-only: real seconds instead of 15 minutes
+        "PRICEWATCH_ALLOW_NETWORKS": "127.0.0.1/32",  # the test pages and receivers
     }
 
 

@@ -17,14 +17,14 @@ from activities import checks, store
 from activities.checks import LEASE_HELD, CheckActivities
 from activities.fetch import new_client
 from pricewatch.models import CheckInput, CheckResult, CheckStatus, TargetConfig
-from tests.conftest import PageServer
+from tests.conftest import LOOPBACK, PageServer
 
 SLOT = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)
 
 
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with new_client() as client:
+    async with new_client(LOOPBACK) as client:
         yield client
 
 

@@ -23,6 +23,7 @@ from activities.fetch import (
     new_client,
     parse_retry_after,
 )
+from tests.conftest import LOOPBACK
 
 BODY = b"<html>Pro plan: 12.00 EUR / month</html>"
 NOW = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)
@@ -96,7 +97,7 @@ async def server() -> AsyncIterator[str]:
 
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
-    client = new_client()
+    client = new_client(LOOPBACK)
     try:
         yield client
     finally:

@@ -26,7 +26,7 @@ from pricewatch.models import (
     Notice,
     TargetConfig,
 )
-from tests.conftest import Hold, MailSink, PageServer, Start, WebhookReceiver
+from tests.conftest import LOOPBACK, Hold, MailSink, PageServer, Start, WebhookReceiver
 from tests.test_workflow import HOUR, rows, running_worker
 
 SLOT = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)
@@ -43,7 +43,7 @@ CHANGED = CheckResult(
 
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with new_client() as client:
+    async with new_client(LOOPBACK) as client:
         yield client
 
 

@@ -27,7 +27,7 @@ from pricewatch.models import (
     TargetConfig,
 )
 from pricewatch.slots import format_slot
-from tests.conftest import PageServer, Start
+from tests.conftest import LOOPBACK, PageServer, Start
 from workers.worker import Activities, build_worker
 from workflows.monitor import MonitorTarget
 
@@ -39,7 +39,7 @@ NO_SMTP = SmtpSettings(host="127.0.0.1", port=9, sender="pricewatch@localhost")
 async def running_worker(
     client: Client, task_queue: str, pool: asyncpg.Pool, smtp: SmtpSettings = NO_SMTP
 ) -> AsyncIterator[None]:
-    async with new_client() as http:
+    async with new_client(LOOPBACK) as http:
         activities = Activities(CheckActivities(pool, http), NotifyActivities(pool, http, smtp))
         async with build_worker(client, task_queue, activities):
             yield

@@ -18,7 +18,7 @@ from pricewatch.models import MonitorState, TargetConfig
 from pricewatch.settings import EMBEDDED_DATABASE_URL_FILE, Settings
 from pricewatch.temporal import connect, start_monitor
 from workers.embedded import start_embedded_postgres, start_temporal_dev_server, stop_process
-from workers.worker import build_worker, smtp_settings, worker_activities
+from workers.worker import address_policy, build_worker, smtp_settings, worker_activities
 
 TEMPORAL_PORT = 7233
 UI_PORT = 8233
@@ -26,6 +26,8 @@ DEMO_PORT = 8099
 DEV_SQLITE_PRAGMAS = (
     "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
 )  # fmt: skip
+# The dev stack watches local pages (the demo, your own test servers) on loopback only.
+DEV_ALLOW_NETWORKS = "127.0.0.1/32"
 DEMO_TARGET = "demo-pricing"
 # Demo only: far below PRICEWATCH_MIN_INTERVAL, so a newcomer sees a change within minutes.
 DEMO_INTERVAL_SECONDS = 20
@@ -71,7 +73,9 @@ async def serve(settings: Settings, database_url: str, demo_url: str | None) -> 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     async with (
-        worker_activities(database_url, smtp_settings(settings)) as activities,
+        worker_activities(
+            database_url, smtp_settings(settings), address_policy(settings)
+        ) as activities,
         build_worker(client, settings.task_queue, activities),
     ):
         if demo_url:
@@ -92,6 +96,13 @@ async def serve(settings: Settings, database_url: str, demo_url: str | None) -> 
 
 
 def run_dev(settings: Settings, *, demo: bool) -> None:
+    if not settings.allow_networks:
+        settings = settings.model_copy(update={"allow_networks": DEV_ALLOW_NETWORKS})
+    print(
+        f"fetch guard: private addresses refused except {settings.allow_networks} "
+        "(PRICEWATCH_ALLOW_NETWORKS)",
+        flush=True,
+    )
     data_dir = settings.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     print(f"data dir:  {data_dir}", flush=True)

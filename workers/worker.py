@@ -13,6 +13,7 @@ from temporalio.worker import Worker
 
 from activities.checks import CheckActivities
 from activities.fetch import new_client
+from activities.guard import AddressPolicy
 from activities.migrate import migrate
 from activities.notify import NotifyActivities, SmtpSettings
 from pricewatch.settings import Settings
@@ -45,14 +46,20 @@ def smtp_settings(settings: Settings) -> SmtpSettings:
     )
 
 
+def address_policy(settings: Settings) -> AddressPolicy:
+    return AddressPolicy.allowing(settings.allow_networks.split(","))
+
+
 @contextlib.asynccontextmanager
-async def worker_activities(database_url: str, smtp: SmtpSettings) -> AsyncIterator[Activities]:
+async def worker_activities(
+    database_url: str, smtp: SmtpSettings, policy: AddressPolicy
+) -> AsyncIterator[Activities]:
     """The worker's one pool and one HTTP client, shared by all activities, closed on exit."""
     pool = await asyncpg.create_pool(database_url, min_size=1, max_size=10)
     try:
         async with pool.acquire() as conn:
             await migrate(conn)
-        async with new_client() as http:
+        async with new_client(policy) as http:
             yield Activities(CheckActivities(pool, http), NotifyActivities(pool, http, smtp))
     finally:
         await pool.close()
@@ -85,7 +92,8 @@ async def run_worker(settings: Settings) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     database_url = settings.resolved_database_url()
-    async with worker_activities(database_url, smtp_settings(settings)) as activities:
+    policy = address_policy(settings)
+    async with worker_activities(database_url, smtp_settings(settings), policy) as activities:
         worker = build_worker(client, settings.task_queue, activities)
         async with worker:
             print(f"worker polling task queue {settings.task_queue!r}", flush=True)
