@@ -14,8 +14,9 @@ import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import store
-from activities.fetch import FetchError, Page, fetch_page
+from activities import snapshots, store
+from activities.fetch import FetchError, Page, Request, fetch_page
+from activities.normalise import Extraction
 from pricewatch.models import (
     CheckInput,
     CheckResult,
@@ -61,9 +62,12 @@ def execution_id() -> str:
 
 
 class CheckActivities:
-    def __init__(self, pool: asyncpg.Pool, http: httpx.AsyncClient) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, http: httpx.AsyncClient, snapshots_kept: int = 50
+    ) -> None:
         self.pool = pool
         self.http = http
+        self.snapshots_kept = snapshots_kept
 
     @activity.defn(name="sync_target")
     async def sync_target(self, sync: SyncTargetInput) -> None:
@@ -106,7 +110,7 @@ class CheckActivities:
         committed = False
         try:
             try:
-                page = await self._fetch_holding_lease(check, token)
+                page = await self._fetch_holding_lease(check, token, claim)
             except FetchError as err:
                 committed = await self._record_attempt_failure(check, token, err)
                 raise ApplicationError(
@@ -115,16 +119,8 @@ class CheckActivities:
                     non_retryable=not err.transient,
                     next_retry_delay=err.retry_after,
                 ) from err
-            outcome = store.Outcome(
-                status=_compare(claim.previous_hash, page.sha256),
-                result_hash=page.sha256,
-                previous_hash=claim.previous_hash,
-                http_status=page.status_code,
-                body_bytes=page.size,
-            )
-            advance_to = (
-                next_slot(check.slot, check.interval, clock()) if check.on_schedule else None
-            )
+            outcome = _outcome(claim, page)
+            advance_to = _schedule_after(check)
             result = await store.commit(
                 self.pool,
                 target_id=check.target_id,
@@ -134,6 +130,7 @@ class CheckActivities:
                 kind=check.kind,
                 outcome=outcome,
                 advance_to=advance_to,
+                snapshots_kept=self.snapshots_kept,
             )
             committed = result is not None
             if result is None:
@@ -143,14 +140,23 @@ class CheckActivities:
             if not committed:
                 await store.release(self.pool, target_id=check.target_id, token=token)
 
-    async def _fetch_holding_lease(self, check: CheckInput, token: str) -> Page:
+    async def _fetch_holding_lease(self, check: CheckInput, token: str, claim: store.Claim) -> Page:
         """Fetch, heartbeating to Temporal and extending the lease while the fetch runs.
 
         If Temporal has given up on this attempt, the SDK cancels it at the next heartbeat;
         if the lease was taken over meanwhile, the fetch stops at once: its result could
         not be committed anyway.
         """
-        fetch = asyncio.create_task(fetch_page(self.http, check.url))
+        request = Request(
+            url=check.url,
+            extraction=Extraction(
+                selector=check.selector, ignore=check.ignore, json_pointer=check.json_pointer
+            ),
+            user_agent=check.user_agent,
+            etag=claim.previous_etag,
+            last_modified=claim.previous_last_modified,
+        )
+        fetch = asyncio.create_task(fetch_page(self.http, request))
         try:
             while True:
                 done, _ = await asyncio.wait({fetch}, timeout=HEARTBEAT_EVERY.total_seconds())
@@ -264,6 +270,40 @@ class CheckActivities:
 def _schedule_after(check: CheckInput) -> datetime | None:
     """The next slot once this one is final; None for checks off the schedule."""
     return next_slot(check.slot, check.interval, clock()) if check.on_schedule else None
+
+
+def _outcome(claim: store.Claim, page: Page) -> store.Outcome:
+    """A 304 is the page as it was; a new state (the baseline, a change) keeps a snapshot
+    and, for a change, an excerpt of what changed."""
+    if page.not_modified:
+        if claim.previous_hash is None:
+            raise FetchError("HTTP 304 to a request that named no version", transient=False)
+        return store.Outcome(
+            status=CheckStatus.UNCHANGED,
+            result_hash=claim.previous_hash,
+            previous_hash=claim.previous_hash,
+            http_status=304,
+            body_bytes=0,
+            etag=page.etag or claim.previous_etag,
+            last_modified=page.last_modified or claim.previous_last_modified,
+        )
+    assert page.sha256 is not None and page.text is not None
+    status = _compare(claim.previous_hash, page.sha256)
+    new_state = status is CheckStatus.CHANGED or claim.previous_hash is None
+    change = None
+    if status is CheckStatus.CHANGED and claim.previous_snapshot is not None:
+        change = snapshots.excerpt(snapshots.decompress(claim.previous_snapshot), page.text)
+    return store.Outcome(
+        status=status,
+        result_hash=page.sha256,
+        previous_hash=claim.previous_hash,
+        http_status=page.status_code,
+        body_bytes=page.size,
+        etag=page.etag,
+        last_modified=page.last_modified,
+        snapshot=snapshots.compress(page.text) if new_state else None,
+        excerpt=change,
+    )
 
 
 def _compare(previous_hash: str | None, new_hash: str) -> CheckStatus:

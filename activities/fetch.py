@@ -22,13 +22,14 @@ import asyncio
 import hashlib
 import socket
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 
 import httpx
 
 from activities.guard import AddressPolicy, BlockedAddress, GuardedTransport
+from activities.normalise import Extraction, ExtractionError, normalise
 
 MAX_BODY_BYTES = 5 * 1024 * 1024
 FETCH_DEADLINE = timedelta(seconds=30)
@@ -62,9 +63,39 @@ class FetchError(Exception):
 
 @dataclass(frozen=True)
 class Page:
+    """What a fetch saw. `text` is the normalised text that was hashed (None for a 304, which
+    transfers no body: the page is as it was)."""
+
     status_code: int
-    sha256: str
+    sha256: str | None
     size: int
+    text: str | None = None
+    etag: str | None = None
+    last_modified: str | None = None
+
+    @property
+    def not_modified(self) -> bool:
+        return self.status_code == 304
+
+
+@dataclass(frozen=True)
+class Request:
+    """One fetch: the URL, the target's extraction rules, and the validators of the last
+    good check for a conditional request."""
+
+    url: str
+    extraction: Extraction = field(default_factory=Extraction)
+    user_agent: str | None = None
+    etag: str | None = None
+    last_modified: str | None = None
+
+    def headers(self) -> dict[str, str]:
+        headers = {"user-agent": self.user_agent} if self.user_agent else {}
+        if self.etag:
+            headers["if-none-match"] = self.etag
+        if self.last_modified:
+            headers["if-modified-since"] = self.last_modified
+        return headers
 
 
 def new_client(policy: AddressPolicy) -> httpx.AsyncClient:
@@ -80,10 +111,12 @@ def new_client(policy: AddressPolicy) -> httpx.AsyncClient:
     )
 
 
-async def fetch_page(client: httpx.AsyncClient, url: str) -> Page:
+async def fetch_page(client: httpx.AsyncClient, request: Request | str) -> Page:
+    if isinstance(request, str):
+        request = Request(request)
     try:
         async with asyncio.timeout(FETCH_DEADLINE.total_seconds()):
-            return await _fetch(client, url)
+            return await _fetch(client, request)
     except TimeoutError as err:
         raise FetchError(
             f"no complete response within {FETCH_DEADLINE.total_seconds():.0f}s", transient=True
@@ -93,6 +126,8 @@ async def fetch_page(client: httpx.AsyncClient, url: str) -> Page:
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as err:
         # Also a redirect to file:, ftp: or another scheme we do not fetch.
         raise FetchError(f"invalid or unsupported URL: {err}", transient=False) from err
+    except ExtractionError as err:
+        raise FetchError(f"extraction rule failed: {err}", transient=False) from err
     except httpx.DecodingError as err:
         raise FetchError(f"undecodable body: {err}", transient=False) from err
     except httpx.TimeoutException as err:
@@ -116,38 +151,51 @@ def classify_connection_error(err: httpx.TransportError) -> FetchError:
     return FetchError(f"connection failed: {err or type(err).__name__}", transient=True)
 
 
-async def _fetch(client: httpx.AsyncClient, url: str) -> Page:
-    request = client.build_request("GET", url)
+async def _fetch(client: httpx.AsyncClient, wanted: Request) -> Page:
+    request = client.build_request("GET", wanted.url, headers=wanted.headers())
     for _ in range(MAX_REDIRECTS + 1):
         response = await client.send(request, stream=True)
         try:
             if response.next_request is not None:  # a redirect: follow without reading it
                 request = response.next_request
                 continue
-            return await _read_page(response)
+            return await _read_page(response, wanted.extraction)
         finally:
             await response.aclose()
     raise FetchError(f"more than {MAX_REDIRECTS} redirects", transient=False)
 
 
-async def _read_page(response: httpx.Response) -> Page:
-    """The body, decompressed under the cap (a gzip bomb stops at the cap, not in memory)."""
+async def _read_page(response: httpx.Response, extraction: Extraction) -> Page:
+    """The body, decompressed under the cap (a gzip bomb stops at the cap, not in memory),
+    normalised and hashed."""
+    validators = {
+        "etag": response.headers.get("etag"),
+        "last_modified": response.headers.get("last-modified"),
+    }
+    if response.status_code == 304:
+        return Page(status_code=304, sha256=None, size=0, **validators)
     if response.status_code >= 300:
         raise _status_error(response)
-    content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    full_type = response.headers.get("content-type", "")
+    content_type = full_type.split(";")[0].strip().lower()
     if content_type and not _allowed(content_type):
         raise FetchError(f"unsupported content type {content_type}", transient=False)
     codings = [c for c in response.headers.get("content-encoding", "").split(",") if c.strip()]
     if len([c for c in codings if c.strip().lower() != "identity"]) > 1:
         raise FetchError(f"stacked content encodings {codings} are refused", transient=False)
-    digest = hashlib.sha256()
-    size = 0
+    body = bytearray()
     async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
             raise FetchError(f"body larger than {MAX_BODY_BYTES} bytes", transient=False)
-        digest.update(chunk)
-    return Page(status_code=response.status_code, sha256=digest.hexdigest(), size=size)
+    text = normalise(bytes(body), full_type, extraction)
+    return Page(
+        status_code=response.status_code,
+        sha256=hashlib.sha256(text.encode()).hexdigest(),
+        size=len(body),
+        text=text,
+        **validators,
+    )
 
 
 def _allowed(content_type: str) -> bool:

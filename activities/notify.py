@@ -54,6 +54,7 @@ SELECT
         (SELECT status FROM deliveries WHERE work_id = $1 AND channel_id = $2 AND notice = $3)
     ) AS status,
     EXISTS (SELECT 1 FROM taken) AS taken,
+    (SELECT excerpt FROM source_checks WHERE work_id = $1) AS excerpt,
     c.kind, c.destination, c.secret, c.disabled_reason
   FROM (SELECT 1) AS one
   LEFT JOIN channels c ON c.target_id = $4 AND c.channel_id = $2
@@ -101,7 +102,7 @@ def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
 
 
-def notice_body(delivery: DeliveryInput) -> dict[str, object]:
+def notice_body(delivery: DeliveryInput, excerpt: str | None) -> dict[str, object]:
     result = delivery.result
     return {
         "type": f"page.{delivery.notice.value}",
@@ -115,7 +116,7 @@ def notice_body(delivery: DeliveryInput) -> dict[str, object]:
         "checked_at": result.checked_at.isoformat(),
         "error": result.error_message,
         "failure_streak": delivery.failure_streak,
-        "excerpt": None,
+        "excerpt": excerpt,
     }
 
 
@@ -144,10 +145,11 @@ class NotifyActivities:
                 "another attempt is sending this notice", type=TRANSIENT_DELIVERY_ERROR
             )
         try:
+            body = notice_body(delivery, row["excerpt"])
             if row["kind"] == ChannelKind.WEBHOOK.value:
-                await self._post_webhook(delivery, row["destination"], row["secret"])
+                await self._post_webhook(delivery, body, row["destination"], row["secret"])
             else:
-                await self._send_email(delivery, row["destination"])
+                await self._send_email(delivery, body, row["destination"])
         except DeliveryError as err:
             await self.pool.execute(RECORD_DELIVERY, *keys, "failed", 1, str(err))
             raise ApplicationError(
@@ -190,9 +192,11 @@ class NotifyActivities:
             already_sent=already_sent,
         )
 
-    async def _post_webhook(self, delivery: DeliveryInput, url: str, secret: str) -> None:
+    async def _post_webhook(
+        self, delivery: DeliveryInput, notice: dict[str, object], url: str, secret: str
+    ) -> None:
         """Same webhook-id on every re-send; a fresh timestamp and signature per attempt."""
-        body = json.dumps(notice_body(delivery), separators=(",", ":")).encode()
+        body = json.dumps(notice, separators=(",", ":")).encode()
         message_id = self.message_id(delivery)
         timestamp = int(datetime.now(UTC).timestamp())
         headers = {
@@ -219,15 +223,19 @@ class NotifyActivities:
             raise DeliveryError(f"{message}: endpoint gone, channel disabled", transient=False)
         raise DeliveryError(message, transient=response.status_code in TRANSIENT_STATUSES)
 
-    async def _send_email(self, delivery: DeliveryInput, address: str) -> None:
-        body = notice_body(delivery)
+    async def _send_email(
+        self, delivery: DeliveryInput, notice: dict[str, object], address: str
+    ) -> None:
         message = EmailMessage()
         message["From"] = self.smtp.sender
         message["To"] = address
         message["Subject"] = _subject(delivery)
         # The same Message-ID on every re-send lets mail systems collapse duplicates.
         message["Message-ID"] = f"<{delivery.delivery_id}@pricewatch>"
-        message.set_content(json.dumps(body, indent=2))
+        text = json.dumps({k: v for k, v in notice.items() if k != "excerpt"}, indent=2)
+        if notice["excerpt"]:
+            text = f"What changed:\n{notice['excerpt']}\n\n{text}"
+        message.set_content(text)
         try:
             await aiosmtplib.send(
                 message,

@@ -5,6 +5,7 @@ claim, then commit. "Already recorded" is a normal outcome, returned, never rais
 """
 
 import base64
+import json
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -40,10 +41,15 @@ SELECT
     (SELECT enabled FROM target) AS enabled,
     (SELECT next_check_at FROM target) AS next_check_at,
     EXISTS (SELECT 1 FROM claimed) AS claimed,
-    -- The latest observation, whichever check made it: each change is reported once.
-    (SELECT result_hash FROM source_checks
-      WHERE target_id = $1 AND status <> 'failed' AND work_id <> $2
-      ORDER BY checked_at DESC LIMIT 1) AS previous_hash,
+    -- The latest observation, whichever check made it: each change is reported once. Its
+    -- validators make the fetch conditional; the newest snapshot is the text it saw.
+    (SELECT to_jsonb(p) FROM (
+        SELECT result_hash, etag, last_modified FROM source_checks
+         WHERE target_id = $1 AND status <> 'failed' AND work_id <> $2
+         ORDER BY checked_at DESC LIMIT 1) p) AS previous,
+    (SELECT snapshot FROM source_checks
+      WHERE target_id = $1 AND snapshot IS NOT NULL AND work_id <> $2
+      ORDER BY checked_at DESC LIMIT 1) AS previous_snapshot,
     (SELECT to_jsonb(existing) FROM existing) AS existing
 """
 
@@ -57,17 +63,28 @@ WITH lease AS (
     SELECT id FROM monitor_targets WHERE id = $1 AND lease_token = $2 FOR UPDATE
 ), recorded AS (
     INSERT INTO source_checks AS c (work_id, target_id, scheduled_for, kind, checked_at, status,
-        attempt_count, result_hash, previous_hash, http_status, body_bytes, error_message)
+        attempt_count, result_hash, previous_hash, http_status, body_bytes, error_message,
+        etag, last_modified, snapshot, excerpt)
     SELECT $3::text, id, $4::timestamptz, $5::text, now(), $6::text, 1, $7::text, $8::text,
-           $9::integer, $10::integer, $11::text
+           $9::integer, $10::integer, $11::text, $13::text, $14::text, $15::bytea, $16::text
       FROM lease
     ON CONFLICT (work_id) DO UPDATE
        SET checked_at = excluded.checked_at, status = excluded.status,
            attempt_count = c.attempt_count + 1, result_hash = excluded.result_hash,
            previous_hash = excluded.previous_hash, http_status = excluded.http_status,
-           body_bytes = excluded.body_bytes, error_message = excluded.error_message
+           body_bytes = excluded.body_bytes, error_message = excluded.error_message,
+           etag = excluded.etag, last_modified = excluded.last_modified,
+           snapshot = excluded.snapshot, excerpt = excluded.excerpt
      WHERE c.status = 'failed'
     RETURNING {CHECK_COLUMNS}
+), pruned AS (
+    -- Keep the newest $17 snapshots of the target (this new one included).
+    UPDATE source_checks SET snapshot = NULL
+     WHERE target_id = $1 AND snapshot IS NOT NULL AND $15::bytea IS NOT NULL
+       AND EXISTS (SELECT 1 FROM recorded)
+       AND work_id NOT IN (
+           SELECT work_id FROM source_checks WHERE target_id = $1 AND snapshot IS NOT NULL
+            ORDER BY checked_at DESC LIMIT $17::integer - 1)
 ), released AS (
     UPDATE monitor_targets
        SET lease_token = NULL, lease_expires_at = NULL,
@@ -164,6 +181,9 @@ class Claim:
     claimed: bool
     previous_hash: str | None
     existing: CheckResult | None
+    previous_etag: str | None = None
+    previous_last_modified: str | None = None
+    previous_snapshot: bytes | None = None
 
     def final(self, *, retrying: bool = False) -> CheckResult | None:
         """The stored result if this slot needs no more work (a retry re-runs a failed one)."""
@@ -191,6 +211,10 @@ class Outcome:
     http_status: int | None = None
     body_bytes: int | None = None
     error_message: str | None = None
+    etag: str | None = None
+    last_modified: str | None = None
+    snapshot: bytes | None = None
+    excerpt: str | None = None
 
 
 def _result(row: asyncpg.Record | dict[str, object], **extra: object) -> CheckResult:
@@ -211,13 +235,17 @@ async def claim(
     row = await pool.fetchrow(CLAIM, target_id, work_id, token, lease, not on_schedule, slot)
     assert row is not None
     existing = row["existing"]
+    previous = json.loads(row["previous"]) if row["previous"] else {}
     return Claim(
         target_exists=row["target_exists"],
         enabled=row["enabled"],
         next_check_at=row["next_check_at"],
         claimed=row["claimed"],
-        previous_hash=row["previous_hash"],
+        previous_hash=previous.get("result_hash"),
         existing=CheckResult.model_validate_json(existing) if existing else None,
+        previous_etag=previous.get("etag"),
+        previous_last_modified=previous.get("last_modified"),
+        previous_snapshot=row["previous_snapshot"],
     )
 
 
@@ -231,6 +259,7 @@ async def commit(
     kind: CheckKind,
     outcome: Outcome,
     advance_to: datetime | None,
+    snapshots_kept: int = 50,
 ) -> CheckResult | None:
     """Record the attempt; None if the lease was lost or the slot was already final."""
     row = await pool.fetchrow(
@@ -247,6 +276,11 @@ async def commit(
         outcome.body_bytes,
         outcome.error_message,
         advance_to,
+        outcome.etag,
+        outcome.last_modified,
+        outcome.snapshot,
+        outcome.excerpt,
+        snapshots_kept,
     )
     return None if row is None else _result(row, next_slot=advance_to)
 
@@ -374,6 +408,30 @@ async def target_channels(pool: asyncpg.Pool, target_id: str) -> list[asyncpg.Re
 
 async def target_deliveries(pool: asyncpg.Pool, target_id: str, limit: int) -> list[asyncpg.Record]:
     return list(await pool.fetch(TARGET_DELIVERIES, target_id, limit))
+
+
+SNAPSHOTS_FOR_DIFF = """
+WITH chosen AS (
+    SELECT work_id, checked_at, snapshot FROM source_checks
+     WHERE target_id = $1 AND status = 'changed' AND snapshot IS NOT NULL
+       AND ($2::text IS NULL OR work_id = $2)
+     ORDER BY checked_at DESC LIMIT 1
+)
+SELECT c.work_id, c.snapshot, p.work_id AS previous_work_id, p.snapshot AS previous_snapshot
+  FROM chosen c
+  LEFT JOIN LATERAL (
+      SELECT work_id, snapshot FROM source_checks
+       WHERE target_id = $1 AND snapshot IS NOT NULL AND checked_at < c.checked_at
+       ORDER BY checked_at DESC LIMIT 1
+  ) p ON true
+"""
+
+
+async def snapshots_for_diff(
+    pool: asyncpg.Pool, target_id: str, work_id: str | None
+) -> asyncpg.Record | None:
+    """A change's snapshot and the one before it (the newest change if no work id)."""
+    return await pool.fetchrow(SNAPSHOTS_FOR_DIFF, target_id, work_id)
 
 
 async def failed_checks(pool: asyncpg.Pool, target_id: str | None, limit: int) -> list[CheckResult]:

@@ -16,6 +16,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.guard import AddressPolicy, BlockedAddress, check_url
+from activities.normalise import Extraction, validate_extraction
 from pricewatch.durations import format_duration, parse_duration
 from pricewatch.models import (
     Channel,
@@ -184,6 +185,16 @@ async def add(
         list[str] | None, typer.Option(help="Webhook URL to notify (repeatable).")
     ] = None,
     email: Annotated[list[str] | None, typer.Option(help="Address to notify (repeatable).")] = None,
+    selector: Annotated[
+        str | None, typer.Option(help="CSS selector: only the matched text counts (HTML).")
+    ] = None,
+    ignore: Annotated[
+        str | None, typer.Option(help="Regex removed before hashing (tokens, timestamps).")
+    ] = None,
+    json_pointer: Annotated[
+        str | None, typer.Option(help="RFC 6901 pointer: only that value counts (JSON).")
+    ] = None,
+    user_agent: Annotated[str | None, typer.Option(help="User-Agent for this target.")] = None,
 ) -> None:
     """Start watching a page (same settings again: no-op; different: reconfigure)."""
     valid_id(target_id)
@@ -195,7 +206,12 @@ async def add(
         unhealthy_after=unhealthy_after,
         channels=[Channel(kind=ChannelKind.WEBHOOK, destination=url) for url in webhook or []]
         + [Channel(kind=ChannelKind.EMAIL, destination=address) for address in email or []],
+        selector=selector,
+        ignore=ignore,
+        json_pointer=json_pointer,
+        user_agent=user_agent,
     )
+    validate_extraction(Extraction(selector=selector, ignore=ignore, json_pointer=json_pointer))
     minimum = settings().min_interval
     if config.interval < minimum:
         raise BadInput(
@@ -327,6 +343,35 @@ async def deliveries(
         if row["last_error"] and row["status"] != "sent":
             line += f"  error={row['last_error']}"
         typer.echo(line)
+
+
+@app.command()
+@command
+async def diff(
+    target_id: IdArg,
+    work_id: Annotated[
+        str | None, typer.Argument(help="A `changed` check (default: the newest).")
+    ] = None,
+) -> None:
+    """What changed: a unified diff of a change against the snapshot before it."""
+    from activities.snapshots import decompress, unified_diff
+    from activities.store import snapshots_for_diff
+
+    valid_id(target_id)
+    row = await read_database(lambda pool: snapshots_for_diff(pool, target_id, work_id))
+    if row is None:
+        which = f"change {work_id!r}" if work_id else "change"
+        raise BadInput(f"no recorded {which} with a snapshot for {target_id!r}")
+    if row["previous_snapshot"] is None:
+        raise BadInput(f"no snapshot before {row['work_id']} (pruned by the retention setting)")
+    typer.echo(
+        unified_diff(
+            decompress(row["previous_snapshot"]),
+            decompress(row["snapshot"]),
+            row["previous_work_id"],
+            row["work_id"],
+        )
+    )
 
 
 @app.command()

@@ -86,6 +86,14 @@ class TargetConfig(Model):
     unhealthy_after: int = Field(default=3, ge=1, le=1000)
     """Failed slots in a row after which the target counts as unhealthy."""
     channels: list[Channel] = Field(default_factory=list)
+    selector: str | None = None
+    """CSS selector (HTML): only the text of matching elements counts."""
+    ignore: str | None = None
+    """Regular expression removed from the text before hashing (tokens, timestamps)."""
+    json_pointer: str | None = None
+    """RFC 6901 pointer (JSON): only that value counts."""
+    user_agent: str | None = None
+    """Overrides pricewatch's User-Agent for this target."""
 
     @field_validator("target_id")
     @classmethod
@@ -145,6 +153,10 @@ class CheckInput(Model):
     kind: CheckKind = CheckKind.SCHEDULED
     retry: bool = False
     """A re-run of a failed slot on demand (`pricewatch retry`): off the schedule."""
+    selector: str | None = None
+    ignore: str | None = None
+    json_pointer: str | None = None
+    user_agent: str | None = None
 
     @property
     def interval(self) -> timedelta:

@@ -31,6 +31,8 @@ class Settings(BaseSettings):
     smtp_password: SecretStr | None = None
     smtp_tls: bool = False
     """Implicit TLS (port 465); otherwise STARTTLS is used when the server offers it."""
+    snapshot_retention: int = Field(default=50, ge=2)
+    """Snapshots (of the baseline and each change) kept per target; older ones are pruned."""
     allow_networks: str = ""
     """Comma-separated CIDRs fetches and webhooks may reach besides the public internet
     (an intranet; `pricewatch dev` and the tests allow 127.0.0.1/32)."""

@@ -55,7 +55,8 @@ async def to_file(request: web.Request) -> web.Response:
 
 async def typed(request: web.Request) -> web.Response:
     """`/typed?type=<content type>`: a small body with exactly that header."""
-    response = web.Response(body=b"<p>9.99</p>")
+    is_json = "json" in request.query["type"]
+    response = web.Response(body=b'{"price": 9.99}' if is_json else b"<p>9.99</p>")
     response.headers["Content-Type"] = request.query["type"]
     return response
 
@@ -110,12 +111,15 @@ async def fetch_error(http: httpx.AsyncClient, url: str) -> FetchError:
     return caught.value
 
 
-async def test_ok_returns_the_body_digest_and_size(server: str, http: httpx.AsyncClient) -> None:
-    """Only the digest and size leave the fetch; they must match the body exactly."""
+async def test_ok_returns_the_digest_of_the_visible_text_and_the_size(
+    server: str, http: httpx.AsyncClient
+) -> None:
+    """The fingerprint is the SHA-256 of the page's normalised text, not of its markup."""
     result = await fetch_page(http, f"{server}/page")
 
     assert result.status_code == 200
-    assert result.sha256 == hashlib.sha256(BODY).hexdigest()
+    assert result.text == "Pro plan: 12.00 EUR / month"
+    assert result.sha256 == hashlib.sha256(b"Pro plan: 12.00 EUR / month").hexdigest()
     assert result.size == len(BODY)
 
 

@@ -74,7 +74,10 @@ async def serve(settings: Settings, database_url: str, demo_url: str | None) -> 
         loop.add_signal_handler(signum, stop.set)
     async with (
         worker_activities(
-            database_url, smtp_settings(settings), address_policy(settings)
+            database_url,
+            smtp_settings(settings),
+            address_policy(settings),
+            settings.snapshot_retention,
         ) as activities,
         build_worker(client, settings.task_queue, activities),
     ):

@@ -52,7 +52,7 @@ def address_policy(settings: Settings) -> AddressPolicy:
 
 @contextlib.asynccontextmanager
 async def worker_activities(
-    database_url: str, smtp: SmtpSettings, policy: AddressPolicy
+    database_url: str, smtp: SmtpSettings, policy: AddressPolicy, snapshots_kept: int = 50
 ) -> AsyncIterator[Activities]:
     """The worker's one pool and one HTTP client, shared by all activities, closed on exit."""
     pool = await asyncpg.create_pool(database_url, min_size=1, max_size=10)
@@ -60,7 +60,9 @@ async def worker_activities(
         async with pool.acquire() as conn:
             await migrate(conn)
         async with new_client(policy) as http:
-            yield Activities(CheckActivities(pool, http), NotifyActivities(pool, http, smtp))
+            yield Activities(
+                CheckActivities(pool, http, snapshots_kept), NotifyActivities(pool, http, smtp)
+            )
     finally:
         await pool.close()
 
@@ -93,7 +95,9 @@ async def run_worker(settings: Settings) -> None:
         loop.add_signal_handler(signum, stop.set)
     database_url = settings.resolved_database_url()
     policy = address_policy(settings)
-    async with worker_activities(database_url, smtp_settings(settings), policy) as activities:
+    async with worker_activities(
+        database_url, smtp_settings(settings), policy, settings.snapshot_retention
+    ) as activities:
         worker = build_worker(client, settings.task_queue, activities)
         async with worker:
             print(f"worker polling task queue {settings.task_queue!r}", flush=True)

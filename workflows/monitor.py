@@ -264,6 +264,10 @@ class MonitorTarget:
             slot=slot,
             kind=kind,
             retry=retry,
+            selector=self._config.selector,
+            ignore=self._config.ignore,
+            json_pointer=self._config.json_pointer,
+            user_agent=self._config.user_agent,
         )
 
     async def _run_scheduled_check(self, slot: datetime) -> None:
