@@ -100,8 +100,10 @@ async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
         await pool.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """One time-skipping server per test module: a module's leftovers (a retry backing off,
+    a task no worker will poll) can never hold the clock of another module's tests."""
     env = await WorkflowEnvironment.start_time_skipping(
         data_converter=pydantic_data_converter,
         test_server_existing_path=find_binary("temporal-test-server"),
