@@ -7,6 +7,7 @@ one-row-per-slot record in Postgres make every execution after the first a no-op
 
 import asyncio
 import contextlib
+import time
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -16,6 +17,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import snapshots, store
 from activities.fetch import FetchError, Page, Request, fetch_page
+from activities.metrics import count, observe_seconds
 from activities.normalise import Extraction
 from pricewatch.models import (
     CheckInput,
@@ -102,16 +104,28 @@ class CheckActivities:
                 non_retryable=True,
             )
         if (stored := claim.final(retrying=check.retry)) is not None:
-            activity.logger.info("slot %s already recorded, not fetched again", check.work_id)
+            activity.logger.info(
+                "slot already recorded, not fetched again", extra=_ids(check, token)
+            )
+            count("pricewatch_checks", "checks by outcome", target_id=check.target_id,
+                  status=stored.status.value, outcome="already_recorded")  # fmt: skip
             return self._already_recorded(check, stored, claim.next_check_at)
         if not claim.claimed:
+            count("pricewatch_lease_conflicts", "claims refused: leased or not due")
             raise self._claim_refused(check, claim)
+        if check.on_schedule and activity.info().attempt == 1:
+            lateness = (activity.info().started_time - check.slot).total_seconds()
+            observe_seconds("pricewatch_lateness", "attempt start minus due slot", lateness)
 
         committed = False
         try:
+            fetch_started = time.monotonic()
             try:
                 page = await self._fetch_holding_lease(check, token, claim)
             except FetchError as err:
+                kind = "transient" if err.transient else "permanent"
+                count("pricewatch_fetch_failures", "failed fetch attempts", kind=kind)
+                activity.logger.warning("fetch failed: %s", err, extra=_ids(check, token))
                 committed = await self._record_attempt_failure(check, token, err)
                 raise ApplicationError(
                     str(err),
@@ -119,6 +133,7 @@ class CheckActivities:
                     non_retryable=not err.transient,
                     next_retry_delay=err.retry_after,
                 ) from err
+            observe_seconds("pricewatch_fetch", "fetch latency", time.monotonic() - fetch_started)
             outcome = _outcome(claim, page)
             advance_to = _schedule_after(check)
             result = await store.commit(
@@ -135,6 +150,9 @@ class CheckActivities:
             committed = result is not None
             if result is None:
                 return await self._lost_lease(check)
+            count("pricewatch_checks", "checks by outcome", target_id=check.target_id,
+                  status=result.status.value, outcome="recorded")  # fmt: skip
+            activity.logger.info("recorded %s", result.status.value, extra=_ids(check, token))
             return result
         finally:
             if not committed:
@@ -190,6 +208,7 @@ class CheckActivities:
             advance_to=advance_to,
         )
         if result is not None:
+            count("pricewatch_dead_letters", "slots recorded failed after giving up")
             return result.model_copy(update={"next_slot": self._next_slot(check, result.next_slot)})
         stored = await store.stored_check(self.pool, check.work_id)
         db_next = await store.next_check_at(self.pool, check.target_id)
@@ -265,6 +284,11 @@ class CheckActivities:
         if db_next is not None and db_next > check.slot:
             return db_next
         return next_slot(check.slot, check.interval, clock())
+
+
+def _ids(check: CheckInput, token: str) -> dict[str, str]:
+    """The ids every log line of a check carries (see the JSON log format)."""
+    return {"target_id": check.target_id, "work_id": check.work_id, "execution_id": token}
 
 
 def _schedule_after(check: CheckInput) -> datetime | None:

@@ -21,6 +21,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.fetch import TRANSIENT_STATUSES
+from activities.metrics import count
 from pricewatch.models import (
     ChannelKind,
     DeliveryFailureInput,
@@ -135,6 +136,8 @@ class NotifyActivities:
         )
         assert row is not None
         if row["status"] == "sent":
+            count("pricewatch_deliveries", "notices by outcome", notice=delivery.notice.value,
+                  outcome="already_sent")  # fmt: skip
             return await self._result(delivery, already_sent=True)
         if row["kind"] is None:
             raise await self._give_up(delivery, "the channel was removed from the target")
@@ -151,6 +154,8 @@ class NotifyActivities:
             else:
                 await self._send_email(delivery, body, row["destination"])
         except DeliveryError as err:
+            count("pricewatch_deliveries", "notices by outcome", notice=delivery.notice.value,
+                  kind=row["kind"], outcome="failed")  # fmt: skip
             await self.pool.execute(RECORD_DELIVERY, *keys, "failed", 1, str(err))
             raise ApplicationError(
                 str(err),
@@ -158,6 +163,8 @@ class NotifyActivities:
                 non_retryable=not err.transient,
             ) from err
         await self.pool.execute(RECORD_DELIVERY, *keys, "sent", 1, None)
+        count("pricewatch_deliveries", "notices by outcome", notice=delivery.notice.value,
+              kind=row["kind"], outcome="sent")  # fmt: skip
         return await self._result(delivery)
 
     @activity.defn(name="record_delivery_failed")

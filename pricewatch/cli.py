@@ -8,11 +8,13 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from datetime import UTC, datetime
 from functools import wraps
 from typing import Annotated, Any, ParamSpec, TypeVar
+from urllib.parse import urlsplit
 
 import asyncpg
 import typer
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.guard import AddressPolicy, BlockedAddress, check_url
@@ -466,6 +468,24 @@ async def remove(target_id: IdArg) -> None:
             f"{target_id} will be removed when a worker picks it up (none did in 120 s)"
         ) from err
     typer.echo(f"removed {target_id}")
+
+
+@app.command()
+def config() -> None:
+    """The effective settings (secrets masked) and where the Temporal client will connect."""
+    with user_errors():
+        effective = settings().model_dump(mode="json")
+        for key, value in sorted(effective.items()):
+            if "password" in key and value:
+                value = "********"
+            elif key == "database_url" and value and urlsplit(value).password:
+                value = value.replace(f":{urlsplit(value).password}@", ":********@")
+            typer.echo(f"PRICEWATCH_{key.upper():<30} {value}")
+        temporal = ClientConfig.load_client_connect_config()
+        typer.echo(f"{'TEMPORAL_ADDRESS':<41} {temporal.get('target_host', 'localhost:7233')}")
+        typer.echo(f"{'TEMPORAL_NAMESPACE':<41} {temporal.get('namespace', 'default')}")
+        typer.echo(f"{'TEMPORAL_API_KEY':<41} {'********' if temporal.get('api_key') else '-'}")
+        typer.echo(f"{'TEMPORAL_TLS':<41} {'on' if temporal.get('tls') else 'off'}")
 
 
 @app.command()

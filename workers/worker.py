@@ -18,14 +18,35 @@ from activities.migrate import migrate
 from activities.notify import NotifyActivities, SmtpSettings
 from pricewatch.settings import Settings
 from pricewatch.temporal import connect
+from workers.observability import configure_logging, metrics_runtime, serve_health
 from workflows.monitor import MonitorTarget
 
-# In-flight checks get this long to finish on SIGTERM before they are cancelled; a check
-# that is cut off is retried by another worker and its lease keeps the slot single.
-GRACEFUL_SHUTDOWN = timedelta(seconds=30)
-# One cached workflow per target the worker holds: an evicted workflow replays its whole
-# history on every wake-up.
-MAX_CACHED_WORKFLOWS = 2000
+
+@dataclass(frozen=True)
+class WorkerTuning:
+    """Concurrency and shutdown. In-flight activities get `shutdown_grace` to finish on
+    SIGTERM; one cut off is retried elsewhere and its lease keeps the slot single. The
+    workflow cache should hold every target the worker has: an evicted workflow replays its
+    whole history on every wake-up."""
+
+    max_activities: int = 100
+    max_workflow_tasks: int = 100
+    max_cached_workflows: int = 2000
+    shutdown_grace: timedelta = timedelta(seconds=30)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "WorkerTuning":
+        return cls(
+            max_activities=settings.worker_max_activities,
+            max_workflow_tasks=settings.worker_max_workflow_tasks,
+            max_cached_workflows=settings.worker_max_cached_workflows,
+            shutdown_grace=timedelta(seconds=settings.shutdown_grace_seconds),
+        )
+
+    @property
+    def pool_size(self) -> int:
+        """Activities hold a connection only for single statements: a few suffice."""
+        return max(2, min(self.max_activities, 20))
 
 
 @dataclass(frozen=True)
@@ -52,10 +73,14 @@ def address_policy(settings: Settings) -> AddressPolicy:
 
 @contextlib.asynccontextmanager
 async def worker_activities(
-    database_url: str, smtp: SmtpSettings, policy: AddressPolicy, snapshots_kept: int = 50
+    database_url: str,
+    smtp: SmtpSettings,
+    policy: AddressPolicy,
+    snapshots_kept: int = 50,
+    pool_size: int = 10,
 ) -> AsyncIterator[Activities]:
     """The worker's one pool and one HTTP client, shared by all activities, closed on exit."""
-    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=10)
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=pool_size)
     try:
         async with pool.acquire() as conn:
             await migrate(conn)
@@ -67,7 +92,9 @@ async def worker_activities(
         await pool.close()
 
 
-def build_worker(client: Client, task_queue: str, activities: Activities) -> Worker:
+def build_worker(
+    client: Client, task_queue: str, activities: Activities, tuning: WorkerTuning = WorkerTuning()
+) -> Worker:
     checks, notify = activities.checks, activities.notify
     return Worker(
         client,
@@ -81,24 +108,47 @@ def build_worker(client: Client, task_queue: str, activities: Activities) -> Wor
             notify.deliver_notice,
             notify.record_delivery_failed,
         ],
-        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
-        max_cached_workflows=MAX_CACHED_WORKFLOWS,
+        graceful_shutdown_timeout=tuning.shutdown_grace,
+        max_cached_workflows=tuning.max_cached_workflows,
+        max_concurrent_activities=tuning.max_activities,
+        max_concurrent_workflow_tasks=tuning.max_workflow_tasks,
     )
 
 
 async def run_worker(settings: Settings) -> None:
-    """Run until SIGINT or SIGTERM, then shut down gracefully."""
-    client = await connect()
+    """Run until SIGINT or SIGTERM, then shut down gracefully and exit 0."""
+    configure_logging(settings.log_format)
+    client = await connect(metrics_runtime(settings.metrics_address))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    database_url = settings.resolved_database_url()
-    policy = address_policy(settings)
+    tuning = WorkerTuning.from_settings(settings)
     async with worker_activities(
-        database_url, smtp_settings(settings), policy, settings.snapshot_retention
+        settings.resolved_database_url(),
+        smtp_settings(settings),
+        address_policy(settings),
+        settings.snapshot_retention,
+        tuning.pool_size,
     ) as activities:
-        worker = build_worker(client, settings.task_queue, activities)
-        async with worker:
-            print(f"worker polling task queue {settings.task_queue!r}", flush=True)
-            await stop.wait()
+        worker = build_worker(client, settings.task_queue, activities, tuning)
+        pool = activities.checks.pool
+
+        async def ready() -> bool:
+            try:
+                async with asyncio.timeout(2):
+                    await pool.fetchval("SELECT 1")
+            except (OSError, TimeoutError, asyncpg.PostgresError):
+                return False
+            return worker.is_running
+
+        health = None
+        if settings.health_address:
+            health = await serve_health(settings.health_address, ready)
+        try:
+            async with worker:
+                print(f"worker polling task queue {settings.task_queue!r}", flush=True)
+                await stop.wait()
+        finally:
+            if health is not None:
+                health.close()

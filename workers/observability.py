@@ -1,0 +1,81 @@
+"""What an operator sees of a worker: JSON logs, Prometheus metrics, health endpoints.
+
+Metrics go through Temporal's own runtime (one Prometheus endpoint serves the SDK's metrics
+and pricewatch's, recorded with `activity.metric_meter()`), so there is no second registry.
+"""
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+
+# Fields that activity and workflow loggers attach (`temporal_activity`/`temporal_workflow`)
+# and that pricewatch adds itself, lifted to the top level of each JSON line.
+CONTEXT_FIELDS = ("target_id", "work_id", "execution_id")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, and the ids that tie a line
+    to a target, a slot and an attempt."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, object] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key in CONTEXT_FIELDS:
+            if (value := getattr(record, key, None)) is not None:
+                line[key] = value
+        temporal = getattr(record, "temporal_activity", None) or getattr(
+            record, "temporal_workflow", None
+        )
+        if isinstance(temporal, dict):
+            line["temporal"] = temporal
+            if "workflow_id" in temporal and "target_id" not in line:
+                line["target_id"] = str(temporal["workflow_id"]).removeprefix("pricewatch-")
+        if record.exc_info:
+            line["error"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str)
+
+
+def configure_logging(log_format: str) -> None:
+    handler = logging.StreamHandler()
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+
+
+def metrics_runtime(address: str | None) -> Runtime | None:
+    if address is None:
+        return None
+    return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=address)))
+
+
+async def serve_health(address: str, ready: Callable[[], Awaitable[bool]]) -> asyncio.Server:
+    """`GET /livez`: the process answers. `GET /readyz`: it can do work (Postgres answers
+    and the worker polls). Tiny on purpose: two fixed routes need no web framework."""
+    host, port = address.rsplit(":", 1)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request_line = (await reader.readline()).decode(errors="replace").split()
+            path = request_line[1] if len(request_line) > 1 else ""
+            if path == "/livez":
+                status = "200 OK"
+            elif path == "/readyz":
+                status = "200 OK" if await ready() else "503 Service Unavailable"
+            else:
+                status = "404 Not Found"
+            body = status.split(" ", 1)[1].encode()
+            head = f"HTTP/1.1 {status}\r\ncontent-length: {len(body)}\r\nconnection: close\r\n"
+            writer.write(head.encode() + b"\r\n" + body)
+            await writer.drain()
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(answer, host, int(port))
