@@ -122,6 +122,7 @@ class CheckActivities:
             fetch_started = time.monotonic()
             try:
                 page = await self._fetch_holding_lease(check, token, claim)
+                outcome = await asyncio.to_thread(_outcome, claim, page)
             except FetchError as err:
                 kind = "transient" if err.transient else "permanent"
                 count("pricewatch_fetch_failures", "failed fetch attempts", kind=kind)
@@ -134,7 +135,6 @@ class CheckActivities:
                     next_retry_delay=err.retry_after,
                 ) from err
             observe_seconds("pricewatch_fetch", "fetch latency", time.monotonic() - fetch_started)
-            outcome = _outcome(claim, page)
             advance_to = _schedule_after(check)
             result = await store.commit(
                 self.pool,

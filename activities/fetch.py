@@ -188,7 +188,8 @@ async def _read_page(response: httpx.Response, extraction: Extraction) -> Page:
         body += chunk
         if len(body) > MAX_BODY_BYTES:
             raise FetchError(f"body larger than {MAX_BODY_BYTES} bytes", transient=False)
-    text = normalise(bytes(body), full_type, extraction)
+    # Off the event loop: a heavy page or a user's regex must not stall heartbeats.
+    text = await asyncio.to_thread(normalise, bytes(body), full_type, extraction)
     return Page(
         status_code=response.status_code,
         sha256=hashlib.sha256(text.encode()).hexdigest(),

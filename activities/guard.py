@@ -41,13 +41,33 @@ class AddressPolicy:
         """Why a connection to `address` is refused, or None if it is allowed."""
         if any(address in network for network in self.allow):
             return None
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            return self.refusal(address.ipv4_mapped)
+        if isinstance(address, ipaddress.IPv6Address) and (inner := embedded_ipv4(address)):
+            return self.refusal(inner)
         # is_global is False for loopback, private (RFC 1918, fc00::/7), link-local (incl.
         # 169.254.169.254, the cloud metadata address), CGNAT, unspecified and reserved.
         if not address.is_global or address.is_multicast:
             return "not a public address (allow it with PRICEWATCH_ALLOW_NETWORKS)"
         return None
+
+
+# IPv6 forms that carry an IPv4 address a gateway will reach: NAT64 (64:ff9b::/96 and the
+# local-use 64:ff9b:1::/48), and IPv4-compatible (::/96); mapped and 6to4 have accessors.
+NAT64_PREFIXES = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address stands for, if it stands for one."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    low32 = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if any(address in prefix for prefix in NAT64_PREFIXES):
+        return low32
+    if address in IPV4_COMPATIBLE and int(address) > 1:  # not :: or ::1
+        return low32
+    return None
 
 
 async def resolve(host: str, port: int) -> list[IPAddress]:

@@ -6,6 +6,7 @@ that cannot be closed is "sent, then the worker died before recording it": the r
 carries the same webhook-id / Message-ID, so the receiver can drop it.
 """
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -21,6 +22,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.fetch import TRANSIENT_STATUSES
+from activities.guard import BlockedAddress
 from activities.metrics import count
 from pricewatch.models import (
     ChannelKind,
@@ -35,6 +37,9 @@ PERMANENT_DELIVERY_ERROR = "PermanentDeliveryError"
 TRANSIENT_DELIVERY_ERROR = "TransientDeliveryError"
 # Longer than one attempt (10 s): a second execution of the same delivery waits it out.
 SENDING_LEASE = timedelta(seconds=15)
+# One send ends well inside the lease, whatever the per-operation timeouts add up to, so a
+# retry that takes a lapsed lease never overlaps a send still in flight.
+SEND_DEADLINE = timedelta(seconds=9)
 WEBHOOK_TIMEOUT = httpx.Timeout(8.0, connect=4.0)
 SMTP_TIMEOUT_SECONDS = 8.0
 
@@ -213,9 +218,15 @@ class NotifyActivities:
             "webhook-signature": sign(secret, message_id, timestamp, body),
         }
         try:
-            response = await self.http.post(
-                url, content=body, headers=headers, timeout=WEBHOOK_TIMEOUT, follow_redirects=False
-            )
+            async with asyncio.timeout(SEND_DEADLINE.total_seconds()):
+                response = await self.http.post(
+                    url, content=body, headers=headers, timeout=WEBHOOK_TIMEOUT,
+                    follow_redirects=False,
+                )  # fmt: skip
+        except BlockedAddress as err:
+            raise DeliveryError(str(err), transient=False) from err
+        except TimeoutError as err:
+            raise DeliveryError("webhook did not answer in time", transient=True) from err
         except httpx.TransportError as err:
             raise DeliveryError(
                 f"webhook unreachable: {err or type(err).__name__}", transient=True
@@ -243,6 +254,13 @@ class NotifyActivities:
         if notice["excerpt"]:
             text = f"What changed:\n{notice['excerpt']}\n\n{text}"
         message.set_content(text)
+        try:
+            async with asyncio.timeout(SEND_DEADLINE.total_seconds()):
+                await self._smtp_send(message)
+        except TimeoutError as err:
+            raise DeliveryError("SMTP server did not answer in time", transient=True) from err
+
+    async def _smtp_send(self, message: EmailMessage) -> None:
         try:
             await aiosmtplib.send(
                 message,

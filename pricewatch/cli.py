@@ -13,7 +13,13 @@ from urllib.parse import urlsplit
 import asyncpg
 import typer
 from pydantic import ValidationError
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -63,6 +69,8 @@ def user_errors() -> Iterator[None]:
         fail(f"{type(err).__name__}: {_one_line(err)}", UNAVAILABLE)
     except WorkflowFailureError as err:
         fail(f"the workflow failed: {_one_line(err.cause)}", UNAVAILABLE)
+    except WorkflowUpdateFailedError as err:  # the workflow's validator refused the request
+        fail(f"refused by the workflow: {_one_line(err.cause)}", BAD_INPUT)
 
 
 def command(fn: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
@@ -315,7 +323,7 @@ async def channels(
         typer.echo(f"no channels for {target_id!r}: add them with --webhook / --email")
     for row in rows:
         secret = row["secret"] or ""
-        shown = secret if reveal or not secret else secret[:10] + "..." + "*" * 6
+        shown = secret if reveal or not secret else "whsec_" + "*" * 8
         line = f"{row['channel_id']:<18} {row['kind']:<8} {row['destination']}"
         if secret:
             line += f"  secret={shown}"

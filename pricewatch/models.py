@@ -194,6 +194,8 @@ class MonitorState(Model):
     max_checks_per_run: int = Field(default=300, gt=0)
     """Continue-as-new after this many checks even if the server has not suggested it
     (300 checks is about 3,600 events, under the server's 4,096-event suggestion)."""
+    mirror_stale: bool = False
+    """A change (pause, resume, reconfigure) not yet mirrored into Postgres."""
     min_interval_seconds: int = Field(default=15 * 60, gt=0)
     """The smallest interval this target accepts, now and on reconfigure (the CLI passes
     PRICEWATCH_MIN_INTERVAL; a start from the Temporal CLI or UI gets the default)."""

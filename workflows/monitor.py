@@ -103,7 +103,7 @@ class MonitorTarget:
         self._checks_this_run = 0
         self._max_checks_per_run = state.max_checks_per_run
         self._min_interval_seconds = state.min_interval_seconds
-        self._mirror_stale = False
+        self._mirror_stale = state.mirror_stale
         self._removing = False
         self._woken = False
 
@@ -137,8 +137,15 @@ class MonitorTarget:
                 await self._run_extra_check(self._pending[0])
                 continue
             if self._should_continue_as_new():
-                await asyncio.gather(*self._deliveries)
-                await workflow.wait_condition(workflow.all_handlers_finished)
+                if self._deliveries:  # let notices finish, then look at the loop again
+                    await asyncio.gather(*self._deliveries)
+                    continue
+                # A handler still running waits for the loop (a queued check): serve it first.
+                await workflow.wait_condition(
+                    lambda: workflow.all_handlers_finished() or bool(self._pending)
+                )
+                if self._pending:
+                    continue
                 workflow.continue_as_new(self._snapshot())
             if self._paused:
                 self._woken = False
@@ -271,10 +278,10 @@ class MonitorTarget:
         )
 
     async def _run_scheduled_check(self, slot: datetime) -> None:
-        result = await self._check(self._check_input(slot))
+        check = self._check_input(slot)
+        result = await self._check(check)
         health_notice = self._count_failures(result)
-        if result is not None:
-            self._notify(result, health_notice)
+        self._notify(result or self._unrecorded(check), health_notice)
         advanced = result.next_slot if result is not None else None
         if advanced is None or advanced <= slot:
             advanced = next_slot(slot, self._config.interval, workflow.now())
@@ -282,22 +289,24 @@ class MonitorTarget:
         self._checks_this_run += 1
 
     async def _run_extra_check(self, check: CheckInput) -> None:
-        result = await self._check(check)
+        result = await self._check(check) or self._unrecorded(check)
         self._pending.remove(check)
-        if result is not None:
-            self._notify(result, None)
-        else:
-            result = CheckResult(
-                work_id=check.work_id,
-                scheduled_for=check.slot,
-                kind=check.kind,
-                status=CheckStatus.FAILED,
-                checked_at=workflow.now(),
-                attempt_count=1,
-                error_message="could not be recorded: the database was unreachable",
-            )
+        self._notify(result, None)
         self._extra_results[check.work_id] = result
         self._checks_this_run += 1
+
+    def _unrecorded(self, check: CheckInput) -> CheckResult:
+        """A failed result for a check that could not even be dead-lettered (Postgres gone
+        past every retry): still reported to the caller and counted for health."""
+        return CheckResult(
+            work_id=check.work_id,
+            scheduled_for=check.slot,
+            kind=check.kind,
+            status=CheckStatus.FAILED,
+            checked_at=workflow.now(),
+            attempt_count=1,
+            error_message="could not be recorded: the database was unreachable",
+        )
 
     def _count_failures(self, result: CheckResult | None) -> Notice | None:
         """Track failed slots in a row; when the target turns (un)healthy, tell the UI and
@@ -446,6 +455,7 @@ class MonitorTarget:
             failure_streak=self._failure_streak,
             max_checks_per_run=self._max_checks_per_run,
             min_interval_seconds=self._min_interval_seconds,
+            mirror_stale=self._mirror_stale,
         )
 
 

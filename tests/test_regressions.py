@@ -1,11 +1,11 @@
-"""Review findings (not part of the suite)."""
+"""Regressions found in review: IPv6 forms that embed a private IPv4 address, a webhook to
+a blocked address, and a queued check while deliveries drain before continue-as-new."""
 
 import asyncio
 import ipaddress
 from datetime import timedelta
 
 import asyncpg
-import httpx
 import pytest
 from temporalio.client import WorkflowUpdateStage
 from temporalio.exceptions import ApplicationError
@@ -16,7 +16,7 @@ from activities.guard import AddressPolicy
 from activities.notify import NotifyActivities, SmtpSettings
 from pricewatch.models import Channel, ChannelKind, CheckResult
 from tests.conftest import MailSink, PageServer, Start, WebhookReceiver
-from tests.test_notify import add_target, channels_for, deliveries, delivery, watched, anchor_of
+from tests.test_notify import add_target, anchor_of, deliveries, delivery, watched
 from tests.test_workflow import rows, running_worker
 
 
@@ -50,7 +50,9 @@ async def test_check_now_while_deliveries_drain_before_continue_as_new(
 ) -> None:  # fmt: skip
     _, smtp = smtp_server
     env = time_skipping_env
-    config = watched(page_server, [Channel(kind=ChannelKind.WEBHOOK, destination=webhook_receiver.url)])
+    config = watched(
+        page_server, [Channel(kind=ChannelKind.WEBHOOK, destination=webhook_receiver.url)]
+    )
     webhook_receiver.answers = [503] * 100
     async with running_worker(env.client, task_queue, pool, smtp):
         handle = await start(config, start_at=await anchor_of(env), max_checks_per_run=1)
@@ -62,6 +64,6 @@ async def test_check_now_while_deliveries_drain_before_continue_as_new(
         )
         await env.sleep(timedelta(hours=3))
         before = len(await rows(pool, config.target_id))
+        assert before >= 5, f"schedule stalled: only {before} rows"
         result = await asyncio.wait_for(update.result(), timeout=20)
         assert result.work_id
-    assert before >= 5, f"schedule stalled: only {before} rows"
