@@ -22,6 +22,7 @@ import asyncio
 import hashlib
 import socket
 import ssl
+import zlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -38,6 +39,13 @@ HTTP_TIMEOUTS = httpx.Timeout(10.0, connect=5.0)
 MAX_REDIRECTS = 5
 USER_AGENT = "pricewatch/0.1 (+page-change monitor)"
 
+# zlib window bits per content coding: 16+ for the gzip wrapper, 32+ autodetects deflate's
+# zlib wrapper (servers disagree on whether "deflate" has one; raw deflate is refused).
+INFLATE_WBITS = {
+    "gzip": 16 + zlib.MAX_WBITS,
+    "x-gzip": 16 + zlib.MAX_WBITS,
+    "deflate": 32 + zlib.MAX_WBITS,
+}
 # Statuses worth asking again later; every other 4xx will answer the same next time.
 TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 # What a pricing page can be; anything else (images, archives, video) is refused. A
@@ -106,7 +114,8 @@ def new_client(policy: AddressPolicy) -> httpx.AsyncClient:
         timeout=HTTP_TIMEOUTS,
         follow_redirects=False,
         trust_env=False,
-        headers={"user-agent": USER_AGENT},
+        # Only encodings `_read_capped` can inflate under its cap.
+        headers={"user-agent": USER_AGENT, "accept-encoding": "gzip, deflate"},
         transport=GuardedTransport(policy),
     )
 
@@ -180,16 +189,9 @@ async def _read_page(response: httpx.Response, extraction: Extraction) -> Page:
     content_type = full_type.split(";")[0].strip().lower()
     if content_type and not _allowed(content_type):
         raise FetchError(f"unsupported content type {content_type}", transient=False)
-    codings = [c for c in response.headers.get("content-encoding", "").split(",") if c.strip()]
-    if len([c for c in codings if c.strip().lower() != "identity"]) > 1:
-        raise FetchError(f"stacked content encodings {codings} are refused", transient=False)
-    body = bytearray()
-    async for chunk in response.aiter_bytes():
-        body += chunk
-        if len(body) > MAX_BODY_BYTES:
-            raise FetchError(f"body larger than {MAX_BODY_BYTES} bytes", transient=False)
+    body = await _read_capped(response)
     # Off the event loop: a heavy page or a user's regex must not stall heartbeats.
-    text = await asyncio.to_thread(normalise, bytes(body), full_type, extraction)
+    text = await asyncio.to_thread(normalise, body, full_type, extraction)
     return Page(
         status_code=response.status_code,
         sha256=hashlib.sha256(text.encode()).hexdigest(),
@@ -197,6 +199,40 @@ async def _read_page(response: httpx.Response, extraction: Extraction) -> Page:
         text=text,
         **validators,
     )
+
+
+async def _read_capped(response: httpx.Response) -> bytes:
+    """The decoded body, never more than the cap in memory: the raw stream is inflated here
+    with a length limit per chunk (httpx's own decoder inflates a chunk whole, and one small
+    compressed chunk can hold megabytes)."""
+    codings = [c.strip().lower() for c in response.headers.get("content-encoding", "").split(",")]
+    codings = [c for c in codings if c and c != "identity"]
+    if len(codings) > 1:
+        raise FetchError(f"stacked content encodings {codings} are refused", transient=False)
+    decoder = None
+    if codings:
+        if codings[0] not in INFLATE_WBITS:
+            raise FetchError(f"unsupported content encoding {codings[0]}", transient=False)
+        decoder = zlib.decompressobj(INFLATE_WBITS[codings[0]])
+    too_big = FetchError(f"body larger than {MAX_BODY_BYTES} bytes", transient=False)
+    body = bytearray()
+    try:
+        async for raw in response.aiter_raw():
+            if decoder is None:
+                body += raw
+            else:
+                body += decoder.decompress(raw, MAX_BODY_BYTES + 1 - len(body))
+                if decoder.unconsumed_tail:
+                    raise too_big
+            if len(body) > MAX_BODY_BYTES:
+                raise too_big
+        if decoder is not None:
+            body += decoder.flush()
+    except zlib.error as err:
+        raise FetchError(f"undecodable body: {err}", transient=False) from err
+    if len(body) > MAX_BODY_BYTES:
+        raise too_big
+    return bytes(body)
 
 
 def _allowed(content_type: str) -> bool:

@@ -11,6 +11,7 @@ import ipaddress
 import os
 import subprocess
 import sys
+import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -46,9 +47,16 @@ async def server() -> AsyncIterator[int]:
         headers = {"content-encoding": "gzip, gzip", "content-type": "text/html"}
         return web.Response(body=body, headers=headers)
 
+    async def compressed(request: web.Request) -> web.Response:
+        coding = request.query["coding"]
+        raw = b"<p>Pro plan: 9.99 EUR</p>"
+        body = gzip.compress(raw) if coding == "gzip" else zlib.compress(raw)
+        headers = {"content-encoding": coding, "content-type": "text/html"}
+        return web.Response(body=body, headers=headers)
+
     app = web.Application()
     for path, handler in [("/page", page), ("/to-private", to_private), ("/bomb", bomb),
-                          ("/stacked", stacked)]:  # fmt: skip
+                          ("/stacked", stacked), ("/compressed", compressed)]:  # fmt: skip
         app.router.add_get(path, handler)
     runner = web.AppRunner(app, shutdown_timeout=1.0)
     await runner.setup()
@@ -141,6 +149,13 @@ async def test_a_gzip_bomb_stops_at_the_cap(server: int) -> None:
         with pytest.raises(FetchError) as caught:
             await fetch_page(http, f"http://127.0.0.1:{server}/bomb")
     assert "larger than" in str(caught.value) and not caught.value.transient
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+async def test_compressed_pages_are_inflated(server: int, coding: str) -> None:
+    async with new_client(LOOPBACK) as http:
+        page = await fetch_page(http, f"http://127.0.0.1:{server}/compressed?coding={coding}")
+    assert page.text == "Pro plan: 9.99 EUR"
 
 
 async def test_stacked_encodings_are_refused(server: int) -> None:
