@@ -7,6 +7,8 @@ one-row-per-slot record in Postgres make every execution after the first a no-op
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -117,12 +119,13 @@ class CheckActivities:
             lateness = (activity.info().started_time - check.slot).total_seconds()
             observe_seconds("pricewatch_lateness", "attempt start minus due slot", lateness)
 
+        claim = claim.under_rules(rules_fingerprint(check))
         committed = False
         try:
             fetch_started = time.monotonic()
             try:
                 page = await self._fetch_holding_lease(check, token, claim)
-                outcome = await asyncio.to_thread(_outcome, claim, page)
+                outcome = await asyncio.to_thread(_outcome, claim, page, rules_fingerprint(check))
             except FetchError as err:
                 kind = "transient" if err.transient else "permanent"
                 count("pricewatch_fetch_failures", "failed fetch attempts", kind=kind)
@@ -296,7 +299,13 @@ def _schedule_after(check: CheckInput) -> datetime | None:
     return next_slot(check.slot, check.interval, clock()) if check.on_schedule else None
 
 
-def _outcome(claim: store.Claim, page: Page) -> store.Outcome:
+def rules_fingerprint(check: CheckInput) -> str:
+    """What the hash depends on besides the page: the extraction rules."""
+    rules = json.dumps([check.selector, check.ignore, check.json_pointer])
+    return hashlib.sha256(rules.encode()).hexdigest()[:16]
+
+
+def _outcome(claim: store.Claim, page: Page, rules: str) -> store.Outcome:
     """A 304 is the page as it was; a new state (the baseline, a change) keeps a snapshot
     and, for a change, an excerpt of what changed."""
     if page.not_modified:
@@ -310,6 +319,7 @@ def _outcome(claim: store.Claim, page: Page) -> store.Outcome:
             body_bytes=0,
             etag=page.etag or claim.previous_etag,
             last_modified=page.last_modified or claim.previous_last_modified,
+            rules=rules,
         )
     assert page.sha256 is not None and page.text is not None
     status = _compare(claim.previous_hash, page.sha256)
@@ -327,6 +337,7 @@ def _outcome(claim: store.Claim, page: Page) -> store.Outcome:
         last_modified=page.last_modified,
         snapshot=snapshots.compress(page.text) if new_state else None,
         excerpt=change,
+        rules=rules,
     )
 
 

@@ -7,7 +7,7 @@ claim, then commit. "Already recorded" is a normal outcome, returned, never rais
 import base64
 import json
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 import asyncpg
@@ -44,7 +44,7 @@ SELECT
     -- The latest observation, whichever check made it: each change is reported once. Its
     -- validators make the fetch conditional; the newest snapshot is the text it saw.
     (SELECT to_jsonb(p) FROM (
-        SELECT result_hash, etag, last_modified FROM source_checks
+        SELECT result_hash, etag, last_modified, rules FROM source_checks
          WHERE target_id = $1 AND status <> 'failed' AND work_id <> $2
          ORDER BY checked_at DESC LIMIT 1) p) AS previous,
     (SELECT snapshot FROM source_checks
@@ -64,9 +64,10 @@ WITH lease AS (
 ), recorded AS (
     INSERT INTO source_checks AS c (work_id, target_id, scheduled_for, kind, checked_at, status,
         attempt_count, result_hash, previous_hash, http_status, body_bytes, error_message,
-        etag, last_modified, snapshot, excerpt)
+        etag, last_modified, snapshot, excerpt, rules)
     SELECT $3::text, id, $4::timestamptz, $5::text, now(), $6::text, 1, $7::text, $8::text,
-           $9::integer, $10::integer, $11::text, $13::text, $14::text, $15::bytea, $16::text
+           $9::integer, $10::integer, $11::text, $13::text, $14::text, $15::bytea, $16::text,
+           $18::text
       FROM lease
     ON CONFLICT (work_id) DO UPDATE
        SET checked_at = excluded.checked_at, status = excluded.status,
@@ -74,7 +75,7 @@ WITH lease AS (
            previous_hash = excluded.previous_hash, http_status = excluded.http_status,
            body_bytes = excluded.body_bytes, error_message = excluded.error_message,
            etag = excluded.etag, last_modified = excluded.last_modified,
-           snapshot = excluded.snapshot, excerpt = excluded.excerpt
+           snapshot = excluded.snapshot, excerpt = excluded.excerpt, rules = excluded.rules
      WHERE c.status = 'failed'
     RETURNING {CHECK_COLUMNS}
 ), pruned AS (
@@ -184,6 +185,17 @@ class Claim:
     previous_etag: str | None = None
     previous_last_modified: str | None = None
     previous_snapshot: bytes | None = None
+    previous_rules: str | None = None
+
+    def under_rules(self, rules: str) -> "Claim":
+        """The claim as seen by a check under `rules`: if the last observation was made
+        under other rules, there is nothing comparable before it (a new baseline)."""
+        if self.previous_hash is None or self.previous_rules == rules:
+            return self
+        return replace(
+            self, previous_hash=None, previous_etag=None, previous_last_modified=None,
+            previous_snapshot=None,
+        )  # fmt: skip
 
     def final(self, *, retrying: bool = False) -> CheckResult | None:
         """The stored result if this slot needs no more work (a retry re-runs a failed one)."""
@@ -215,6 +227,7 @@ class Outcome:
     last_modified: str | None = None
     snapshot: bytes | None = None
     excerpt: str | None = None
+    rules: str | None = None
 
 
 def _result(row: asyncpg.Record | dict[str, object], **extra: object) -> CheckResult:
@@ -246,6 +259,7 @@ async def claim(
         previous_etag=previous.get("etag"),
         previous_last_modified=previous.get("last_modified"),
         previous_snapshot=row["previous_snapshot"],
+        previous_rules=previous.get("rules"),
     )
 
 
@@ -281,6 +295,7 @@ async def commit(
         outcome.snapshot,
         outcome.excerpt,
         snapshots_kept,
+        outcome.rules,
     )
     return None if row is None else _result(row, next_slot=advance_to)
 

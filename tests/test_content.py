@@ -240,3 +240,19 @@ def test_bad_extraction_rules_are_refused_at_add_time(option: list[str]) -> None
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+async def test_new_extraction_rules_start_a_new_baseline_instead_of_a_change(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, site: Site
+) -> None:
+    """Switching on a selector changes the text hashed, not the page: no `changed` for it,
+    and no conditional request answered with the old rules' version."""
+    checks = await checker(pool, http, site)
+    site.html, site.etag = page("12.00"), '"v1"'
+    await checks.check()
+    checks.config = checks.config.model_copy(update={"selector": "#plans"})
+    rebased = await checks.check()
+    assert (rebased.status, rebased.previous_hash) == ("unchanged", None)
+    assert site.conditional_hits == 0, "validators from the old rules must not be sent"
+    site.html, site.etag = page("13.00"), '"v2"'
+    assert (await checks.check()).status == "changed"

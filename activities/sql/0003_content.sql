@@ -5,7 +5,10 @@ ALTER TABLE source_checks
     ADD COLUMN etag          text,
     ADD COLUMN last_modified text,
     ADD COLUMN snapshot      bytea,
-    ADD COLUMN excerpt       text;
+    ADD COLUMN excerpt       text,
+    -- Fingerprint of the extraction rules the hash was made under: a check under other
+    -- rules starts a new baseline instead of reporting a change that is only the rules'.
+    ADD COLUMN rules         text;
 
 CREATE INDEX source_checks_target_snapshots ON source_checks (target_id, checked_at DESC)
     WHERE snapshot IS NOT NULL;
