@@ -100,10 +100,11 @@ async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
         await pool.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
-    """One time-skipping server per test module: a module's leftovers (a retry backing off,
-    a task no worker will poll) can never hold the clock of another module's tests."""
+    """A time-skipping server of the test's own (about a second to start). Shared servers
+    were flaky: a task handed to a worker as it shut down holds the clock until that task
+    times out, stalling the next test's sleeps."""
     env = await WorkflowEnvironment.start_time_skipping(
         data_converter=pydantic_data_converter,
         test_server_existing_path=find_binary("temporal-test-server"),
