@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: dev demo test chaos
+.PHONY: dev demo test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

@@ -31,10 +31,10 @@ from pricewatch.models import (
 )
 from pricewatch.slots import next_slot
 
-# Longer than the check's start-to-close timeout (60 s): while Temporal still considers an
-# attempt alive, nobody else can take its lease. Shorter than that timeout plus the first
-# retry's 30 s backoff: the next attempt after a crash finds the lease lapsed.
-CHECK_LEASE = timedelta(seconds=75)
+# Longer than the heartbeat timeout (20 s), and renewed by every heartbeat: while Temporal
+# still considers an attempt alive, nobody else can take its lease. Shorter than that timeout
+# plus the first retry's 30 s backoff: the next attempt after a crash finds the lease lapsed.
+CHECK_LEASE = timedelta(seconds=45)
 # A fetch heartbeats (and extends its lease) this often; the workflow's heartbeat timeout
 # is a few beats, well below the lease, so a silent attempt is retried before its lease
 # could be mistaken for a live one.
@@ -282,11 +282,9 @@ class CheckActivities:
     @staticmethod
     def _next_slot(check: CheckInput, db_next: datetime | None) -> datetime | None:
         """Where the schedule stands after this slot: the database's view if it moved on."""
-        if not check.on_schedule:
-            return None
-        if db_next is not None and db_next > check.slot:
+        if db_next is not None and db_next > check.slot and check.on_schedule:
             return db_next
-        return next_slot(check.slot, check.interval, clock())
+        return _schedule_after(check)
 
 
 def _ids(check: CheckInput, token: str) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""Schema migrations: numbered `.sql` files applied once, in order, in one transaction each.
+"""Schema migrations: numbered `.sql` files applied once, in order, all pending ones in one
+transaction (a failure applies none of them).
 
 A transaction-level advisory lock serialises concurrent runners (a worker and `pricewatch
 dev` starting together), so each file is applied exactly once.

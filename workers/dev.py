@@ -18,7 +18,13 @@ from pricewatch.models import MonitorState, TargetConfig
 from pricewatch.settings import EMBEDDED_DATABASE_URL_FILE, Settings
 from pricewatch.temporal import connect, start_monitor
 from workers.embedded import start_embedded_postgres, start_temporal_dev_server, stop_process
-from workers.worker import address_policy, build_worker, smtp_settings, worker_activities
+from workers.worker import (
+    WorkerTuning,
+    address_policy,
+    build_worker,
+    smtp_settings,
+    worker_activities,
+)
 
 TEMPORAL_PORT = 7233
 UI_PORT = 8233
@@ -72,14 +78,16 @@ async def serve(settings: Settings, database_url: str, demo_url: str | None) -> 
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
+    tuning = WorkerTuning.from_settings(settings)
     async with (
         worker_activities(
             database_url,
             smtp_settings(settings),
             address_policy(settings),
             settings.snapshot_retention,
+            tuning.pool_size,
         ) as activities,
-        build_worker(client, settings.task_queue, activities),
+        build_worker(client, settings.task_queue, activities, tuning),
     ):
         if demo_url:
             config = TargetConfig(

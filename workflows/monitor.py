@@ -23,6 +23,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from activities.checks import (
         HEARTBEAT_TIMEOUT,
+        INVALID_TARGET,
         PERMANENT_FETCH_ERROR,
         SLOT_NOT_DUE,
         TARGET_OUT_OF_SYNC,
@@ -111,7 +112,7 @@ class MonitorTarget:
     async def run(self, state: MonitorState) -> None:
         if (problem := self._config_problem(self._config)) is not None:
             # Bad input from a start outside the CLI: fail clearly before writing anything.
-            raise ApplicationError(problem, type="InvalidTarget", non_retryable=True)
+            raise ApplicationError(problem, type=INVALID_TARGET, non_retryable=True)
         if not self._registered:
             await self._register()
         while True:

@@ -18,8 +18,6 @@ CREATE TABLE monitor_targets (
     CHECK ((lease_token IS NULL) = (lease_expires_at IS NULL))
 );
 
-CREATE INDEX monitor_targets_due ON monitor_targets (enabled, next_check_at);
-
 -- One row per (target, due slot): the durable result of a check.
 CREATE TABLE source_checks (
     work_id       text PRIMARY KEY,
