@@ -524,12 +524,16 @@ def dev(
     demo: Annotated[
         bool, typer.Option(help="Also serve a local pricing page and watch it.")
     ] = False,
+    temporal_port: Annotated[int, typer.Option(help="Temporal dev server port.")] = 7233,
+    ui_port: Annotated[int, typer.Option(help="Temporal UI port.")] = 8233,
+    demo_port: Annotated[int, typer.Option(help="Demo pricing page port.")] = 8099,
 ) -> None:
     """Run the whole embedded stack in the foreground: Temporal, Postgres, a worker."""
-    from workers.dev import run_dev
+    from workers.dev import DevPorts, run_dev
 
     with user_errors():
-        run_dev(settings(), demo=demo)
+        ports = DevPorts(temporal=temporal_port, ui=ui_port, demo=demo_port)
+        run_dev(settings(), demo=demo, ports=ports)
 
 
 def main() -> None:

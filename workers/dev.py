@@ -11,6 +11,7 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -26,9 +27,14 @@ from workers.worker import (
     worker_activities,
 )
 
-TEMPORAL_PORT = 7233
-UI_PORT = 8233
-DEMO_PORT = 8099
+
+@dataclass(frozen=True)
+class DevPorts:
+    temporal: int = 7233
+    ui: int = 8233
+    demo: int = 8099
+
+
 DEV_SQLITE_PRAGMAS = (
     "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
 )  # fmt: skip
@@ -61,12 +67,12 @@ class DemoPricingPage(BaseHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def demo_page() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", DEMO_PORT), DemoPricingPage)
+def demo_page(port: int) -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", port), DemoPricingPage)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{DEMO_PORT}/"
+        yield f"http://127.0.0.1:{port}/"
     finally:
         server.shutdown()
         server.server_close()
@@ -106,7 +112,7 @@ async def serve(settings: Settings, database_url: str, demo_url: str | None) -> 
     print("stopping...", flush=True)
 
 
-def run_dev(settings: Settings, *, demo: bool) -> None:
+def run_dev(settings: Settings, *, demo: bool, ports: DevPorts = DevPorts()) -> None:
     if not settings.allow_networks:
         settings = settings.model_copy(update={"allow_networks": DEV_ALLOW_NETWORKS})
     print(
@@ -130,8 +136,8 @@ def run_dev(settings: Settings, *, demo: bool) -> None:
             print(f"postgres:  embedded, {database_url}", flush=True)
         temporal = start_temporal_dev_server(
             data_dir / "temporal.db",
-            port=TEMPORAL_PORT,
-            ui_port=UI_PORT,
+            port=ports.temporal,
+            ui_port=ports.ui,
             binary=settings.temporal_bin,
             log_file=data_dir / "temporal.log",
             # SQLite's default journal is the dev server's first ceiling; WAL nearly doubles
@@ -139,8 +145,10 @@ def run_dev(settings: Settings, *, demo: bool) -> None:
             extra_args=DEV_SQLITE_PRAGMAS,
         )
         stack.callback(stop_process, temporal)
-        os.environ["TEMPORAL_ADDRESS"] = f"127.0.0.1:{TEMPORAL_PORT}"
-        print(f"temporal:  127.0.0.1:{TEMPORAL_PORT} (log {data_dir / 'temporal.log'})", flush=True)
-        print(f"ui:        http://localhost:{UI_PORT}", flush=True)
-        demo_url = stack.enter_context(demo_page()) if demo else None
+        os.environ["TEMPORAL_ADDRESS"] = f"127.0.0.1:{ports.temporal}"
+        print(
+            f"temporal:  127.0.0.1:{ports.temporal} (log {data_dir / 'temporal.log'})", flush=True
+        )
+        print(f"ui:        http://localhost:{ports.ui}", flush=True)
+        demo_url = stack.enter_context(demo_page(ports.demo)) if demo else None
         asyncio.run(serve(settings, database_url, demo_url))
