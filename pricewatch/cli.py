@@ -140,6 +140,13 @@ async def running_handle(client: Client, target_id: str) -> WorkflowHandle[Any, 
     return handle
 
 
+async def target_workflow(target_id: str) -> tuple[Client, WorkflowHandle[Any, Any]]:
+    """Check the id, connect, and find the target's open workflow (BadInput if none)."""
+    valid_id(target_id)
+    client = await connect()
+    return client, await running_handle(client, target_id)
+
+
 def valid_id(target_id: str) -> str:
     TargetConfig(target_id=target_id, url="http://example.com", interval_seconds=1)
     return target_id
@@ -284,9 +291,7 @@ async def list_targets() -> None:
 @command
 async def status(target_id: IdArg) -> None:
     """Show paused/active, the next due slot, the last result and the Temporal UI link."""
-    valid_id(target_id)
-    client = await connect()
-    handle = await running_handle(client, target_id)
+    client, handle = await target_workflow(target_id)
     result = await handle.query("status", result_type=MonitorStatus)
     print_status(result, ui_link(client, target_id))
 
@@ -432,9 +437,7 @@ async def retry(
 @command
 async def pause(target_id: IdArg) -> None:
     """Stop future checks (a check already running finishes)."""
-    valid_id(target_id)
-    client = await connect()
-    handle = await running_handle(client, target_id)
+    _, handle = await target_workflow(target_id)
     await handle.signal("pause")
     typer.echo(f"pausing {target_id}")
 
@@ -443,9 +446,7 @@ async def pause(target_id: IdArg) -> None:
 @command
 async def resume(target_id: IdArg) -> None:
     """Resume checks on the target's grid; slots missed while paused are skipped."""
-    valid_id(target_id)
-    client = await connect()
-    handle = await running_handle(client, target_id)
+    _, handle = await target_workflow(target_id)
     await handle.signal("resume")
     typer.echo(f"resuming {target_id}")
 
@@ -454,9 +455,7 @@ async def resume(target_id: IdArg) -> None:
 @command
 async def check_now(target_id: IdArg) -> None:
     """Run one extra check now (its own work id; the schedule is not moved)."""
-    valid_id(target_id)
-    client = await connect()
-    handle = await running_handle(client, target_id)
+    _, handle = await target_workflow(target_id)
     result = await handle.execute_update("check_now", result_type=CheckResult)
     print_result(result)
 
@@ -465,9 +464,7 @@ async def check_now(target_id: IdArg) -> None:
 @command
 async def remove(target_id: IdArg) -> None:
     """Stop watching a target and delete its recorded checks."""
-    valid_id(target_id)
-    client = await connect()
-    handle = await running_handle(client, target_id)
+    _, handle = await target_workflow(target_id)
     await handle.signal("remove")
     try:
         await asyncio.wait_for(handle.result(), timeout=120)
