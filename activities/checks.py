@@ -29,7 +29,7 @@ from pricewatch.models import (
     RemoveTargetInput,
     SyncTargetInput,
 )
-from pricewatch.slots import next_slot
+from pricewatch.slots import next_slot, slots_between
 
 # Longer than the heartbeat timeout (20 s), and renewed by every heartbeat: while Temporal
 # still considers an attempt alive, nobody else can take its lease. Shorter than that timeout
@@ -149,6 +149,7 @@ class CheckActivities:
                 outcome=outcome,
                 advance_to=advance_to,
                 snapshots_kept=self.snapshots_kept,
+                skipped=_skipped_by(check, advance_to),
             )
             committed = result is not None
             if result is None:
@@ -209,6 +210,7 @@ class CheckActivities:
             kind=check.kind,
             error_message=failure.error_message,
             advance_to=advance_to,
+            skipped=_skipped_by(check, advance_to),
         )
         if result is not None:
             count("pricewatch_dead_letters", "slots recorded failed after giving up")
@@ -295,6 +297,11 @@ def _ids(check: CheckInput, token: str) -> dict[str, str]:
 def _schedule_after(check: CheckInput) -> datetime | None:
     """The next slot once this one is final; None for checks off the schedule."""
     return next_slot(check.slot, check.interval, clock()) if check.on_schedule else None
+
+
+def _skipped_by(check: CheckInput, advance_to: datetime | None) -> list[datetime]:
+    """The slots that came due while this one was being checked: recorded as skipped."""
+    return [] if advance_to is None else slots_between(check.slot, advance_to, check.interval)
 
 
 def rules_fingerprint(check: CheckInput) -> str:

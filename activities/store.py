@@ -7,11 +7,13 @@ claim, then commit. "Already recorded" is a normal outcome, returned, never rais
 import base64
 import json
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 import asyncpg
 
+from pricewatch import slots
 from pricewatch.models import ChannelKind, CheckKind, CheckResult, CheckStatus, TargetConfig
 
 CHECK_COLUMNS = """work_id, scheduled_for, kind, status, checked_at, attempt_count,
@@ -45,7 +47,7 @@ SELECT
     -- validators make the fetch conditional; the newest snapshot is the text it saw.
     (SELECT to_jsonb(p) FROM (
         SELECT result_hash, etag, last_modified, rules FROM source_checks
-         WHERE target_id = $1 AND status <> 'failed' AND work_id <> $2
+         WHERE target_id = $1 AND status IN ('unchanged', 'changed') AND work_id <> $2
          ORDER BY checked_at DESC LIMIT 1) p) AS previous,
     (SELECT snapshot FROM source_checks
       WHERE target_id = $1 AND snapshot IS NOT NULL AND work_id <> $2
@@ -94,6 +96,14 @@ WITH lease AS (
            updated_at = now()
      WHERE id = $1 AND lease_token = $2 AND EXISTS (SELECT 1 FROM recorded)
     RETURNING id
+), skipped AS (
+    -- The slots the schedule moves past without checking them: one row each.
+    INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at, status,
+        error_message)
+    SELECT s.work_id, $1, s.slot, 'scheduled', now(), 'skipped', $21::text
+      FROM unnest($19::text[], $20::timestamptz[]) AS s(work_id, slot)
+     WHERE $12::timestamptz IS NOT NULL AND EXISTS (SELECT 1 FROM released)
+    ON CONFLICT DO NOTHING
 )
 SELECT {CHECK_COLUMNS} FROM recorded
 """
@@ -110,7 +120,7 @@ UPDATE monitor_targets SET lease_token = NULL, lease_expires_at = NULL
 # for nobody: a live lease means an attempt is still running, so this refuses (no row).
 RECORD_FAILED = f"""
 WITH target AS (
-    SELECT id FROM monitor_targets
+    SELECT id, next_check_at FROM monitor_targets
      WHERE id = $1 AND (lease_token IS NULL OR lease_expires_at <= now())
        FOR UPDATE
 ), recorded AS (
@@ -130,6 +140,14 @@ WITH target AS (
                                  THEN failure_streak + 1 ELSE failure_streak END
      WHERE id IN (SELECT id FROM target)
     RETURNING next_check_at
+), skipped AS (
+    INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at, status,
+        error_message)
+    SELECT s.work_id, $1, s.slot, 'scheduled', now(), 'skipped', $9::text
+      FROM unnest($7::text[], $8::timestamptz[]) AS s(work_id, slot)
+     WHERE $6 IS NOT NULL AND EXISTS (SELECT 1 FROM recorded)
+       AND EXISTS (SELECT 1 FROM target WHERE next_check_at <= $3)
+    ON CONFLICT DO NOTHING
 )
 SELECT {CHECK_COLUMNS}, (SELECT next_check_at FROM released) AS next_check_at FROM recorded
 """
@@ -274,8 +292,11 @@ async def commit(
     outcome: Outcome,
     advance_to: datetime | None,
     snapshots_kept: int = 50,
+    skipped: Sequence[datetime] = (),
 ) -> CheckResult | None:
-    """Record the attempt; None if the lease was lost or the slot was already final."""
+    """Record the attempt; None if the lease was lost or the slot was already final.
+
+    With `advance_to`, the `skipped` slots (due before this one was final) get their rows."""
     row = await pool.fetchrow(
         COMMIT,
         target_id,
@@ -296,8 +317,17 @@ async def commit(
         outcome.excerpt,
         snapshots_kept,
         outcome.rules,
+        *_skipped_rows(target_id, slot, skipped),
     )
     return None if row is None else _result(row, next_slot=advance_to)
+
+
+def _skipped_rows(
+    target_id: str, slot: datetime, skipped: Sequence[datetime]
+) -> tuple[list[str], list[datetime], str]:
+    """Work ids, slots and the reason for the slots a final check leaves behind it."""
+    reason = f"not checked: came due before the check of {slots.format_slot(slot)} was final"
+    return [slots.work_id(target_id, s) for s in skipped], list(skipped), reason
 
 
 async def release(pool: asyncpg.Pool, *, target_id: str, token: str) -> bool:
@@ -314,12 +344,14 @@ async def record_failed(
     kind: CheckKind,
     error_message: str,
     advance_to: datetime | None,
+    skipped: Sequence[datetime] = (),
 ) -> CheckResult | None:
     """Finalise a given-up slot as failed; None if an attempt still holds the lease or the
     slot is already final. `next_slot` is where the schedule stands afterwards."""
     row = await pool.fetchrow(
-        RECORD_FAILED, target_id, work_id, slot, kind.value, error_message, advance_to
-    )
+        RECORD_FAILED, target_id, work_id, slot, kind.value, error_message, advance_to,
+        *_skipped_rows(target_id, slot, skipped),
+    )  # fmt: skip
     if row is None:
         return None
     return _result(row, next_slot=row["next_check_at"])
@@ -383,7 +415,7 @@ SELECT t.id, t.url, t.interval_seconds, t.enabled, t.next_check_at,
   FROM monitor_targets t
   LEFT JOIN LATERAL (
       SELECT status FROM source_checks
-       WHERE target_id = t.id ORDER BY checked_at DESC LIMIT 1
+       WHERE target_id = t.id AND status <> 'skipped' ORDER BY checked_at DESC LIMIT 1
   ) c ON true
  ORDER BY t.id
 """

@@ -122,6 +122,9 @@ class CheckStatus(StrEnum):
     UNCHANGED = "unchanged"
     CHANGED = "changed"
     FAILED = "failed"
+    # Came due while an earlier slot was still being checked (or nothing was running):
+    # recorded when the schedule moved past it, never fetched.
+    SKIPPED = "skipped"
 
 
 class CheckKind(StrEnum):

@@ -19,6 +19,14 @@ def next_slot(slot: datetime, interval: timedelta, now: datetime) -> datetime:
     return slot + steps * interval
 
 
+def slots_between(slot: datetime, later: datetime, interval: timedelta) -> list[datetime]:
+    """The grid points strictly between `slot` and `later`: the slots a late check skips."""
+    if interval <= timedelta(0):
+        raise ValueError("interval must be positive")
+    steps = max(0, -((slot - later) // interval) - 1)  # ceil((later - slot) / interval) - 1
+    return [slot + k * interval for k in range(1, steps + 1)]
+
+
 def first_slot(anchor: datetime, interval: timedelta, now: datetime) -> datetime:
     """`anchor` if it is still ahead of `now`, else the first grid point after `now`.
 

@@ -64,7 +64,7 @@ async def test_a_zombie_attempt_writes_nothing_after_a_newer_attempt_committed(
     hold.release.set()
     late: CheckResult = await zombie
 
-    rows = await pool.fetch("SELECT * FROM source_checks")
+    rows = await pool.fetch("SELECT * FROM source_checks WHERE work_id = $1", check.work_id)
     assert len(rows) == 1
     assert rows[0]["result_hash"] == fresh.result_hash  # the newer attempt's page
     assert rows[0]["attempt_count"] == 1

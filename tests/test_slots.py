@@ -7,7 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pricewatch.durations import format_duration, parse_duration
-from pricewatch.slots import first_slot, format_slot, latest_due_slot, next_slot, work_id
+from pricewatch.slots import (
+    first_slot,
+    format_slot,
+    latest_due_slot,
+    next_slot,
+    slots_between,
+    work_id,
+)
 
 T0 = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -22,6 +29,28 @@ offsets = st.timedeltas(min_value=timedelta(days=-60), max_value=timedelta(days=
 
 def on_grid(value: datetime, origin: datetime, interval: timedelta) -> bool:
     return (value - origin) % interval == timedelta(0)
+
+
+@given(slot=moments, interval=intervals, offset=offsets)
+def test_a_late_check_skips_exactly_the_grid_points_before_its_next_slot(
+    slot: datetime, interval: timedelta, offset: timedelta
+) -> None:
+    """Every grid point from `slot` to the next slot is either the checked slot, a skipped
+    one (each once, in order) or the next slot: together they leave no gap and no repeat."""
+    now = slot + offset
+    if (now - slot) // interval > 5000:  # keep the lists small; the arithmetic is the same
+        now = slot + 5000 * interval
+    following = next_slot(slot, interval, now)
+    skipped = slots_between(slot, following, interval)
+    assert [slot, *skipped, following] == [slot + k * interval for k in range(len(skipped) + 2)]
+    assert all(s <= now for s in skipped)  # only slots that really came due
+
+
+def test_slots_between_neighbours_or_reversed_is_empty() -> None:
+    assert slots_between(T0, T0 + HOUR, HOUR) == []
+    assert slots_between(T0, T0, HOUR) == []
+    assert slots_between(T0 + HOUR, T0, HOUR) == []
+    assert slots_between(T0, T0 + HOUR + timedelta(seconds=1), HOUR) == [T0 + HOUR]
 
 
 @given(slot=moments, interval=intervals, offset=offsets)

@@ -5,7 +5,7 @@ Every test gets a fresh migrated database (`pool` in conftest), so rows never le
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -60,6 +60,7 @@ async def commit(
     slot: datetime = T0,
     kind: CheckKind = CheckKind.SCHEDULED,
     advance_to: datetime | None = T0 + HOUR,
+    skipped: Sequence[datetime] = (),
 ) -> CheckResult | None:
     return await store.commit(
         pool,
@@ -70,10 +71,13 @@ async def commit(
         kind=kind,
         outcome=outcome,
         advance_to=advance_to,
+        skipped=skipped,
     )
 
 
-async def record_failed(pool: asyncpg.Pool, advance_to: datetime | None) -> CheckResult | None:
+async def record_failed(
+    pool: asyncpg.Pool, advance_to: datetime | None, skipped: Sequence[datetime] = ()
+) -> CheckResult | None:
     return await store.record_failed(
         pool,
         target_id=TARGET,
@@ -82,6 +86,7 @@ async def record_failed(pool: asyncpg.Pool, advance_to: datetime | None) -> Chec
         kind=CheckKind.SCHEDULED,
         error_message="gave up after 5 attempts",
         advance_to=advance_to,
+        skipped=skipped,
     )
 
 
@@ -251,6 +256,40 @@ async def test_record_failed_finalises_the_slot(target: asyncpg.Pool) -> None:
     stored = later.final()
     assert stored is not None
     assert stored.status is CheckStatus.FAILED
+
+
+async def test_a_late_commit_records_the_slots_it_skipped(target: asyncpg.Pool) -> None:
+    """Slots that came due while T0 was still being checked get one `skipped` row each, in
+    the commit's statement; the next good check compares with T0's hash, not with them."""
+    await claim(target, "a")
+    await commit(target, "a", advance_to=T0 + 3 * HOUR, skipped=[T0 + HOUR, T0 + 2 * HOUR])
+
+    rows = await check_rows(target)
+    assert [(r["scheduled_for"], r["status"]) for r in rows] == [
+        (T0, "unchanged"),
+        (T0 + HOUR, "skipped"),
+        (T0 + 2 * HOUR, "skipped"),
+    ]
+    assert rows[1]["work_id"] == wid(T0 + HOUR) and rows[1]["result_hash"] is None
+    assert "before the check of 2026-08-07T08:00:00Z" in rows[1]["error_message"]
+    assert (await claim(target, "b", slot=T0 + HOUR)).final() is not None  # final: never fetched
+    later = await claim(target, "c", slot=T0 + 3 * HOUR)
+    assert later.claimed and later.previous_hash == HASH
+
+
+async def test_skipped_rows_need_the_commit_to_succeed(target: asyncpg.Pool) -> None:
+    """A stale attempt, a failed attempt that does not advance, or a refused dead letter
+    writes no skipped rows either."""
+    await claim(target, "a")
+    assert await commit(target, "stale", skipped=[T0 + HOUR]) is None
+    await commit(target, "a", FAILED, advance_to=None, skipped=[T0 + HOUR])
+    assert (await claim(target, "b")).claimed  # a live lease: the dead letter waits
+    assert await record_failed(target, advance_to=T0 + 2 * HOUR, skipped=[T0 + HOUR]) is None
+    assert [r["status"] for r in await check_rows(target)] == ["failed"]
+
+    await target.execute("UPDATE monitor_targets SET lease_expires_at = now() - interval '1 s'")
+    assert await record_failed(target, advance_to=T0 + 2 * HOUR, skipped=[T0 + HOUR]) is not None
+    assert [r["status"] for r in await check_rows(target)] == ["failed", "skipped"]
 
 
 async def test_record_failed_refuses_while_a_lease_is_live(target: asyncpg.Pool) -> None:

@@ -240,6 +240,31 @@ async def test_transient_failure_retries_on_the_same_row(
     assert records[0]["error_message"] is None
 
 
+async def test_slots_due_while_a_check_retries_get_a_skipped_row_each(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+) -> None:
+    """Three 503s back off 30 + 60 + 120 s on a 1-minute grid: the slots that came due
+    meanwhile are not lost silently. Each gets a `skipped` row; the cadence goes on."""
+    client = time_skipping_env.client
+    minute = timedelta(minutes=1)
+    config = new_target(page_server, interval=minute)
+    page_server.queue(f"/{config.target_id}", *[(503, "busy")] * 3)
+    anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + minute
+    async with running_worker(client, task_queue, pool):
+        await start(config, start_at=anchor, min_interval_seconds=60)
+        await time_skipping_env.sleep(timedelta(minutes=7, seconds=30))
+    records = await rows(pool, config.target_id)
+    assert scheduled(records) == [anchor + k * minute for k in range(len(records))]  # no gap
+    assert len(records) >= 7
+    assert (records[0]["status"], records[0]["attempt_count"]) == ("unchanged", 4)
+    assert {r["status"] for r in records[1:]} == {"unchanged", "skipped"}
+    assert records[-1]["status"] == "unchanged"  # the cadence goes on
+
+
 async def test_exhausted_retries_record_the_slot_failed_and_the_next_slot_runs(
     time_skipping_env: WorkflowEnvironment,
     pool: asyncpg.Pool,
