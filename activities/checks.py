@@ -78,7 +78,11 @@ class CheckActivities:
         """Mirror the workflow's config and schedule into `monitor_targets`."""
         try:
             await store.sync_target(
-                self.pool, sync.config, next_slot=sync.next_slot, enabled=sync.enabled
+                self.pool,
+                sync.config,
+                next_slot=sync.next_slot,
+                enabled=sync.enabled,
+                skipped=sync.skipped,
             )
         except (asyncpg.IntegrityConstraintViolationError, asyncpg.DataError) as err:
             # The table refuses this config; asking again will not change its mind.
@@ -153,7 +157,7 @@ class CheckActivities:
             )
             committed = result is not None
             if result is None:
-                return await self._lost_lease(check)
+                return await self._lost_lease(check, token)
             count("pricewatch_checks", "checks by outcome", target_id=check.target_id,
                   status=result.status.value, outcome="recorded")  # fmt: skip
             activity.logger.info("recorded %s", result.status.value, extra=_ids(check, token))
@@ -250,11 +254,14 @@ class CheckActivities:
         )
         return recorded is not None
 
-    async def _lost_lease(self, check: CheckInput) -> CheckResult:
+    async def _lost_lease(self, check: CheckInput, token: str) -> CheckResult:
         """The commit matched nothing: either another attempt finished the slot, or our
         lease was taken over. The first is success; the second must not pass silently."""
         stored = await store.stored_check(self.pool, check.work_id)
         if stored is not None and stored.status is not CheckStatus.FAILED:
+            activity.logger.info(
+                "commit fenced: another attempt recorded the slot first", extra=_ids(check, token)
+            )
             db_next = await store.next_check_at(self.pool, check.target_id)
             return self._already_recorded(check, stored, db_next)
         raise ApplicationError(

@@ -161,6 +161,14 @@ ON CONFLICT (id) DO UPDATE
        unhealthy_after = excluded.unhealthy_after, updated_at = now()
 """
 
+INSERT_SKIPPED = """
+INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at, status,
+    error_message)
+SELECT s.work_id, $1, s.slot, 'scheduled', now(), 'skipped', $4
+  FROM unnest($2::text[], $3::timestamptz[]) AS s(work_id, slot)
+ON CONFLICT DO NOTHING
+"""
+
 # Channels follow the config: new ones are added (keeping the secret of one that exists),
 # dropped ones deleted. Deliveries already recorded stay.
 SYNC_CHANNELS = """
@@ -368,10 +376,16 @@ async def next_check_at(pool: asyncpg.Pool, target_id: str) -> datetime | None:
 
 
 async def sync_target(
-    pool: asyncpg.Pool, config: TargetConfig, *, next_slot: datetime, enabled: bool
+    pool: asyncpg.Pool,
+    config: TargetConfig,
+    *,
+    next_slot: datetime,
+    enabled: bool,
+    skipped: Sequence[datetime] = (),
 ) -> None:
     """Mirror the target and its channels in one transaction. A new webhook gets a fresh
-    signing secret here, in the database, so no secret ever passes through Temporal."""
+    signing secret here, in the database, so no secret ever passes through Temporal.
+    `skipped` slots (overdue when a pause took effect) get their skipped rows."""
     channels = config.channels
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(
@@ -391,6 +405,10 @@ async def sync_target(
             [c.destination for c in channels],
             [new_webhook_secret() if c.kind is ChannelKind.WEBHOOK else None for c in channels],
         )
+        if skipped:
+            work_ids = [slots.work_id(config.target_id, s) for s in skipped]
+            reason = "not checked: was due when the target was paused"
+            await conn.execute(INSERT_SKIPPED, config.target_id, work_ids, list(skipped), reason)
 
 
 def new_webhook_secret() -> str:

@@ -199,6 +199,10 @@ class MonitorState(Model):
     (300 checks is about 3,600 events, under the server's 4,096-event suggestion)."""
     mirror_stale: bool = False
     """A change (pause, resume, reconfigure) not yet mirrored into Postgres."""
+    paused_at: UtcDatetime | None = None
+    """When the pause took effect: slots due before it were due, later ones were not."""
+    unrecorded_skips: list[UtcDatetime] = Field(default_factory=list)
+    """Slots due before a pause and never checked: their skipped rows go with the next sync."""
     min_interval_seconds: int = Field(default=15 * 60, gt=0)
     """The smallest interval this target accepts, now and on reconfigure (the CLI passes
     PRICEWATCH_MIN_INTERVAL; a start from the Temporal CLI or UI gets the default)."""
@@ -265,6 +269,8 @@ class SyncTargetInput(Model):
     config: TargetConfig
     next_slot: UtcDatetime
     enabled: bool
+    skipped: list[UtcDatetime] = Field(default_factory=list)
+    """Slots that came due before a pause took effect and were never checked."""
 
 
 class RecordFailureInput(Model):

@@ -1,6 +1,7 @@
 """MonitorTarget on the time-skipping test server: days of cadence in seconds, with real
 activities against real Postgres and a real page server on 127.0.0.1."""
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -28,20 +29,25 @@ from pricewatch.models import (
 )
 from pricewatch.slots import format_slot
 from tests.conftest import LOOPBACK, PageServer, Start
-from workers.worker import Activities, build_worker
+from workers.worker import Activities, WorkerTuning, build_worker
 from workflows.monitor import MonitorTarget
 
 HOUR = timedelta(hours=1)
 NO_SMTP = SmtpSettings(host="127.0.0.1", port=9, sender="pricewatch@localhost")
+DEFAULT_TUNING = WorkerTuning()
 
 
 @asynccontextmanager
 async def running_worker(
-    client: Client, task_queue: str, pool: asyncpg.Pool, smtp: SmtpSettings = NO_SMTP
+    client: Client,
+    task_queue: str,
+    pool: asyncpg.Pool,
+    smtp: SmtpSettings = NO_SMTP,
+    tuning: WorkerTuning = DEFAULT_TUNING,
 ) -> AsyncIterator[None]:
     async with new_client(LOOPBACK) as http:
         activities = Activities(CheckActivities(pool, http), NotifyActivities(pool, http, smtp))
-        async with build_worker(client, task_queue, activities):
+        async with build_worker(client, task_queue, activities, tuning):
             yield
 
 
@@ -137,6 +143,40 @@ async def test_pause_stops_slots_and_resume_continues_on_the_grid_without_a_burs
     after = [s for s in slots if s > resumed_at]
     assert after and after[0] - resumed_at < HOUR, "resume must take the next grid point"
     assert len(after) in (3, 4)
+
+
+async def test_slots_overdue_when_a_late_pause_takes_effect_get_skipped_rows(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+) -> None:
+    """No worker ran while slots came due; then pause and resume arrived together. Those
+    slots were due before the pause took effect, so they are not silently dropped: each
+    gets a skipped row. The grid goes on after the resume. (Real seconds: the test server
+    does not skip time while a workflow task waits for a worker.)"""
+    client = time_skipping_env.client
+    second = timedelta(seconds=1)
+    config = new_target(page_server, interval=2 * second)
+    anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + 3 * second
+    # No cache, so no sticky queue: the next task goes to whichever worker polls next.
+    async with running_worker(
+        client, task_queue, pool, tuning=WorkerTuning(max_cached_workflows=0)
+    ):
+        handle = await start(config, start_at=anchor, min_interval_seconds=1)
+        assert (await handle.query(MonitorTarget.status)).next_slot == anchor
+    await asyncio.sleep(7)  # anchor, +2 s and maybe +4 s come due with no worker
+    await handle.signal(MonitorTarget.pause)
+    await handle.signal(MonitorTarget.resume)
+    async with running_worker(client, task_queue, pool):
+        await asyncio.sleep(5)
+    records = await rows(pool, config.target_id)
+    statuses = [r["status"] for r in records]
+    assert scheduled(records) == [anchor + 2 * k * second for k in range(len(records))]
+    assert statuses[:2] == ["skipped", "skipped"], statuses
+    assert "paused" in records[0]["error_message"]
+    assert statuses[-1] == "unchanged"
 
 
 async def test_reconfigure_keeps_the_pending_slot_then_uses_the_new_interval(

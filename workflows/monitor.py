@@ -46,7 +46,13 @@ with workflow.unsafe.imports_passed_through():
         SyncTargetInput,
         TargetConfig,
     )
-    from pricewatch.slots import first_slot, format_slot, latest_due_slot, next_slot
+    from pricewatch.slots import (
+        first_slot,
+        format_slot,
+        latest_due_slot,
+        next_slot,
+        slots_between,
+    )
     from pricewatch.temporal import (
         TARGET_SEARCH_ATTRIBUTE,
         UNHEALTHY_SEARCH_ATTRIBUTE,
@@ -105,6 +111,8 @@ class MonitorTarget:
         self._max_checks_per_run = state.max_checks_per_run
         self._min_interval_seconds = state.min_interval_seconds
         self._mirror_stale = state.mirror_stale
+        self._paused_at = state.paused_at
+        self._unrecorded_skips = list(state.unrecorded_skips)
         self._removing = False
         self._woken = False
 
@@ -170,15 +178,27 @@ class MonitorTarget:
         """Stop future slots; a check already running finishes."""
         if not self._paused:
             self._paused = True
+            self._paused_at = workflow.now()
             self._mark_mirror_stale()
 
     @workflow.signal(name="resume")
     def resume(self) -> None:
-        """Continue on the grid: slots that went by while paused are skipped."""
+        """Continue on the grid: slots that went by while paused are not due. Slots that
+        were overdue when the pause took effect (it can arrive late, e.g. while a worker
+        was down) were due: they get skipped rows."""
         if self._paused:
             self._paused = False
-            self._next_slot = first_slot(self._slot(), self._config.interval, workflow.now())
+            resumed = first_slot(self._slot(), self._config.interval, workflow.now())
+            self._unrecorded_skips += self._due_before_pause(resumed)
+            self._next_slot, self._paused_at = resumed, None
             self._mark_mirror_stale()
+
+    def _due_before_pause(self, resumed: datetime) -> list[datetime]:
+        slot, paused_at = self._slot(), self._paused_at
+        if paused_at is None:
+            return []
+        passed = [slot, *slots_between(slot, resumed, self._config.interval)]
+        return [s for s in passed if s <= paused_at and s < resumed]
 
     @workflow.signal(name="remove")
     def remove(self) -> None:
@@ -256,11 +276,20 @@ class MonitorTarget:
 
         A failed sync is not retried in a loop: the next check finds the mirror out of
         sync and asks for another sync then."""
-        return await self._bookkeep(
+        skipped = list(self._unrecorded_skips)
+        synced = await self._bookkeep(
             CheckActivities.sync_target,
-            SyncTargetInput(config=self._config, next_slot=self._slot(), enabled=not self._paused),
+            SyncTargetInput(
+                config=self._config,
+                next_slot=self._slot(),
+                enabled=not self._paused,
+                skipped=skipped,
+            ),
             f"sync {self._config.target_id}",
         )
+        if synced:
+            self._unrecorded_skips = [s for s in self._unrecorded_skips if s not in skipped]
+        return synced
 
     def _check_input(
         self, slot: datetime, kind: CheckKind = CheckKind.SCHEDULED, retry: bool = False
@@ -457,6 +486,8 @@ class MonitorTarget:
             max_checks_per_run=self._max_checks_per_run,
             min_interval_seconds=self._min_interval_seconds,
             mirror_stale=self._mirror_stale,
+            paused_at=self._paused_at,
+            unrecorded_skips=self._unrecorded_skips,
         )
 
 

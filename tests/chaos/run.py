@@ -1,0 +1,614 @@
+"""The chaos run: a real stack, seeded faults, then the promise checked from the outside.
+
+Faults, at seeded moments in the first 60% of the run: a worker SIGKILLed inside each
+window (`worker.py`: mid fetch, after fetch, after commit, after a webhook was sent), a
+zombie (a worker frozen between fetch and commit past its heartbeat timeout and lease,
+then thawed), the Temporal dev server SIGKILLed and restarted on its file, Postgres crashed
+and restarted, duplicate starts, `ResetWorkflowExecution` to before a completed check, and
+pause/resume storms. Pages answer 429/503, trickle or drop the connection; the receiver
+sometimes answers 500. Then pages stop changing, faults stop, and once everything due is
+final the run checks Postgres, the receiver's log and Temporal, prints a table, and
+returns False if any invariant failed.
+"""
+
+import asyncio
+import itertools
+import json
+import random
+import shutil
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import asyncpg
+from aiohttp import web
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
+from temporalio.worker import Replayer
+
+from activities.migrate import migrate
+from pricewatch.models import Channel, ChannelKind, MonitorState, MonitorStatus, TargetConfig
+from pricewatch.temporal import WORKFLOW_TYPE, start_monitor, workflow_id
+from tests.chaos.stack import Outages, Pages, Postgres, Receiver, TemporalServer, Workers, serve
+from workers.embedded import free_port
+from workflows.monitor import MonitorTarget
+
+TASK_QUEUE = "pricewatch-chaos"
+CHANNELS = ("a", "b")  # two webhooks per target: each must hear each change once
+# Faults per minute of run time; every kind is injected at least once.
+FAULT_RATES = {
+    "mid_fetch": 1.0,
+    "after_fetch": 1.0,
+    "after_commit": 1.5,
+    "after_send": 1.0,
+    "zombie": 0.5,
+    "temporal restart": 0.4,
+    "postgres restart": 0.4,
+    "duplicate start": 2.0,
+    "reset": 1.0,
+    "pause storm": 1.0,
+}
+ARMED_WINDOWS = ("mid_fetch", "after_fetch", "after_commit", "after_send", "zombie")
+
+
+@dataclass(frozen=True)
+class ChaosOptions:
+    targets: int = 100
+    minutes: float = 5.0
+    interval_seconds: int = 10
+    seed: int = 1
+    workers: int = 2
+
+    @property
+    def seconds(self) -> float:
+        return self.minutes * 60
+
+
+@dataclass
+class Invariant:
+    name: str
+    passed: bool
+    detail: str
+
+
+@dataclass
+class Report:
+    options: ChaosOptions
+    injected: Counter[str] = field(default_factory=Counter)
+    hit: Counter[str] = field(default_factory=Counter)
+    figures: dict[str, object] = field(default_factory=dict)
+    invariants: list[Invariant] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.invariants) and all(i.passed for i in self.invariants)
+
+    def check(self, name: str, passed: bool, detail: str) -> None:
+        self.invariants.append(Invariant(name, passed, detail))
+
+    def render(self) -> str:
+        o = self.options
+        lines = [
+            f"pricewatch chaos: {o.targets} targets every {o.interval_seconds} s, "
+            f"{o.minutes:g} min, {o.workers} workers, seed {o.seed}",
+            "",
+            f"{'fault':<34}{'injected':>9}{'window hit':>12}",
+        ]
+        for kind in FAULT_RATES:
+            hit = str(self.hit[kind]) if kind in ARMED_WINDOWS else "-"
+            lines.append(f"{kind:<34}{self.injected[kind]:>9}{hit:>12}")
+        lines += ["", "figures"]
+        lines += [f"  {name:<56}{value}" for name, value in self.figures.items()]
+        lines += ["", "invariants"]
+        lines += [
+            f"  {'PASS' if i.passed else 'FAIL'}  {i.name}: {i.detail}" for i in self.invariants
+        ]
+        lines += ["", "PASS" if self.passed else "FAIL"]
+        return "\n".join(lines)
+
+
+@dataclass
+class Target:
+    config: TargetConfig
+    anchor: datetime
+    paused_spans: list[tuple[float, float]] = field(default_factory=list)
+
+
+@dataclass
+class Chaos:
+    """One run's moving parts and what happened to them."""
+
+    options: ChaosOptions
+    folder: Path
+    client: Client
+    pool: asyncpg.Pool
+    temporal: TemporalServer
+    postgres: Postgres
+    workers: Workers
+    pages: Pages
+    receiver: Receiver
+    targets: list[Target]
+    report: Report
+    random: random.Random
+    outages: Outages = field(default_factory=Outages)
+    zombie_spans: list[tuple[float, float]] = field(default_factory=list)
+    hits: list[dict[str, object]] = field(default_factory=list)
+    holds: dict[str, float] = field(default_factory=dict)
+
+    # Faults -----------------------------------------------------------------------------
+
+    async def inject(self, kind: str) -> None:
+        if kind in ARMED_WINDOWS:
+            name = f"{kind}.{uuid.uuid4().hex[:8]}"
+            if kind == "zombie":
+                self.holds[name] = self.zombie_hold()
+            (self.folder / "faults" / "armed" / name).touch()
+        else:
+            await FAULTS[kind](self)
+        self.report.injected[kind] += 1
+
+    def zombie_hold(self) -> float:
+        """Past the heartbeat timeout (20 s). The first zombie also outlives its lease (45 s)
+        and the retry after it (20 s + 30 s backoff), so its late commit must be fenced;
+        later ones vary, some finishing before the retry (which then finds the row)."""
+        if not self.holds:
+            return 58.0
+        return self.random.uniform(25, 60)
+
+    async def restart_temporal(self) -> None:
+        start = time.time()
+        self.temporal.crash()
+        await asyncio.sleep(self.random.uniform(1, 4))
+        await asyncio.to_thread(self.temporal.start)
+        self.outages.add("temporal", start, time.time())
+
+    async def restart_postgres(self) -> None:
+        start = time.time()
+        await asyncio.to_thread(self.postgres.crash_and_restart, self.random.uniform(1, 4))
+        self.outages.add("postgres", start, time.time())
+
+    async def duplicate_start(self) -> None:
+        """Start already-running targets again, as a user or a script would."""
+        for target in self.random.sample(self.targets, min(5, len(self.targets))):
+            handle = self.client.get_workflow_handle(workflow_id(target.config.target_id))
+            before = (await handle.describe()).run_id
+            state = MonitorState(
+                config=target.config, start_at=target.anchor, min_interval_seconds=1
+            )
+            again = await start_monitor(self.client, state, TASK_QUEUE)
+            self.report.figures["duplicate starts absorbed (same run)"] = int(
+                str(self.report.figures.get("duplicate starts absorbed (same run)", 0))
+            ) + (again.result_run_id == before)
+
+    async def reset(self) -> None:
+        """Reset a running target to the workflow task before its last completed check."""
+        for target in self.random.sample(self.targets, min(2, len(self.targets))):
+            handle = self.client.get_workflow_handle(workflow_id(target.config.target_id))
+            run_id = (await handle.describe()).run_id
+            history = await self.client.get_workflow_handle(
+                handle.id, run_id=run_id
+            ).fetch_history()
+            scheduled = {
+                e.event_id: e.activity_task_scheduled_event_attributes
+                for e in history.events
+                if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+            }
+            completed_checks = [
+                scheduled[e.activity_task_completed_event_attributes.scheduled_event_id]
+                for e in history.events
+                if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+                and scheduled[
+                    e.activity_task_completed_event_attributes.scheduled_event_id
+                ].activity_type.name
+                == "check_slot"
+            ]
+            if not completed_checks:
+                continue
+            await self.client.workflow_service.reset_workflow_execution(
+                ResetWorkflowExecutionRequest(
+                    namespace=self.client.namespace,
+                    workflow_execution=WorkflowExecution(workflow_id=handle.id, run_id=run_id),
+                    reason="chaos: reset to before a completed check",
+                    workflow_task_finish_event_id=completed_checks[
+                        -1
+                    ].workflow_task_completed_event_id,
+                    request_id=str(uuid.uuid4()),
+                )
+            )
+            self.report.figures["resets done"] = (
+                int(str(self.report.figures.get("resets done", 0))) + 1
+            )
+
+    async def pause_storm(self) -> None:
+        for target in self.random.sample(self.targets, min(5, len(self.targets))):
+            handle = self.client.get_workflow_handle(workflow_id(target.config.target_id))
+            start = time.time()
+            for _ in range(4):
+                await handle.signal("pause")
+                await handle.signal("resume")
+            target.paused_spans.append((start - 1, time.time() + 1))
+
+    async def watch_hits(self) -> None:
+        """Read the workers' hit log: count windows hit, thaw each zombie after its hold."""
+        log = self.folder / "faults" / "hits.jsonl"
+        seen = 0
+        while True:
+            lines = log.read_text().splitlines() if log.exists() else []
+            for line in lines[seen:]:
+                hit = json.loads(line)
+                self.hits.append(hit)
+                self.report.hit[str(hit["window"])] += 1
+                if hit["window"] == "zombie":
+                    pid, at = int(hit["pid"]), float(hit["at"])
+                    self.workers.freeze_noted(pid)
+                    hold = self.holds.get(str(hit["arm"]), 30.0)
+                    asyncio.get_running_loop().call_later(
+                        max(0.0, at + hold - time.time()), self.workers.thaw, pid
+                    )
+                    self.zombie_spans.append((at, at + hold))
+            seen = len(lines)
+            await asyncio.sleep(0.2)
+
+    # Quiet and checks -------------------------------------------------------------------
+
+    async def settle(self, fault_window_end: float, patience: float) -> bool:
+        """Wait until every slot of the fault window is final and every notice delivered."""
+        deadline = time.monotonic() + patience
+        while time.monotonic() < deadline:
+            try:
+                pending = await self.pool.fetchval(
+                    SETTLED, datetime.fromtimestamp(fault_window_end, UTC)
+                )
+            except (OSError, asyncpg.PostgresError):
+                pending = -1
+            if pending == 0 and not self.workers.frozen:
+                return True
+            await asyncio.sleep(1)
+        return False
+
+    async def verify(self, fault_window_end: float, settled: bool) -> None:
+        r = self.report
+        end = datetime.fromtimestamp(fault_window_end, UTC)
+        r.check("quiet", settled, "every slot of the fault window final, every notice settled")
+
+        duplicates = await self.pool.fetchval(DUPLICATE_SLOTS)
+        rows = await self.pool.fetch(SCHEDULED_ROWS)
+        by_status = Counter(row["status"] for row in rows)
+        r.figures["rows (scheduled slots, faults and settling)"] = len(rows)
+        r.figures["  unchanged / changed / failed / skipped"] = " / ".join(
+            str(by_status[s]) for s in ("unchanged", "changed", "failed", "skipped")
+        )
+        r.check("one row per (target, slot)", duplicates == 0, f"{duplicates} slots with 2+ rows")
+
+        lost, excused = self.lost_slots(rows, end)
+        r.figures["due slots with no row while down or paused (allowed)"] = excused
+        r.check(
+            "every slot due while up has a row", lost == [], f"lost slots: {len(lost)} {lost[:3]}"
+        )
+
+        await self.check_deliveries()
+        await self.check_workflows()
+        await self.check_leases()
+        await self.count_executions()
+        r.figures["page answers"] = dict(self.pages.answers)
+        r.figures["receiver: refused with 500 / forged"] = (
+            f"{self.receiver.refused} / {self.receiver.forged}"
+        )
+        r.figures["worker deaths (each restarted)"] = self.workers.deaths
+        unreached = [k for k in ARMED_WINDOWS if r.injected[k] and not r.hit[k]]
+        r.check(
+            "every armed window was hit", not unreached, f"never reached: {unreached or 'none'}"
+        )
+
+    def lost_slots(self, rows: list[asyncpg.Record], end: datetime) -> tuple[list[str], int]:
+        recorded = {(row["target_id"], row["scheduled_for"]) for row in rows}
+        lost: list[str] = []
+        excused = 0
+        interval = timedelta(seconds=self.options.interval_seconds)
+        for target in self.targets:
+            slot = target.anchor
+            while slot <= end:
+                if (target.config.target_id, slot) not in recorded:
+                    moment = slot.timestamp()
+                    paused = any(s <= moment <= e for s, e in target.paused_spans)
+                    if (
+                        paused
+                        or self.outages.down_at(moment)
+                        or self.workers.outages.down_at(moment)
+                    ):
+                        excused += 1
+                    else:
+                        lost.append(f"{target.config.target_id}@{slot:%H:%M:%S.%f}")
+                slot += interval
+        return lost, excused
+
+    async def check_deliveries(self) -> None:
+        r = self.report
+        changed = await self.pool.fetchval(
+            "SELECT count(*) FROM source_checks WHERE status = 'changed'"
+        )
+        unsent = await self.pool.fetchval(CHANGED_NOT_SENT)
+        sent_ids = {row["message_id"] for row in await self.pool.fetch(SENT_CHANGE_IDS)}
+        accepted = [d for d in self.receiver.accepted if d.kind == "page.changed"]
+        times: dict[str, list[float]] = {}
+        for delivery in accepted:
+            times.setdefault(delivery.webhook_id, []).append(delivery.at)
+        r.figures["changed rows x channels"] = f"{changed} x {len(CHANNELS)}"
+        r.figures["webhooks accepted (all notices)"] = len(self.receiver.accepted)
+        r.check(
+            "every changed row: one sent delivery per channel", unsent == 0, f"{unsent} missing"
+        )
+        r.check(
+            "receiver's distinct webhook-ids = changed rows x channels",
+            len(times) == changed * len(CHANNELS) and set(times) == sent_ids,
+            f"{len(times)} = {changed} x {len(CHANNELS)}",
+        )
+        sent_by_kill = {str(h["webhook_id"]) for h in self.hits if h["window"] == "after_send"}
+        resent, unexplained = 0, []
+        for webhook_id, moments in times.items():
+            for first, again in itertools.pairwise(moments):
+                resent += 1
+                crashed = webhook_id in sent_by_kill or any(
+                    s <= again and e >= first
+                    for s, e in [*self.outages.spans.get("postgres", []), *self.zombie_spans]
+                )
+                if not crashed:
+                    unexplained.append(webhook_id)
+        r.figures["raw re-sends (same webhook-id accepted twice)"] = resent
+        r.check(
+            "every re-send explained by a crash between send and record",
+            not unexplained,
+            f"{resent} re-sends, unexplained: {unexplained[:3] or 'none'}",
+        )
+
+    async def check_workflows(self) -> None:
+        problems = []
+        for target in self.targets:
+            handle = self.client.get_workflow_handle(workflow_id(target.config.target_id))
+            description = await handle.describe()
+            for _ in range(5):
+                status = await handle.query("status", result_type=MonitorStatus)
+                if status.next_slot is not None and status.next_slot > datetime.now(UTC):
+                    break
+                await asyncio.sleep(1)  # it may be checking its slot right now
+            else:
+                problems.append(f"{target.config.target_id}: next slot {status.next_slot}")
+            if description.status != WorkflowExecutionStatus.RUNNING or status.paused:
+                problems.append(
+                    f"{target.config.target_id}: {description.status} paused={status.paused}"
+                )
+        self.report.check(
+            "every workflow running, next slot in the future",
+            not problems,
+            f"{len(self.targets) - len(problems)}/{len(self.targets)} {problems[:2] or ''}",
+        )
+
+    async def check_leases(self) -> None:
+        """Pause every target: once the last check finishes, no lease may be left held."""
+        for target in self.targets:
+            await self.client.get_workflow_handle(workflow_id(target.config.target_id)).signal(
+                "pause"
+            )
+        held = -1
+        for _ in range(90):
+            row = await self.pool.fetchrow(LEASES)
+            assert row is not None
+            held, enabled = row
+            if held == 0 and enabled == 0:
+                break
+            await asyncio.sleep(1)
+        self.report.check("no lease left held", held == 0, f"{held} held once every target paused")
+
+    async def count_executions(self) -> None:
+        """Check attempts from every run's history (resets leave old runs), then replay each."""
+        replayer = Replayer(workflows=[MonitorTarget], data_converter=pydantic_data_converter)
+        attempts = runs = failures = 0
+        async for execution in self.client.list_workflows(f"WorkflowType = '{WORKFLOW_TYPE}'"):
+            history = await self.client.get_workflow_handle(
+                execution.id, run_id=execution.run_id
+            ).fetch_history()
+            checks = {
+                e.event_id
+                for e in history.events
+                if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                and e.activity_task_scheduled_event_attributes.activity_type.name == "check_slot"
+            }
+            attempts += sum(
+                e.activity_task_started_event_attributes.attempt
+                for e in history.events
+                if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+                and e.activity_task_started_event_attributes.scheduled_event_id in checks
+            )
+            result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+            runs += 1
+            failures += result.replay_failure is not None
+        logs = "\n".join(path.read_text(errors="replace") for path in self.workers.logs())
+        r = self.report
+        r.figures["check executions (attempts in Temporal histories)"] = attempts
+        r.figures["duplicates absorbed (slot already recorded)"] = logs.count(
+            "slot already recorded"
+        )
+        r.figures["late commits fenced (another attempt recorded first)"] = logs.count(
+            "commit fenced"
+        ) + logs.count("lost the lease")
+        r.figures["claims refused (lease held by another attempt)"] = logs.count(
+            "leased by another attempt"
+        )
+        r.check(
+            "every history replays", runs > 0 and failures == 0, f"{runs - failures}/{runs} runs"
+        )
+
+
+FAULTS: dict[str, Callable[[Chaos], Awaitable[None]]] = {
+    "temporal restart": Chaos.restart_temporal,
+    "postgres restart": Chaos.restart_postgres,
+    "duplicate start": Chaos.duplicate_start,
+    "reset": Chaos.reset,
+    "pause storm": Chaos.pause_storm,
+}
+
+# Slots of the fault window not yet final, and changes whose notices are not settled.
+SETTLED = """
+SELECT (SELECT count(*) FROM monitor_targets
+         WHERE next_check_at <= $1 OR NOT enabled)
+     + (SELECT count(*) FROM source_checks c JOIN channels ch USING (target_id)
+          LEFT JOIN deliveries d
+            ON d.work_id = c.work_id AND d.channel_id = ch.channel_id AND d.notice = 'changed'
+         WHERE c.status = 'changed' AND (d.status IS NULL OR d.status = 'pending'))
+     + (SELECT count(*) FROM deliveries WHERE status = 'pending')
+"""
+DUPLICATE_SLOTS = """
+SELECT count(*) FROM (SELECT 1 FROM source_checks WHERE kind = 'scheduled'
+                       GROUP BY target_id, scheduled_for HAVING count(*) > 1) d
+"""
+SCHEDULED_ROWS = """
+SELECT target_id, scheduled_for, status FROM source_checks WHERE kind = 'scheduled'
+"""
+CHANGED_NOT_SENT = """
+SELECT count(*) FROM source_checks c JOIN channels ch USING (target_id)
+  LEFT JOIN deliveries d
+    ON d.work_id = c.work_id AND d.channel_id = ch.channel_id AND d.notice = 'changed'
+ WHERE c.status = 'changed' AND d.status IS DISTINCT FROM 'sent'
+"""
+SENT_CHANGE_IDS = "SELECT message_id FROM deliveries WHERE notice = 'changed' AND status = 'sent'"
+LEASES = """
+SELECT count(*) FILTER (WHERE lease_token IS NOT NULL), count(*) FILTER (WHERE enabled)
+  FROM monitor_targets
+"""
+
+
+def fault_schedule(
+    options: ChaosOptions, rng: random.Random, start: float
+) -> list[tuple[float, str]]:
+    """Seeded moments in the first 60% of the run (after 5 s), every kind at least once."""
+    window = (start + 5, start + 0.6 * options.seconds)
+    events = [
+        (rng.uniform(*window), kind)
+        for kind, rate in FAULT_RATES.items()
+        for _ in range(max(1, round(rate * options.minutes)))
+    ]
+    return sorted(events)
+
+
+async def run_chaos(options: ChaosOptions) -> Report:
+    """Run once. The data folder (logs, databases, hits) is deleted on PASS, kept on FAIL."""
+    report = Report(options)
+    rng = random.Random(options.seed)
+    folder = Path(tempfile.mkdtemp(prefix="pricewatch-chaos-"))
+    for sub in ("faults/armed", "faults/taken"):
+        (folder / sub).mkdir(parents=True)
+    try:
+        postgres = await asyncio.to_thread(Postgres, folder)
+        temporal = TemporalServer(folder, free_port())
+        try:
+            await asyncio.to_thread(temporal.start)
+            pool = await asyncpg.create_pool(postgres.url, min_size=1, max_size=4)
+            try:
+                async with pool.acquire() as conn:
+                    await migrate(conn)
+                await _run(options, report, rng, folder, pool, temporal, postgres)
+            finally:
+                await pool.close()
+        finally:
+            temporal.stop()
+            postgres.stop()
+    finally:
+        if report.passed:
+            shutil.rmtree(folder, ignore_errors=True)
+        else:
+            report.figures["data kept for inspection"] = str(folder)
+    return report
+
+
+async def _run(
+    options: ChaosOptions,
+    report: Report,
+    rng: random.Random,
+    folder: Path,
+    pool: asyncpg.Pool,
+    temporal: TemporalServer,
+    postgres: Postgres,
+) -> None:
+    pages = Pages(options.seed, change_every=3 * options.interval_seconds)
+    receiver = Receiver(options.seed, pool)
+    async with (
+        serve([web.get("/page/{target}", pages.handle)]) as page_url,
+        serve([web.post("/hook/{channel}/{target}", receiver.handle)]) as hook_url,
+    ):
+        client = await Client.connect(temporal.address, data_converter=pydantic_data_converter)
+        env = {
+            **__import__("os").environ,
+            "TEMPORAL_ADDRESS": temporal.address,
+            "PRICEWATCH_DATABASE_URL": postgres.url,
+            "PRICEWATCH_TASK_QUEUE": TASK_QUEUE,
+            "PRICEWATCH_MIN_INTERVAL": "1s",  # test-only: seconds, not the 15 min minimum
+            "PRICEWATCH_ALLOW_NETWORKS": "127.0.0.1/32",  # the run's pages and receiver
+            "PRICEWATCH_LOG_FORMAT": "json",
+            "PRICEWATCH_SHUTDOWN_GRACE_SECONDS": "2",
+            "PRICEWATCH_CHAOS_DIR": str(folder / "faults"),
+        }
+        workers = Workers(options.workers, env, folder)
+        chaos = Chaos(
+            options, folder, client, pool, temporal, postgres, workers, pages, receiver,
+            targets=await _register(options, client, page_url, hook_url),
+            report=report, random=rng,
+        )  # fmt: skip
+        background = [
+            asyncio.create_task(workers.supervise()),
+            asyncio.create_task(chaos.watch_hits()),
+        ]
+        try:
+            start = time.time()
+            for at, kind in fault_schedule(options, rng, start):
+                await asyncio.sleep(max(0.0, at - time.time()))
+                try:
+                    await chaos.inject(kind)
+                except RPCError as err:  # e.g. the server is restarting: counted, not fatal
+                    report.figures[f"{kind}: refused by the server"] = str(err)[:60]
+            await asyncio.sleep(max(0.0, start + 0.6 * options.seconds - time.time()))
+            for arm in (folder / "faults" / "armed").iterdir():  # none may fire while settling
+                arm.unlink(missing_ok=True)
+            end = start + options.seconds
+            await asyncio.sleep(max(0.0, end - time.time()))
+            pages.frozen_at, pages.faulty, receiver.faulty = time.time(), False, False
+            settled = await chaos.settle(end, patience=max(180.0, options.seconds))
+            await chaos.verify(end, settled)
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.to_thread(workers.stop)
+
+
+async def _register(
+    options: ChaosOptions, client: Client, page_url: str, hook_url: str
+) -> list[Target]:
+    """Targets due at staggered milliseconds (many due on one instant queue up)."""
+    base = datetime.fromtimestamp(int(time.time()) + 3, UTC)
+    spread = timedelta(seconds=options.interval_seconds) / options.targets
+    targets = []
+    for index in range(options.targets):
+        target_id = f"chaos-{index:04d}"
+        config = TargetConfig(
+            target_id=target_id,
+            url=f"{page_url}/page/{target_id}",
+            interval_seconds=options.interval_seconds,
+            channels=[
+                Channel(kind=ChannelKind.WEBHOOK, destination=f"{hook_url}/hook/{c}/{target_id}")
+                for c in CHANNELS
+            ],
+        )
+        anchor = base + index * spread
+        anchor = anchor.replace(microsecond=anchor.microsecond // 1000 * 1000)
+        state = MonitorState(config=config, start_at=anchor, min_interval_seconds=1)
+        await start_monitor(client, state, TASK_QUEUE)
+        targets.append(Target(config, anchor))
+    return targets

