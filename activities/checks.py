@@ -115,7 +115,7 @@ class CheckActivities:
             )
             count("pricewatch_checks", "checks by outcome", target_id=check.target_id,
                   status=stored.status.value, outcome="already_recorded")  # fmt: skip
-            return self._already_recorded(check, stored, claim.next_check_at)
+            return await self._already_recorded(check, stored, claim.next_check_at)
         if not claim.claimed:
             count("pricewatch_lease_conflicts", "claims refused: leased or not due")
             raise self._claim_refused(check, claim)
@@ -222,7 +222,7 @@ class CheckActivities:
         stored = await store.stored_check(self.pool, check.work_id)
         db_next = await store.next_check_at(self.pool, check.target_id)
         if stored is not None and stored.status is not CheckStatus.FAILED:
-            return self._already_recorded(check, stored, db_next)
+            return await self._already_recorded(check, stored, db_next)
         if db_next is None:
             raise ApplicationError(
                 f"target {check.target_id} is not in the database",
@@ -263,17 +263,25 @@ class CheckActivities:
                 "commit fenced: another attempt recorded the slot first", extra=_ids(check, token)
             )
             db_next = await store.next_check_at(self.pool, check.target_id)
-            return self._already_recorded(check, stored, db_next)
+            return await self._already_recorded(check, stored, db_next)
         raise ApplicationError(
             f"lost the lease on {check.target_id} before committing {check.work_id}",
             type=LEASE_HELD,
         )
 
-    def _already_recorded(
+    async def _already_recorded(
         self, check: CheckInput, stored: CheckResult, db_next: datetime | None
     ) -> CheckResult:
+        """The stored result, where the schedule stands, and any change the workflow
+        will now skip over without having told anyone (see `CheckResult.unnotified`)."""
+        next_slot = self._next_slot(check, db_next)
+        unnotified = []
+        if check.on_schedule and next_slot is not None and next_slot > check.slot + check.interval:
+            unnotified = await store.unnotified_changes(
+                self.pool, check.target_id, check.slot, next_slot
+            )
         return stored.model_copy(
-            update={"already_recorded": True, "next_slot": self._next_slot(check, db_next)}
+            update={"already_recorded": True, "next_slot": next_slot, "unnotified": unnotified}
         )
 
     def _claim_refused(self, check: CheckInput, claim: store.Claim) -> ApplicationError:

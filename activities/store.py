@@ -365,6 +365,28 @@ async def record_failed(
     return _result(row, next_slot=row["next_check_at"])
 
 
+# Changes between two slots with a channel that has neither sent nor given up: the run
+# that recorded them is not the one asking, so nobody else will tell the channels.
+UNNOTIFIED_CHANGES = f"""
+SELECT {CHECK_COLUMNS} FROM source_checks c
+ WHERE c.target_id = $1 AND c.kind = 'scheduled' AND c.status = 'changed'
+   AND c.scheduled_for > $2 AND c.scheduled_for < $3
+   AND EXISTS (
+       SELECT 1 FROM channels ch
+        WHERE ch.target_id = c.target_id AND NOT EXISTS (
+            SELECT 1 FROM deliveries d
+             WHERE d.work_id = c.work_id AND d.channel_id = ch.channel_id
+               AND d.notice = 'changed' AND d.status IN ('sent', 'failed')))
+ ORDER BY c.scheduled_for
+"""
+
+
+async def unnotified_changes(
+    pool: asyncpg.Pool, target_id: str, after: datetime, before: datetime
+) -> list[CheckResult]:
+    return [_result(row) for row in await pool.fetch(UNNOTIFIED_CHANGES, target_id, after, before)]
+
+
 async def stored_check(pool: asyncpg.Pool, work_id: str) -> CheckResult | None:
     row = await pool.fetchrow(SELECT_CHECK, work_id)
     return None if row is None else _result(row)

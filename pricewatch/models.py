@@ -146,6 +146,10 @@ class CheckResult(Model):
     error_message: str | None = None
     next_slot: UtcDatetime | None = None
     already_recorded: bool = False
+    unnotified: list["CheckResult"] = Field(default_factory=list)
+    """With an already recorded slot: changes recorded after it, before the schedule's next
+    slot, whose notices never settled. The run that checked them is gone (a reset, or
+    history the server lost), so this run tells the channels instead."""
 
 
 class CheckInput(Model):

@@ -1,5 +1,6 @@
-"""Regressions found in review: IPv6 forms that embed a private IPv4 address, a webhook to
-a blocked address, and a queued check while deliveries drain before continue-as-new."""
+"""Regressions found in review and by the chaos run: IPv6 forms that embed a private IPv4
+address, a webhook to a blocked address, a queued check while deliveries drain before
+continue-as-new, and a change recorded by a run that a reset left behind."""
 
 import asyncio
 import ipaddress
@@ -11,10 +12,21 @@ from temporalio.client import WorkflowUpdateStage
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
+from activities import store
+from activities.checks import CheckActivities
 from activities.fetch import new_client
 from activities.guard import AddressPolicy
 from activities.notify import NotifyActivities, SmtpSettings
-from pricewatch.models import Channel, ChannelKind, CheckResult
+from pricewatch.models import (
+    Channel,
+    ChannelKind,
+    CheckInput,
+    CheckKind,
+    CheckResult,
+    CheckStatus,
+    TargetConfig,
+)
+from pricewatch.slots import work_id
 from tests.conftest import MailSink, PageServer, Start, WebhookReceiver
 from tests.test_notify import add_target, anchor_of, deliveries, delivery, watched
 from tests.test_workflow import rows, running_worker
@@ -67,3 +79,45 @@ async def test_check_now_while_deliveries_drain_before_continue_as_new(
         assert before >= 5, f"schedule stalled: only {before} rows"
         result = await asyncio.wait_for(update.result(), timeout=20)
         assert result.work_id
+
+
+async def test_a_change_the_reset_run_never_told_is_handed_to_the_new_run(
+    pool: asyncpg.Pool, webhook_receiver: WebhookReceiver
+) -> None:
+    """Found by the chaos run: a reset to before slot 1's check; the old run had recorded
+    slot 2 as changed but died before notifying. The new run re-checks slot 1 (already
+    recorded) and jumps to slot 3: the result names slot 2 so the new run tells the
+    channels. Once every channel has settled, it is not named again."""
+    hour = timedelta(hours=1)
+    first = (await pool.fetchval("SELECT now()")).replace(microsecond=0) - 3 * hour
+    config = TargetConfig(
+        target_id="acme", url="https://example.com/p", interval_seconds=3600,
+        channels=[Channel(kind=ChannelKind.WEBHOOK, destination=webhook_receiver.url)],
+    )  # fmt: skip
+    await store.sync_target(pool, config, next_slot=first, enabled=True)
+    for k, status in enumerate([CheckStatus.UNCHANGED, CheckStatus.CHANGED]):
+        slot = first + k * hour
+        claim = await store.claim(
+            pool, target_id="acme", work_id=work_id("acme", slot), token=f"t{k}",
+            lease=timedelta(seconds=45), on_schedule=True, slot=slot,
+        )  # fmt: skip
+        assert claim.claimed
+        outcome = store.Outcome(status=status, result_hash=f"h{k}", previous_hash="h")
+        await store.commit(
+            pool, target_id="acme", token=f"t{k}", work_id=work_id("acme", slot), slot=slot,
+            kind=CheckKind.SCHEDULED, outcome=outcome, advance_to=slot + hour,
+        )  # fmt: skip
+    check = CheckInput(target_id="acme", url=config.url, interval_seconds=3600, slot=first)
+    async with new_client(AddressPolicy()) as http:
+        checks = CheckActivities(pool, http)
+        again: CheckResult = await ActivityEnvironment().run(checks.check_slot, check)
+        assert again.already_recorded and again.next_slot == first + 2 * hour
+        assert [c.work_id for c in again.unnotified] == [work_id("acme", first + hour)]
+
+        await pool.execute(
+            "INSERT INTO deliveries (work_id, channel_id, notice, target_id, message_id, status,"
+            " sent_at) VALUES ($1, $2, 'changed', 'acme', 'm', 'sent', now())",
+            work_id("acme", first + hour), config.channels[0].channel_id,
+        )  # fmt: skip
+        settled: CheckResult = await ActivityEnvironment().run(checks.check_slot, check)
+        assert settled.unnotified == []

@@ -312,6 +312,8 @@ class MonitorTarget:
         result = await self._check(check)
         health_notice = self._count_failures(result)
         self._notify(result or self._unrecorded(check), health_notice)
+        for change in result.unnotified if result is not None else []:
+            self._notify(change, None)
         advanced = result.next_slot if result is not None else None
         if advanced is None or advanced <= slot:
             advanced = next_slot(slot, self._config.interval, workflow.now())

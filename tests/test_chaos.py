@@ -1,0 +1,26 @@
+"""The short seeded chaos run (about two minutes): every fault kind once, every invariant
+PASS. The long run is `make chaos` (see the README)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.chaos.run import FAULT_RATES
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.timeout(480)
+def test_a_short_seeded_chaos_run_passes_every_invariant() -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "tests.chaos", "--targets", "10", "--minutes", "1",
+         "--interval", "3", "--seed", "7"],
+        capture_output=True, text=True, timeout=420,
+    )  # fmt: skip
+    report = run.stdout[run.stdout.index("pricewatch chaos:") :]
+    assert run.returncode == 0, report + run.stderr[-3000:]
+    for kind in FAULT_RATES:
+        assert kind in report
+    assert "FAIL" not in report
+    assert report.rstrip().endswith("PASS")
