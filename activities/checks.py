@@ -272,9 +272,22 @@ class CheckActivities:
     async def _already_recorded(
         self, check: CheckInput, stored: CheckResult, db_next: datetime | None
     ) -> CheckResult:
-        """The stored result, where the schedule stands, and any change the workflow
-        will now skip over without having told anyone (see `CheckResult.unnotified`)."""
+        """The stored result, where the schedule stands (moved on, with skipped rows, if
+        the database still points at this slot), and any change the workflow will now skip
+        over without having told anyone (see `CheckResult.unnotified`)."""
         next_slot = self._next_slot(check, db_next)
+        if (
+            check.on_schedule
+            and next_slot is not None
+            and (db_next is None or db_next <= check.slot)
+        ):
+            await store.advance_past_final(
+                self.pool,
+                target_id=check.target_id,
+                slot=check.slot,
+                advance_to=next_slot,
+                skipped=_skipped_by(check, next_slot),
+            )
         unnotified = []
         if check.on_schedule and next_slot is not None and next_slot > check.slot + check.interval:
             unnotified = await store.unnotified_changes(

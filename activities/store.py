@@ -365,6 +365,37 @@ async def record_failed(
     return _result(row, next_slot=row["next_check_at"])
 
 
+# A re-run of a final slot finds the schedule still at or before it (a sync wrote the
+# workflow's slot back): move the schedule on as the commit would have, with a skipped row
+# for each slot the jump passes.
+ADVANCE_PAST_FINAL = """
+WITH moved AS (
+    UPDATE monitor_targets SET next_check_at = $3, updated_at = now()
+     WHERE id = $1 AND next_check_at <= $2
+    RETURNING id
+)
+INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at, status,
+    error_message)
+SELECT s.work_id, $1, s.slot, 'scheduled', now(), 'skipped', $6
+  FROM unnest($4::text[], $5::timestamptz[]) AS s(work_id, slot)
+ WHERE EXISTS (SELECT 1 FROM moved)
+ON CONFLICT DO NOTHING
+"""
+
+
+async def advance_past_final(
+    pool: asyncpg.Pool,
+    *,
+    target_id: str,
+    slot: datetime,
+    advance_to: datetime,
+    skipped: Sequence[datetime],
+) -> None:
+    await pool.execute(
+        ADVANCE_PAST_FINAL, target_id, slot, advance_to, *_skipped_rows(target_id, slot, skipped)
+    )
+
+
 # Changes between two slots with a channel that has neither sent nor given up: the run
 # that recorded them is not the one asking, so nobody else will tell the channels.
 UNNOTIFIED_CHANGES = f"""

@@ -121,3 +121,27 @@ async def test_a_change_the_reset_run_never_told_is_handed_to_the_new_run(
         )  # fmt: skip
         settled: CheckResult = await ActivityEnvironment().run(checks.check_slot, check)
         assert settled.unnotified == []
+
+
+async def test_a_rerun_of_a_final_slot_moves_a_schedule_left_behind_and_records_skips(
+    pool: asyncpg.Pool,
+) -> None:
+    """Found by the chaos run: a resume during a long check synced the schedule back to a
+    slot that was already final; the re-run returned "already recorded" and the workflow
+    jumped ahead, leaving the slots in between without rows and the database behind."""
+    hour = timedelta(hours=1)
+    slot = (await pool.fetchval("SELECT now()")).replace(microsecond=0) - 3 * hour - hour / 2
+    config = TargetConfig(target_id="acme", url="https://example.com/p", interval_seconds=3600)
+    await store.sync_target(pool, config, next_slot=slot, enabled=True)
+    await store.sync_target(pool, config, next_slot=slot, enabled=True, skipped=[slot])
+    check = CheckInput(target_id="acme", url=config.url, interval_seconds=3600, slot=slot)
+    async with new_client(AddressPolicy()) as http:
+        result: CheckResult = await ActivityEnvironment().run(
+            CheckActivities(pool, http).check_slot, check
+        )
+    assert result.already_recorded and result.next_slot == slot + 4 * hour
+    assert await store.next_check_at(pool, "acme") == slot + 4 * hour
+    statuses = await pool.fetch("SELECT scheduled_for, status FROM source_checks ORDER BY 1")
+    assert [(r["scheduled_for"], r["status"]) for r in statuses] == [
+        (slot + k * hour, "skipped") for k in range(4)
+    ]
