@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: dev demo test
+.PHONY: dev demo test chaos
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,3 +25,9 @@ test: $(BIN)/python
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The fault-injection run (not in `make test`, which runs a one-minute variant):
+# make chaos ARGS="--targets 100 --minutes 5 --interval 10 --seed 1"
+chaos: $(BIN)/python
+	$(BIN)/python -m pip install --quiet --editable '.[test]'
+	$(BIN)/python -m tests.chaos $(ARGS)

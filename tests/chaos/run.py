@@ -492,7 +492,7 @@ def fault_schedule(
     options: ChaosOptions, rng: random.Random, start: float
 ) -> list[tuple[float, str]]:
     """Seeded moments from 5 s to half the run, every kind at least once. Armed windows
-    stay armed until 60% of the run, so even the last one has time to be reached."""
+    stay armed until the end of the run, so even the last one has time to be reached."""
     window = (start + 5, start + 0.5 * options.seconds)
     events = [
         (rng.uniform(*window), kind)
@@ -577,11 +577,10 @@ async def _run(
                     await chaos.inject(kind)
                 except RPCError as err:  # e.g. the server is restarting: counted, not fatal
                     report.figures[f"{kind}: refused by the server"] = str(err)[:60]
-            await asyncio.sleep(max(0.0, start + 0.6 * options.seconds - time.time()))
-            for arm in (folder / "faults" / "armed").iterdir():  # none may fire while settling
-                arm.unlink(missing_ok=True)
             end = start + options.seconds
             await asyncio.sleep(max(0.0, end - time.time()))
+            for arm in (folder / "faults" / "armed").iterdir():  # none may fire while settling
+                arm.unlink(missing_ok=True)
             pages.frozen_at, pages.faulty, receiver.faulty = time.time(), False, False
             settled = await chaos.settle(end, patience=max(180.0, options.seconds))
             await chaos.verify(end, settled)
