@@ -28,6 +28,7 @@ from pricewatch.models import (
     RecordFailureInput,
     RemoveTargetInput,
     SyncTargetInput,
+    UnnotifiedQuery,
 )
 from pricewatch.slots import next_slot, slots_between
 
@@ -40,6 +41,8 @@ CHECK_LEASE = timedelta(seconds=45)
 # could be mistaken for a live one.
 HEARTBEAT_EVERY = timedelta(seconds=5)
 HEARTBEAT_TIMEOUT = timedelta(seconds=20)
+
+EPSILON = timedelta(microseconds=1)  # turns the store's open interval into a closed one
 
 # Error types the workflow's retry policy treats as permanent.
 PERMANENT_FETCH_ERROR = "PermanentFetchError"
@@ -232,6 +235,17 @@ class CheckActivities:
         raise ApplicationError(
             f"target {check.target_id} is leased by a running attempt; will try again",
             type=LEASE_HELD,
+        )
+
+    @activity.defn(name="unnotified_changes")
+    async def unnotified_changes(self, query: UnnotifiedQuery) -> list[CheckResult]:
+        """Changes among slots a resume skipped that were recorded by a run that is gone (a
+        reset) and never told: the workflow tells the channels now."""
+        return await store.unnotified_changes(
+            self.pool,
+            query.target_id,
+            query.first - timedelta.resolution,
+            query.last + timedelta.resolution,
         )
 
     @activity.defn(name="remove_target")

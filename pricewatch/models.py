@@ -284,3 +284,11 @@ class RecordFailureInput(Model):
 
 class RemoveTargetInput(Model):
     target_id: str
+
+
+class UnnotifiedQuery(Model):
+    """Slots the schedule passed without seeing their results (from `first` to `last`)."""
+
+    target_id: str
+    first: UtcDatetime
+    last: UtcDatetime

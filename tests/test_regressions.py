@@ -30,6 +30,10 @@ from pricewatch.slots import work_id
 from tests.conftest import MailSink, PageServer, Start, WebhookReceiver
 from tests.test_notify import add_target, anchor_of, deliveries, delivery, watched
 from tests.test_workflow import rows, running_worker
+from workers.worker import WorkerTuning
+from workflows.monitor import MonitorTarget
+
+SECOND = timedelta(seconds=1)
 
 
 @pytest.mark.parametrize(
@@ -145,3 +149,38 @@ async def test_a_rerun_of_a_final_slot_moves_a_schedule_left_behind_and_records_
     assert [(r["scheduled_for"], r["status"]) for r in statuses] == [
         (slot + k * hour, "skipped") for k in range(4)
     ]
+
+
+async def test_a_change_in_a_slot_a_resume_skips_is_still_told(
+    time_skipping_env: WorkflowEnvironment, pool: asyncpg.Pool, page_server: PageServer,
+    webhook_receiver: WebhookReceiver, start: Start, task_queue: str,
+) -> None:  # fmt: skip
+    """Found by the chaos run: a reset took a workflow back to before a slot whose check
+    (in the old run) later recorded a change; the signals the reset re-applied paused and
+    resumed it, and the resume skipped that slot. The change is still told, once."""
+    client = time_skipping_env.client
+    target_id = "reset-away"
+    page_server.set(f"/{target_id}", "price 10")
+    config = TargetConfig(
+        target_id=target_id, url=page_server.url(f"/{target_id}"), interval_seconds=2,
+        channels=[Channel(kind=ChannelKind.WEBHOOK, destination=webhook_receiver.url)],
+    )  # fmt: skip
+    anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + 3 * SECOND
+    async with running_worker(
+        client, task_queue, pool, tuning=WorkerTuning(max_cached_workflows=0)
+    ):
+        handle = await start(config, start_at=anchor, min_interval_seconds=1)
+        assert (await handle.query(MonitorTarget.status)).next_slot == anchor
+    changed = work_id(target_id, anchor)  # what the run the reset left behind recorded
+    await pool.execute(
+        "INSERT INTO source_checks (work_id, target_id, scheduled_for, checked_at, status,"
+        " result_hash, previous_hash) VALUES ($1, $2, $3, now(), 'changed', 'new', 'old')",
+        changed, target_id, anchor,
+    )  # fmt: skip
+    await asyncio.sleep(5)  # the slot falls due with no worker running
+    await handle.signal(MonitorTarget.pause)
+    await handle.signal(MonitorTarget.resume)
+    async with running_worker(client, task_queue, pool):
+        await asyncio.sleep(5)
+    told = [p for _, p in webhook_receiver.received if p["work_id"] == changed]
+    assert [p["type"] for p in told] == ["page.changed"]

@@ -105,6 +105,7 @@ def build_worker(
             checks.check_slot,
             checks.record_failed_slot,
             checks.remove_target,
+            checks.unnotified_changes,
             notify.deliver_notice,
             notify.record_delivery_failed,
         ],

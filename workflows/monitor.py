@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         RetryRequest,
         SyncTargetInput,
         TargetConfig,
+        UnnotifiedQuery,
     )
     from pricewatch.slots import (
         first_slot,
@@ -92,6 +93,10 @@ BOOKKEEPING_RETRY = RetryPolicy(
 )
 
 
+# Patch ids: histories recorded before a change replay on the old path.
+TELL_CHANGES_A_RESUME_SKIPS = "tell-changes-a-resume-skips"
+
+
 @workflow.defn(name=WORKFLOW_TYPE)
 class MonitorTarget:
     @workflow.init
@@ -112,6 +117,7 @@ class MonitorTarget:
         self._min_interval_seconds = state.min_interval_seconds
         self._mirror_stale = state.mirror_stale
         self._paused_at = state.paused_at
+        self._checking: datetime | None = None  # the scheduled slot being checked
         self._unrecorded_skips = list(state.unrecorded_skips)
         self._removing = False
         self._woken = False
@@ -198,7 +204,8 @@ class MonitorTarget:
         if paused_at is None:
             return []
         passed = [slot, *slots_between(slot, resumed, self._config.interval)]
-        return [s for s in passed if s <= paused_at and s < resumed]
+        # The slot being checked gets its own row from its check.
+        return [s for s in passed if s <= paused_at and s < resumed and s != self._checking]
 
     @workflow.signal(name="remove")
     def remove(self) -> None:
@@ -289,7 +296,29 @@ class MonitorTarget:
         )
         if synced:
             self._unrecorded_skips = [s for s in self._unrecorded_skips if s not in skipped]
+        if synced and skipped and workflow.patched(TELL_CHANGES_A_RESUME_SKIPS):
+            await self._notify_changes_among(skipped)
         return synced
+
+    async def _notify_changes_among(self, skipped: list[datetime]) -> None:
+        """A reset can leave a change recorded (by the old run) in a slot this run now
+        skips: tell the channels about any such change nobody told."""
+        query = UnnotifiedQuery(
+            target_id=self._config.target_id, first=min(skipped), last=max(skipped)
+        )
+        try:
+            changes = await workflow.execute_activity_method(
+                CheckActivities.unnotified_changes,
+                query,
+                start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                retry_policy=BOOKKEEPING_RETRY,
+                summary=f"unnotified changes {self._config.target_id}",
+            )
+        except ActivityError as err:
+            workflow.logger.error("could not look for unnotified changes: %s", _reason(err))
+            return
+        for change in changes:
+            self._notify(change, None)
 
     def _check_input(
         self, slot: datetime, kind: CheckKind = CheckKind.SCHEDULED, retry: bool = False
@@ -309,7 +338,9 @@ class MonitorTarget:
 
     async def _run_scheduled_check(self, slot: datetime) -> None:
         check = self._check_input(slot)
+        self._checking = slot
         result = await self._check(check)
+        self._checking = None
         health_notice = self._count_failures(result)
         self._notify(result or self._unrecorded(check), health_notice)
         for change in result.unnotified if result is not None else []:

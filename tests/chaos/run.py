@@ -354,16 +354,14 @@ class Chaos:
             len(times) == changed * len(CHANNELS) and set(times) == sent_ids,
             f"{len(times)} = {changed} x {len(CHANNELS)}",
         )
-        sent_by_kill = {str(h["webhook_id"]) for h in self.hits if h["window"] == "after_send"}
+        # A kill in any window takes the whole worker down, sends in flight included.
+        kills = [float(str(h["at"])) for h in self.hits if h["window"] != "zombie"]
+        crashes = [(k, k) for k in kills] + self.outages.spans.get("postgres", [])
         resent, unexplained = 0, []
         for webhook_id, moments in times.items():
             for first, again in itertools.pairwise(moments):
                 resent += 1
-                crashed = webhook_id in sent_by_kill or any(
-                    s <= again and e >= first
-                    for s, e in [*self.outages.spans.get("postgres", []), *self.zombie_spans]
-                )
-                if not crashed:
+                if not any(s <= again and e >= first for s, e in crashes + self.zombie_spans):
                     unexplained.append(webhook_id)
         r.figures["raw re-sends (same webhook-id accepted twice)"] = resent
         r.check(
