@@ -18,7 +18,7 @@ from activities.fetch import FetchError, Request, fetch_page, new_client
 from pricewatch.models import CheckKind, CheckStatus
 from pricewatch.settings import Settings
 from pricewatch.slots import next_slot, work_id
-from workers.worker import WorkerTuning, address_policy
+from workers.worker import WorkerTuning, address_policy, keep_session
 
 # Lease the due rows (each with its own token) and read each one's last good hash, in one
 # statement; rows another poller holds are skipped, not waited for.
@@ -77,7 +77,10 @@ async def main() -> None:
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
     token_prefix = f"poller-{uuid.uuid4().hex[:8]}:"
     pool = await asyncpg.create_pool(
-        settings.resolved_database_url(), min_size=1, max_size=tuning.pool_size
+        settings.resolved_database_url(),
+        min_size=1,
+        max_size=tuning.pool_size,
+        reset=keep_session,  # the same pool as the worker's
     )
     in_flight: set[asyncio.Task[None]] = set()
     try:
