@@ -93,7 +93,7 @@ async def main() -> None:
                     task = asyncio.create_task(check(pool, http, row))
                     in_flight.add(task)
                     task.add_done_callback(in_flight.discard)
-                if len(rows) < room or not room:
+                if len(rows) < room or not room:  # caught up, or every slot busy
                     await asyncio.sleep(POLL_EVERY)
             await asyncio.gather(*in_flight)
     finally:

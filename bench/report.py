@@ -5,7 +5,7 @@ from dataclasses import asdict
 
 from bench.measure import ROLES, Result
 
-# (header, how to read it from a result, format): the table has these columns in this order.
+# (header, the result field it shows; dotted for one process): the table's columns, in order.
 COLUMNS: list[tuple[str, str]] = [
     ("checks/s", "checks_per_s"),
     ("missed", "slots_missed"),
