@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: dev demo test chaos
+.PHONY: dev demo test chaos bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,3 +31,9 @@ test: $(BIN)/python
 chaos: $(BIN)/python
 	$(BIN)/python -m pip install --quiet --editable '.[test]'
 	$(BIN)/python -m tests.chaos $(ARGS)
+
+# The benchmark: pricewatch beside Temporal Schedules and a plain poller on one workload, on
+# its own stack (README, Performance). E.g. ARGS="--targets 1000 --interval 20 --seconds 60".
+bench: $(BIN)/python
+	$(BIN)/python -m pip install --quiet --editable '.[test]'
+	$(BIN)/python -m bench $(ARGS)

@@ -1,0 +1,63 @@
+"""`python -m bench --targets N --interval S --seconds W --designs pricewatch,schedules,poller`"""
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from dataclasses import asdict
+
+from bench.designs import DESIGNS, Workload
+from bench.measure import Result, run_design
+from bench.report import as_json, table
+from bench.stack import open_stack
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--targets", type=int, default=400, help="targets (default 400)")
+    parser.add_argument(
+        "--interval", type=int, default=20,
+        help="seconds between a target's checks (default 20; a test-only minimum: the "
+        "product refuses less than 15 minutes)",
+    )  # fmt: skip
+    parser.add_argument("--seconds", type=float, default=60, help="measured window per design")
+    parser.add_argument("--designs", default=",".join(DESIGNS), help="comma-separated, in order")
+    parser.add_argument("--json", action="store_true", help="JSON on stdout (the table: stderr)")
+    args = parser.parse_args(argv)
+    args.designs = [name.strip() for name in args.designs.split(",") if name.strip()]
+    if unknown := set(args.designs) - set(DESIGNS):
+        parser.error(f"unknown design(s): {', '.join(sorted(unknown))}")
+    if args.targets < 1 or args.interval < 1 or args.seconds <= 0:
+        parser.error("--targets, --interval and --seconds must be positive")
+    return args
+
+
+async def run(workload: Workload, designs: list[str]) -> list[Result]:
+    results = []
+    async with open_stack() as stack:
+        for name in designs:
+            print(f"running {name} ...", file=sys.stderr, flush=True)
+            results.append(await run_design(name, stack, workload))
+    return results
+
+
+async def main(argv: list[str]) -> None:
+    args = parse(argv)
+    workload = Workload(targets=args.targets, interval=args.interval, seconds=args.seconds)
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    results = await run(workload, args.designs)
+    heading = (
+        f"{workload.targets} targets every {workload.interval} s (test-only interval) = "
+        f"{workload.offered_per_second:.3g} checks/s offered, {workload.seconds:g} s per design"
+    )
+    print(table(results, heading), file=sys.stderr if args.json else sys.stdout, flush=True)
+    if args.json:
+        print(as_json(results, asdict(workload)), flush=True)
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main(sys.argv[1:]))

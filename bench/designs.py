@@ -1,0 +1,205 @@
+"""The three designs, each started on the same workload: N targets, one page each, due
+every `interval` seconds on whole-second grids spread evenly over the interval (the grid
+`pricewatch add` anchors on, and the only one Schedules offer).
+"""
+
+import asyncio
+import math
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import asyncpg
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleIntervalSpec,
+    ScheduleSpec,
+)
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from activities import store
+from bench.scheduled import WORKFLOW_NAME
+from bench.stack import TASK_QUEUE, Database, Stack, TemporalServer, python_module
+from pricewatch.models import MonitorState, TargetConfig
+from pricewatch.temporal import start_monitor
+
+PRICEWATCH = str(Path(sys.executable).parent / "pricewatch")
+# Starts and creates in flight at once while a design sets up its targets.
+SETUP_CONCURRENCY = 32
+
+
+@dataclass(frozen=True)
+class Workload:
+    targets: int
+    interval: int
+    seconds: float
+
+    @property
+    def offered_per_second(self) -> float:
+        return self.targets / self.interval
+
+    @property
+    def target_ids(self) -> list[str]:
+        return [f"bench-{index:05d}" for index in range(self.targets)]
+
+    def anchors(self, base: datetime) -> list[datetime]:
+        """Each target's first due slot: whole seconds, spread evenly over one interval."""
+        return [
+            base + timedelta(seconds=(index * self.interval) // self.targets)
+            for index in range(self.targets)
+        ]
+
+    def slots_due(self, anchors: Iterable[datetime], start: datetime, end: datetime) -> int:
+        """How many grid slots of all targets fall in [start, end)."""
+        step = self.interval
+
+        def before(anchor: datetime, moment: datetime) -> int:
+            return math.ceil((moment - anchor).total_seconds() / step)
+
+        return sum(max(0, before(a, end) - max(0, before(a, start))) for a in anchors)
+
+    def grid_offset(self, anchor: datetime) -> timedelta:
+        """Where the anchor's grid sits within each interval counted from the Unix epoch."""
+        return timedelta(seconds=anchor.timestamp() % self.interval)
+
+    def config(self, stack: Stack, target_id: str) -> TargetConfig:
+        return TargetConfig(
+            target_id=target_id, url=stack.page_url(target_id), interval_seconds=self.interval
+        )
+
+
+@dataclass(frozen=True)
+class Running:
+    worker_pid: int
+    anchors: list[datetime]
+    temporal: TemporalServer | None = None
+    client: Client | None = None
+
+
+Design = Callable[[Stack, Workload, Database, asyncpg.Pool], AbstractAsyncContextManager[Running]]
+
+
+def first_base(workload: Workload) -> datetime:
+    """The first grid anchor: a whole second, after the time it takes to set targets up."""
+    lead = 3 + workload.targets / 100
+    now = datetime.now(UTC)
+    return now.replace(microsecond=0) + timedelta(seconds=math.ceil(lead))
+
+
+async def bounded(calls: Iterable[Awaitable[object]]) -> None:
+    gate = asyncio.Semaphore(SETUP_CONCURRENCY)
+
+    async def one(call: Awaitable[object]) -> None:
+        async with gate:
+            await call
+
+    await asyncio.gather(*(one(call) for call in calls))
+
+
+async def insert_targets(
+    stack: Stack, workload: Workload, pool: asyncpg.Pool, anchors: list[datetime]
+) -> None:
+    """The designs without a workflow of their own get the rows pricewatch's sync writes."""
+    await bounded(
+        store.sync_target(pool, workload.config(stack, target_id), next_slot=anchor, enabled=True)
+        for target_id, anchor in zip(workload.target_ids, anchors, strict=True)
+    )
+
+
+async def connect(temporal: TemporalServer) -> Client:
+    return await Client.connect(temporal.address, data_converter=pydantic_data_converter)
+
+
+@asynccontextmanager
+async def pricewatch(
+    stack: Stack, workload: Workload, database: Database, pool: asyncpg.Pool
+) -> AsyncIterator[Running]:
+    """The product: `pricewatch worker` with its shipped defaults, one MonitorTarget each."""
+    with stack.temporal("pricewatch") as temporal:
+        env = stack.design_env(database, temporal)
+        async with stack.process("pricewatch-worker", [PRICEWATCH, "worker"], env) as worker:
+            client = await connect(temporal)
+            anchors = workload.anchors(first_base(workload))
+            await bounded(
+                start_monitor(
+                    client,
+                    MonitorState(
+                        config=workload.config(stack, target_id),
+                        start_at=anchor,
+                        # TEST-ONLY: the product's minimum interval is 15 minutes
+                        # (PRICEWATCH_MIN_INTERVAL); the benchmark needs seconds.
+                        min_interval_seconds=workload.interval,
+                    ),
+                    TASK_QUEUE,
+                )
+                for target_id, anchor in zip(workload.target_ids, anchors, strict=True)
+            )
+            yield Running(worker.pid, anchors, temporal, client)
+
+
+@asynccontextmanager
+async def schedules(
+    stack: Stack, workload: Workload, database: Database, pool: asyncpg.Pool
+) -> AsyncIterator[Running]:
+    """One Schedule per target (interval spec, default policies); each action starts a
+    short workflow that runs the product's check activity."""
+    with stack.temporal("schedules") as temporal:
+        env = stack.design_env(database, temporal)
+        worker_args = python_module("bench.scheduled")
+        async with stack.process("schedules-worker", worker_args, env) as worker:
+            client = await connect(temporal)
+            anchors = workload.anchors(first_base(workload))
+            await insert_targets(stack, workload, pool, anchors)
+            interval = timedelta(seconds=workload.interval)
+            await bounded(
+                client.create_schedule(
+                    schedule_id(target_id),
+                    Schedule(
+                        action=ScheduleActionStartWorkflow(
+                            WORKFLOW_NAME,
+                            workload.config(stack, target_id),
+                            id=f"check-{target_id}",
+                            task_queue=TASK_QUEUE,
+                        ),
+                        spec=ScheduleSpec(
+                            intervals=[
+                                ScheduleIntervalSpec(
+                                    every=interval,
+                                    offset=workload.grid_offset(anchor),
+                                )
+                            ],
+                            start_at=anchor,
+                        ),
+                    ),
+                )
+                for target_id, anchor in zip(workload.target_ids, anchors, strict=True)
+            )
+            yield Running(worker.pid, anchors, temporal, client)
+
+
+def schedule_id(target_id: str) -> str:
+    return f"schedule-{target_id}"
+
+
+@asynccontextmanager
+async def poller(
+    stack: Stack, workload: Workload, database: Database, pool: asyncpg.Pool
+) -> AsyncIterator[Running]:
+    """One asyncio process polling the table; no Temporal at all."""
+    anchors = workload.anchors(first_base(workload))
+    await insert_targets(stack, workload, pool, anchors)
+    env = stack.design_env(database, None)
+    async with stack.process("poller", python_module("bench.poller"), env) as worker:
+        yield Running(worker.pid, anchors)
+
+
+DESIGNS: dict[str, Design] = {
+    "pricewatch": pricewatch,
+    "schedules": schedules,
+    "poller": poller,
+}

@@ -1,0 +1,244 @@
+"""Run one design for a fixed window and measure it: throughput, missed slots and lateness
+from the check rows, history from Temporal, round trips on the wire, CPU and memory from
+/proc, storage from the dev server's SQLite files."""
+
+import asyncio
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from bench import procs
+from bench.designs import DESIGNS, Running, Workload, schedule_id
+from bench.scheduled import WORKFLOW_NAME
+from bench.stack import Stack
+from pricewatch.temporal import workflow_id
+
+ROLES = ("server", "worker", "postgres")
+# Histories read per design: enough for a stable average, cheap to fetch.
+HISTORY_SAMPLE = 100
+MEMORY_SAMPLE_EVERY = 1.0
+REGISTRATION_TIMEOUT = 300.0
+
+# Lateness is commit time minus due slot: an upper bound on start minus due (the fetch of
+# a local page takes milliseconds). A slot due in the window with no row by the time the
+# window plus one interval has passed counts as missed.
+WINDOW_ROWS = """
+WITH due AS (
+    SELECT extract(epoch FROM checked_at - scheduled_for)::float8 AS late
+      FROM source_checks WHERE kind = 'scheduled' AND scheduled_for >= $1 AND scheduled_for < $2
+)
+SELECT (SELECT count(*) FROM source_checks WHERE checked_at >= $1 AND checked_at < $2)
+           AS completed,
+       (SELECT count(*) FROM due) AS recorded,
+       (SELECT percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY late) FROM due)
+           AS lateness,
+       (SELECT max(late) FROM due) AS worst
+"""
+
+
+@dataclass
+class Result:
+    design: str
+    offered_per_s: float
+    checks_per_s: float
+    slots_missed: int
+    lateness_p50_s: float | None
+    lateness_p95_s: float | None
+    lateness_p99_s: float | None
+    lateness_max_s: float | None
+    history_events_per_check: float | None
+    workflow_tasks_per_check: float | None
+    sql_round_trips_per_check: float | None
+    storage_bytes_per_check: float | None
+    cpu_seconds_per_check: dict[str, float | None] = field(default_factory=dict)
+    peak_rss_mib: dict[str, float | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    cpu: dict[str, float]
+    storage: int | None
+    round_trips: int
+
+
+def roots(stack: Stack, running: Running) -> dict[str, int]:
+    pids = {"worker": running.worker_pid, "postgres": stack.postgres_pid}
+    if running.temporal is not None:
+        pids["server"] = running.temporal.process.pid
+    return pids
+
+
+def snapshot(stack: Stack, running: Running) -> Snapshot:
+    return Snapshot(
+        cpu={role: procs.cpu_seconds(pid) for role, pid in roots(stack, running).items()},
+        storage=running.temporal.storage_bytes() if running.temporal else None,
+        round_trips=stack.wire.round_trips,
+    )
+
+
+async def sleep_until(moment: datetime) -> None:
+    await asyncio.sleep(max(0.0, (moment - datetime.now(UTC)).total_seconds()))
+
+
+async def peak_memory(stack: Stack, running: Running, until: datetime) -> dict[str, int]:
+    peaks: dict[str, int] = {}
+    while datetime.now(UTC) < until:
+        for role, pid in roots(stack, running).items():
+            peaks[role] = max(peaks.get(role, 0), procs.memory_bytes(pid))
+        await asyncio.sleep(MEMORY_SAMPLE_EVERY)
+    return peaks
+
+
+async def wait_registered(pool: asyncpg.Pool, workload: Workload) -> None:
+    """Until every target has its row (pricewatch's workflows write their own)."""
+    deadline = time.monotonic() + REGISTRATION_TIMEOUT
+    while await pool.fetchval("SELECT count(*) FROM monitor_targets") < workload.targets:
+        if time.monotonic() > deadline:
+            raise TimeoutError("targets did not register in time")
+        await asyncio.sleep(0.2)
+
+
+async def run_design(name: str, stack: Stack, workload: Workload) -> Result:
+    database = await stack.database(f"bench_{name}")
+    pool = await asyncpg.create_pool(database.direct_url, min_size=1, max_size=8)
+    try:
+        async with DESIGNS[name](stack, workload, database, pool) as running:
+            await wait_registered(pool, workload)
+            # Warm up for one interval after the later of registration and the first slots.
+            start = max(datetime.now(UTC), max(running.anchors))
+            window_start = start + timedelta(seconds=workload.interval)
+            window_end = window_start + timedelta(seconds=workload.seconds)
+            await sleep_until(window_start)
+            before = snapshot(stack, running)
+            peaks = await peak_memory(stack, running, window_end)
+            after = snapshot(stack, running)
+            await asyncio.sleep(workload.interval)  # late slots of the window may still land
+            history = await history_per_check(
+                name, running, pool, workload, window_start, window_end
+            )
+        rows = await pool.fetchrow(WINDOW_ROWS, window_start, window_end)
+    finally:
+        await pool.close()
+    assert rows is not None
+    completed = int(rows["completed"])
+    lateness = rows["lateness"] or [None, None, None]
+    due = workload.slots_due(running.anchors, window_start, window_end)
+
+    def per_check(value: float | None) -> float | None:
+        return value / completed if value is not None and completed else None
+
+    return Result(
+        design=name,
+        offered_per_s=workload.offered_per_second,
+        checks_per_s=completed / workload.seconds,
+        slots_missed=due - int(rows["recorded"]),
+        lateness_p50_s=lateness[0],
+        lateness_p95_s=lateness[1],
+        lateness_p99_s=lateness[2],
+        lateness_max_s=rows["worst"],
+        history_events_per_check=history[0],
+        workflow_tasks_per_check=history[1],
+        sql_round_trips_per_check=per_check(after.round_trips - before.round_trips),
+        storage_bytes_per_check=per_check(
+            None
+            if after.storage is None or before.storage is None
+            else after.storage - before.storage
+        ),
+        cpu_seconds_per_check={
+            role: per_check(after.cpu[role] - before.cpu[role]) if role in after.cpu else None
+            for role in ROLES
+        },
+        peak_rss_mib={role: peaks[role] / 2**20 if role in peaks else None for role in ROLES},
+    )
+
+
+async def history_per_check(
+    name: str,
+    running: Running,
+    pool: asyncpg.Pool,
+    workload: Workload,
+    start: datetime,
+    end: datetime,
+) -> tuple[float | None, float | None]:
+    """History events and workflow tasks per check, from a sample of real histories."""
+    if running.client is None:
+        return None, None
+    sample = workload.target_ids[:: max(1, workload.targets // HISTORY_SAMPLE)]
+    if name == "pricewatch":
+        return await _loop_histories(running.client, sample, start, end)
+    return await _schedule_histories(running.client, pool, sample, start, end)
+
+
+def _in_window(
+    events: Iterable[HistoryEvent], start: datetime, end: datetime
+) -> list[HistoryEvent]:
+    return [e for e in events if start <= e.event_time.ToDatetime(tzinfo=UTC) < end]
+
+
+def _workflow_tasks(events: Iterable[HistoryEvent]) -> int:
+    return sum(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in events)
+
+
+async def _events(client: Client, workflow: str) -> list[HistoryEvent]:
+    history = await client.get_workflow_handle(workflow).fetch_history()
+    return list(history.events)
+
+
+async def _loop_histories(
+    client: Client, targets: list[str], start: datetime, end: datetime
+) -> tuple[float | None, float | None]:
+    """Each target's events in the window over its checks in the window: the phases of the
+    sampled targets are spread over the interval, so the window's edges average out."""
+    events = checks = tasks = 0
+    for target_id in targets:
+        window = _in_window(await _events(client, workflow_id(target_id)), start, end)
+        events += len(window)
+        tasks += _workflow_tasks(window)
+        checks += sum(
+            e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+            and e.activity_task_scheduled_event_attributes.activity_type.name == "check_slot"
+            for e in window
+        )
+    return (events / checks, tasks / checks) if checks else (None, None)
+
+
+async def _schedule_histories(
+    client: Client, pool: asyncpg.Pool, targets: list[str], start: datetime, end: datetime
+) -> tuple[float | None, float | None]:
+    """Each short workflow's whole history, plus the scheduler's own events in the window
+    per action it took (where the server runs the scheduler as a workflow)."""
+    query = (
+        f"WorkflowType = '{WORKFLOW_NAME}' AND StartTime >= '{start.isoformat()}' "
+        f"AND StartTime < '{end.isoformat()}'"
+    )
+    started = [w.id async for w in client.list_workflows(query, limit=HISTORY_SAMPLE)]
+    if not started:
+        return None, None
+    short = [await _events(client, workflow) for workflow in started]
+    events = sum(len(h) for h in short) / len(short)
+    tasks = sum(_workflow_tasks(h) for h in short) / len(short)
+    scheduler_events = scheduler_tasks = actions = 0
+    for target_id in targets:
+        try:
+            history = await _events(client, f"temporal-sys-scheduler:{schedule_id(target_id)}")
+        except RPCError:
+            return events, tasks  # no scheduler workflow on this server: its cost is hidden
+        window = _in_window(history, start, end)
+        scheduler_events += len(window)
+        scheduler_tasks += _workflow_tasks(window)
+        actions += await pool.fetchval(
+            "SELECT count(*) FROM source_checks WHERE target_id = $1 "
+            "AND scheduled_for >= $2 AND scheduled_for < $3",
+            target_id, start, end,
+        )  # fmt: skip
+    if actions:
+        events += scheduler_events / actions
+        tasks += scheduler_tasks / actions
+    return events, tasks

@@ -1,0 +1,90 @@
+"""The benchmark's output: one table row per design plus the ratios, or the same as JSON."""
+
+import json
+from dataclasses import asdict
+
+from bench.measure import ROLES, Result
+
+# (header, the result field it shows; dotted for one process): the table's columns, in order.
+COLUMNS: list[tuple[str, str]] = [
+    ("checks/s", "checks_per_s"),
+    ("missed", "slots_missed"),
+    ("late p50", "lateness_p50_s"),
+    ("p95", "lateness_p95_s"),
+    ("p99", "lateness_p99_s"),
+    ("max", "lateness_max_s"),
+    ("events/chk", "history_events_per_check"),
+    ("wf tasks/chk", "workflow_tasks_per_check"),
+    ("SQL rt/chk", "sql_round_trips_per_check"),
+    ("store B/chk", "storage_bytes_per_check"),
+    *((f"cpu ms/chk {role}", f"cpu_seconds_per_check.{role}") for role in ROLES),
+    *((f"MiB {role}", f"peak_rss_mib.{role}") for role in ROLES),
+]
+LEGEND = (
+    "late: commit minus due slot, seconds (p50 p95 p99 max); missed: slots due in the "
+    "window with no row one interval after it; rt: round trips on the wire; store: growth "
+    "of the dev server's SQLite file and WAL; cpu: per process tree, ms per check; MiB: "
+    "peak proportional set size in the window"
+)
+
+
+def value(result: Result, key: str) -> float | None:
+    data = asdict(result)
+    for part in key.split("."):
+        data = data[part]
+    return None if data is None else float(data)  # type: ignore[arg-type]
+
+
+def ratios(results: list[Result]) -> dict[str, dict[str, float | None]]:
+    """pricewatch over each other design, column by column."""
+    by_name = {result.design: result for result in results}
+    if "pricewatch" not in by_name:
+        return {}
+    ours = by_name["pricewatch"]
+    out: dict[str, dict[str, float | None]] = {}
+    for other in results:
+        if other.design == "pricewatch":
+            continue
+        row: dict[str, float | None] = {}
+        for _, key in COLUMNS:
+            mine, theirs = value(ours, key), value(other, key)
+            row[key] = mine / theirs if mine is not None and theirs else None
+        out[f"pricewatch/{other.design}"] = row
+    return out
+
+
+def _cell(key: str, number: float | None) -> str:
+    if number is None:
+        return "-"
+    if key.startswith("cpu_seconds"):
+        number *= 1000
+    if key == "slots_missed":
+        return f"{number:.0f}"
+    return f"{number:.3g}" if abs(number) < 1000 else f"{number:.0f}"
+
+
+def table(results: list[Result], heading: str) -> str:
+    headers = ["design", *(header for header, _ in COLUMNS)]
+    rows = [[r.design, *(_cell(key, value(r, key)) for _, key in COLUMNS)] for r in results]
+    for name, row in ratios(results).items():
+        rows.append([name, *(_ratio(row[key]) for _, key in COLUMNS)])
+    widths = [max(len(line[i]) for line in [headers, *rows]) for i in range(len(headers))]
+    lines = [heading, LEGEND, ""]
+    for line in [headers, *rows]:
+        lines.append("  ".join(cell.rjust(width) for cell, width in zip(line, widths, strict=True)))
+    return "\n".join(lines)
+
+
+def _ratio(number: float | None) -> str:
+    return "-" if number is None else f"{number:.2g}x"
+
+
+def as_json(results: list[Result], workload: dict[str, object]) -> str:
+    return json.dumps(
+        {
+            "workload": workload,
+            "designs": [asdict(result) for result in results],
+            "ratios": ratios(results),
+        },
+        indent=2,
+    )
