@@ -48,6 +48,8 @@ def configure_logging(log_format: str) -> None:
     if log_format == "json":
         handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+    # httpx logs every request at INFO: a second line per check that says less than ours.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def metrics_runtime(address: str | None) -> Runtime | None:
