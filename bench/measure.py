@@ -27,15 +27,17 @@ MEMORY_SAMPLE_EVERY = 1.0
 REGISTRATION_TIMEOUT = 300.0
 
 # Lateness is commit time minus due slot: an upper bound on start minus due (the fetch of
-# a local page takes milliseconds). A slot due in the window with no row by the time the
-# window plus one interval has passed counts as missed.
+# a local page takes milliseconds). A slot due in the window that was not checked by the
+# time the window plus one interval has passed counts as missed: no row, or a `skipped`
+# row (the product records the slots it fell too far behind to check).
 WINDOW_ROWS = """
 WITH due AS (
     SELECT extract(epoch FROM checked_at - scheduled_for)::float8 AS late
       FROM source_checks WHERE kind = 'scheduled' AND scheduled_for >= $1 AND scheduled_for < $2
+       AND status <> 'skipped'
 )
-SELECT (SELECT count(*) FROM source_checks WHERE checked_at >= $1 AND checked_at < $2)
-           AS completed,
+SELECT (SELECT count(*) FROM source_checks
+         WHERE checked_at >= $1 AND checked_at < $2 AND status <> 'skipped') AS completed,
        (SELECT count(*) FROM due) AS recorded,
        (SELECT percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY late) FROM due)
            AS lateness,
@@ -235,7 +237,7 @@ async def _schedule_histories(
         scheduler_tasks += _workflow_tasks(window)
         actions += await pool.fetchval(
             "SELECT count(*) FROM source_checks WHERE target_id = $1 "
-            "AND scheduled_for >= $2 AND scheduled_for < $3",
+            "AND scheduled_for >= $2 AND scheduled_for < $3 AND status <> 'skipped'",
             target_id, start, end,
         )  # fmt: skip
     if actions:
