@@ -14,6 +14,7 @@ and Temporal, and prints a table. Any FAIL makes the report fail.
 import asyncio
 import itertools
 import json
+import os
 import random
 import shutil
 import tempfile
@@ -547,7 +548,7 @@ async def _run(
     ):
         client = await Client.connect(temporal.address, data_converter=pydantic_data_converter)
         env = {
-            **__import__("os").environ,
+            **os.environ,
             "TEMPORAL_ADDRESS": temporal.address,
             "PRICEWATCH_DATABASE_URL": postgres.url,
             "PRICEWATCH_TASK_QUEUE": TASK_QUEUE,

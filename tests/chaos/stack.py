@@ -117,9 +117,6 @@ class Workers:
     def logs(self) -> list[Path]:
         return sorted(self.folder.glob("worker-*.log"))
 
-    def pids(self) -> list[int]:
-        return [p.pid for p in self.processes if p.poll() is None]
-
     def freeze_noted(self, pid: int) -> None:
         self.frozen.add(pid)
 
