@@ -244,8 +244,8 @@ class CheckActivities:
         return await store.unnotified_changes(
             self.pool,
             query.target_id,
-            query.first - timedelta.resolution,
-            query.last + timedelta.resolution,
+            query.first - EPSILON,
+            query.last + EPSILON,
         )
 
     @activity.defn(name="remove_target")
@@ -303,7 +303,7 @@ class CheckActivities:
                 skipped=_skipped_by(check, next_slot),
             )
         unnotified = []
-        if check.on_schedule and next_slot is not None and next_slot > check.slot + check.interval:
+        if check.on_schedule and next_slot is not None and next_slot > check.slot:
             unnotified = await store.unnotified_changes(
                 self.pool, check.target_id, check.slot, next_slot
             )

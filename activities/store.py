@@ -78,7 +78,7 @@ WITH lease AS (
            body_bytes = excluded.body_bytes, error_message = excluded.error_message,
            etag = excluded.etag, last_modified = excluded.last_modified,
            snapshot = excluded.snapshot, excerpt = excluded.excerpt, rules = excluded.rules
-     WHERE c.status = 'failed'
+     WHERE c.status IN ('failed', 'skipped')  -- a real result replaces a placeholder
     RETURNING {CHECK_COLUMNS}
 ), pruned AS (
     -- Keep the newest $17 snapshots of the target (this new one included).
@@ -145,8 +145,7 @@ WITH target AS (
         error_message)
     SELECT s.work_id, $1, s.slot, 'scheduled', now(), 'skipped', $9::text
       FROM unnest($7::text[], $8::timestamptz[]) AS s(work_id, slot)
-     WHERE $6 IS NOT NULL AND EXISTS (SELECT 1 FROM recorded)
-       AND EXISTS (SELECT 1 FROM target WHERE next_check_at <= $3)
+     WHERE $6 IS NOT NULL AND EXISTS (SELECT 1 FROM target WHERE next_check_at <= $3)
     ON CONFLICT DO NOTHING
 )
 SELECT {CHECK_COLUMNS}, (SELECT next_check_at FROM released) AS next_check_at FROM recorded
@@ -331,11 +330,11 @@ async def commit(
 
 
 def _skipped_rows(
-    target_id: str, slot: datetime, skipped: Sequence[datetime]
+    target_id: str, slot: datetime, skipped: Sequence[datetime], reason: str | None = None
 ) -> tuple[list[str], list[datetime], str]:
     """Work ids, slots and the reason for the slots a final check leaves behind it."""
-    reason = f"not checked: came due before the check of {slots.format_slot(slot)} was final"
-    return [slots.work_id(target_id, s) for s in skipped], list(skipped), reason
+    default = f"not checked: came due before the check of {slots.format_slot(slot)} was final"
+    return [slots.work_id(target_id, s) for s in skipped], list(skipped), reason or default
 
 
 async def release(pool: asyncpg.Pool, *, target_id: str, token: str) -> bool:
@@ -392,7 +391,11 @@ async def advance_past_final(
     skipped: Sequence[datetime],
 ) -> None:
     await pool.execute(
-        ADVANCE_PAST_FINAL, target_id, slot, advance_to, *_skipped_rows(target_id, slot, skipped)
+        ADVANCE_PAST_FINAL,
+        target_id,
+        slot,
+        advance_to,
+        *_skipped_rows(target_id, slot, skipped, "not checked: the schedule was behind"),
     )
 
 

@@ -445,7 +445,7 @@ async def pause(target_id: IdArg) -> None:
 @app.command()
 @command
 async def resume(target_id: IdArg) -> None:
-    """Resume checks on the target's grid; slots missed while paused are skipped."""
+    """Resume checks on the target's grid; slots that fell due while paused are not checked."""
     _, handle = await target_workflow(target_id)
     await handle.signal("resume")
     typer.echo(f"resuming {target_id}")

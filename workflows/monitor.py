@@ -95,6 +95,8 @@ BOOKKEEPING_RETRY = RetryPolicy(
 
 # Patch ids: histories recorded before a change replay on the old path.
 TELL_CHANGES_A_RESUME_SKIPS = "tell-changes-a-resume-skips"
+TELL_UNNOTIFIED = "tell-unnotified-changes"
+KEEP_SLOT_OF_A_RESUME = "keep-slot-of-a-resume"
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -203,7 +205,8 @@ class MonitorTarget:
         slot, paused_at = self._slot(), self._paused_at
         if paused_at is None:
             return []
-        passed = [slot, *slots_between(slot, resumed, self._config.interval)]
+        until = min(resumed, paused_at + timedelta.resolution)
+        passed = [slot, *slots_between(slot, until, self._config.interval)]
         # The slot being checked gets its own row from its check.
         return [s for s in passed if s <= paused_at and s < resumed and s != self._checking]
 
@@ -295,7 +298,7 @@ class MonitorTarget:
             f"sync {self._config.target_id}",
         )
         if synced:
-            self._unrecorded_skips = [s for s in self._unrecorded_skips if s not in skipped]
+            self._unrecorded_skips = self._unrecorded_skips[len(skipped) :]  # only appended to
         if synced and skipped and workflow.patched(TELL_CHANGES_A_RESUME_SKIPS):
             await self._notify_changes_among(skipped)
         return synced
@@ -343,11 +346,15 @@ class MonitorTarget:
         self._checking = None
         health_notice = self._count_failures(result)
         self._notify(result or self._unrecorded(check), health_notice)
-        for change in result.unnotified if result is not None else []:
-            self._notify(change, None)
+        if result is not None and result.unnotified and workflow.patched(TELL_UNNOTIFIED):
+            for change in result.unnotified:
+                self._notify(change, None)
         advanced = result.next_slot if result is not None else None
         if advanced is None or advanced <= slot:
             advanced = next_slot(slot, self._config.interval, workflow.now())
+        resumed_during_check = self._slot() > slot
+        if resumed_during_check and workflow.patched(KEEP_SLOT_OF_A_RESUME):
+            advanced = max(advanced, self._slot())  # never back onto slots it marked skipped
         self._next_slot = advanced
         self._checks_this_run += 1
 
@@ -374,6 +381,8 @@ class MonitorTarget:
     def _count_failures(self, result: CheckResult | None) -> Notice | None:
         """Track failed slots in a row; when the target turns (un)healthy, tell the UI and
         return the notice the channels get."""
+        if result is not None and result.status is CheckStatus.SKIPPED:
+            return None  # not a check: neither a failure nor a recovery
         was_unhealthy = self._unhealthy
         failed = result is None or result.status is CheckStatus.FAILED
         self._failure_streak = self._failure_streak + 1 if failed else 0
@@ -450,8 +459,9 @@ class MonitorTarget:
                     "could not record %s as failed: %s", check.work_id, _reason(record_err)
                 )
                 return None
-        self._last_result = result
-        self._checks_completed += 1
+        if result.status is not CheckStatus.SKIPPED:
+            self._last_result = result
+            self._checks_completed += 1
         return result
 
     async def _check_slot(self, check: CheckInput) -> CheckResult:

@@ -1,6 +1,7 @@
 -- A slot that came due while the schedule was busy (an earlier slot still retrying, a
--- worker or server down) gets a `skipped` row when the schedule moves past it: every due
--- slot has exactly one row, and none is lost silently. A skipped slot has no hash.
+-- worker or server down) gets a `skipped` row when the schedule moves past it, so none is
+-- lost silently (slots that fall due while a target is paused are not due: no row). A
+-- skipped slot has no hash.
 ALTER TABLE source_checks DROP CONSTRAINT source_checks_status_check;
 ALTER TABLE source_checks DROP CONSTRAINT source_checks_check;
 ALTER TABLE source_checks ADD CONSTRAINT source_checks_status_check
