@@ -261,6 +261,17 @@ class Chaos:
 
     # Quiet and checks -------------------------------------------------------------------
 
+    async def disarm(self, deadline: float) -> None:
+        """Give windows still armed until `deadline` to be reached (a stalled run may not
+        have sent a webhook yet), then remove the rest: none fires while settling."""
+        armed = self.folder / "faults" / "armed"
+        for _ in range(int(max(0.0, deadline - time.time()) * 2)):
+            if not any(armed.iterdir()):
+                break
+            await asyncio.sleep(0.5)
+        for arm in armed.iterdir():
+            arm.unlink(missing_ok=True)
+
     async def settle(self, fault_window_end: float, patience: float) -> bool:
         """Wait until every slot of the fault window is final and every notice delivered."""
         deadline = time.monotonic() + patience
@@ -491,7 +502,7 @@ def fault_schedule(
     options: ChaosOptions, rng: random.Random, start: float
 ) -> list[tuple[float, str]]:
     """Seeded moments from 5 s to half the run, every kind at least once. Armed windows
-    stay armed until the end of the run, so even the last one has time to be reached."""
+    stay armed until reached, or a minute past the end of the run (see `Chaos.disarm`)."""
     window = (start + 5, start + 0.5 * options.seconds)
     events = [
         (rng.uniform(*window), kind)
@@ -578,9 +589,8 @@ async def _run(
                     report.figures[f"{kind}: refused by the server"] = str(err)[:60]
             end = start + options.seconds
             await asyncio.sleep(max(0.0, end - time.time()))
-            for arm in (folder / "faults" / "armed").iterdir():  # none may fire while settling
-                arm.unlink(missing_ok=True)
             pages.frozen_at, pages.faulty, receiver.faulty = time.time(), False, False
+            await chaos.disarm(deadline=end + 60)
             settled = await chaos.settle(end, patience=max(180.0, options.seconds))
             await chaos.verify(end, settled)
         finally:
