@@ -273,7 +273,8 @@ class Chaos:
             arm.unlink(missing_ok=True)
 
     async def settle(self, fault_window_end: float, patience: float) -> bool:
-        """Wait until every slot of the fault window is final and every notice delivered."""
+        """Wait until every slot of the fault window is final, every notice delivered and
+        every workflow caught up."""
         deadline = time.monotonic() + patience
         while time.monotonic() < deadline:
             try:
@@ -282,15 +283,33 @@ class Chaos:
                 )
             except (OSError, asyncpg.PostgresError):
                 pending = -1
-            if pending == 0 and not self.workers.frozen:
+            if pending == 0 and not self.workers.frozen and await self.workflows_caught_up():
                 return True
             await asyncio.sleep(1)
         return False
 
+    async def workflows_caught_up(self) -> bool:
+        """Every workflow is past its overdue slots (one may still be retrying a check the
+        database already has, e.g. after a kill between commit and completion)."""
+        now = datetime.now(UTC)
+        for target in self.targets:
+            handle = self.client.get_workflow_handle(workflow_id(target.config.target_id))
+            try:
+                status = await handle.query("status", result_type=MonitorStatus)
+            except RPCError:  # its worker is frozen or restarting: not caught up yet
+                return False
+            if status.next_slot is None or status.next_slot <= now:
+                return False
+        return True
+
     async def verify(self, fault_window_end: float, settled: bool) -> None:
         r = self.report
         end = datetime.fromtimestamp(fault_window_end, UTC)
-        r.check("quiet", settled, "every slot of the fault window final, every notice settled")
+        r.check(
+            "quiet",
+            settled,
+            "every slot of the fault window final, every notice settled, workflows caught up",
+        )
 
         duplicates = await self.pool.fetchval(DUPLICATE_SLOTS)
         rows = await self.pool.fetch(SCHEDULED_ROWS)
