@@ -320,6 +320,7 @@ class Chaos:
         )
         r.check("one row per (target, slot)", duplicates == 0, f"{duplicates} slots with 2+ rows")
 
+        await self.note_pauses_as_processed()
         lost, excused = self.lost_slots(rows, end)
         r.figures["due slots with no row while down or paused (allowed)"] = excused
         r.check(
@@ -341,6 +342,39 @@ class Chaos:
             not unreached,
             f"never reached: {unreached or 'none'}",
         )
+
+    async def note_pauses_as_processed(self) -> None:
+        """A pause counts from the workflow task that processed it, not from when it was
+        sent: a storm's resume can wait for a killed worker's task to time out."""
+        by_id = {workflow_id(t.config.target_id): t for t in self.targets}
+        async for execution in self.client.list_workflows(f"WorkflowType = '{WORKFLOW_TYPE}'"):
+            history = await self.client.get_workflow_handle(
+                execution.id, run_id=execution.run_id
+            ).fetch_history()
+            paused_at: float | None = None
+            pending: list[str] = []  # signals no workflow task has processed yet
+            in_flight: list[str] = []  # signals the current workflow task is processing
+            started = 0.0
+            for event in history.events:
+                kind = event.event_type
+                if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+                    pending.append(event.workflow_execution_signaled_event_attributes.signal_name)
+                elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+                    in_flight, pending = in_flight + pending, []
+                    started = event.event_time.ToDatetime(UTC).timestamp()
+                elif kind in (
+                    EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT,
+                    EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
+                ):
+                    in_flight, pending = [], in_flight + pending  # processed again later
+                elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                    for signal in in_flight:
+                        if signal == "pause" and paused_at is None:
+                            paused_at = started
+                        elif signal == "resume" and paused_at is not None:
+                            by_id[execution.id].paused_spans.append((paused_at, started))
+                            paused_at = None
+                    in_flight = []
 
     def lost_slots(self, rows: list[asyncpg.Record], end: datetime) -> tuple[list[str], int]:
         recorded = {(row["target_id"], row["scheduled_for"]) for row in rows}
