@@ -29,10 +29,12 @@ async def dev_stack(data_dir: Path, ports: dict[str, int]) -> AsyncIterator[None
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     assert process.stdout is not None
+    seen: list[bytes] = []
     try:
         async with asyncio.timeout(90):
             while b"worker:    running" not in (line := await process.stdout.readline()):
-                assert line, "pricewatch dev exited early"
+                assert line, b"pricewatch dev exited early:\n" + b"".join(seen[-30:])
+                seen.append(line)
         yield
     finally:
         process.send_signal(signal.SIGINT)  # what Ctrl-C does
