@@ -16,6 +16,15 @@ import asyncpg
 from pricewatch import slots
 from pricewatch.models import ChannelKind, CheckKind, CheckResult, CheckStatus, TargetConfig
 
+
+# The skipped rows a statement writes: work ids, slots and one reason, given as parameters.
+def _insert_skipped(ids: str, slots_: str, reason: str) -> str:
+    return f"""INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at,
+        status, error_message)
+    SELECT s.work_id, $1, s.slot, 'scheduled', now(), 'skipped', {reason}::text
+      FROM unnest({ids}::text[], {slots_}::timestamptz[]) AS s(work_id, slot)"""
+
+
 CHECK_COLUMNS = """work_id, scheduled_for, kind, status, checked_at, attempt_count,
     result_hash, previous_hash, error_message"""
 
@@ -98,10 +107,7 @@ WITH lease AS (
     RETURNING id
 ), skipped AS (
     -- The slots the schedule moves past without checking them: one row each.
-    INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at, status,
-        error_message)
-    SELECT s.work_id, $1, s.slot, 'scheduled', now(), 'skipped', $21::text
-      FROM unnest($19::text[], $20::timestamptz[]) AS s(work_id, slot)
+    {_insert_skipped("$19", "$20", "$21")}
      WHERE $12::timestamptz IS NOT NULL AND EXISTS (SELECT 1 FROM released)
     ON CONFLICT DO NOTHING
 )
@@ -141,10 +147,7 @@ WITH target AS (
      WHERE id IN (SELECT id FROM target)
     RETURNING next_check_at
 ), skipped AS (
-    INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at, status,
-        error_message)
-    SELECT s.work_id, $1, s.slot, 'scheduled', now(), 'skipped', $9::text
-      FROM unnest($7::text[], $8::timestamptz[]) AS s(work_id, slot)
+    {_insert_skipped("$7", "$8", "$9")}
      WHERE $6 IS NOT NULL AND EXISTS (SELECT 1 FROM target WHERE next_check_at <= $3)
     ON CONFLICT DO NOTHING
 )
@@ -160,11 +163,8 @@ ON CONFLICT (id) DO UPDATE
        unhealthy_after = excluded.unhealthy_after, updated_at = now()
 """
 
-INSERT_SKIPPED = """
-INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at, status,
-    error_message)
-SELECT s.work_id, $1, s.slot, 'scheduled', now(), 'skipped', $4
-  FROM unnest($2::text[], $3::timestamptz[]) AS s(work_id, slot)
+INSERT_SKIPPED = f"""
+{_insert_skipped("$2", "$3", "$4")}
 ON CONFLICT DO NOTHING
 """
 
@@ -367,16 +367,13 @@ async def record_failed(
 # A re-run of a final slot finds the schedule still at or before it (a sync wrote the
 # workflow's slot back): move the schedule on as the commit would have, with a skipped row
 # for each slot the jump passes.
-ADVANCE_PAST_FINAL = """
+ADVANCE_PAST_FINAL = f"""
 WITH moved AS (
     UPDATE monitor_targets SET next_check_at = $3, updated_at = now()
      WHERE id = $1 AND next_check_at <= $2
     RETURNING id
 )
-INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at, status,
-    error_message)
-SELECT s.work_id, $1, s.slot, 'scheduled', now(), 'skipped', $6
-  FROM unnest($4::text[], $5::timestamptz[]) AS s(work_id, slot)
+{_insert_skipped("$4", "$5", "$6")}
  WHERE EXISTS (SELECT 1 FROM moved)
 ON CONFLICT DO NOTHING
 """
