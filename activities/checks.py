@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import json
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -63,9 +64,12 @@ def clock() -> datetime:
 
 
 def execution_id() -> str:
-    """One per attempt, unique across runs and resets: the lease token."""
+    """One per attempt, unique across runs and resets: the lease token. A local activity's
+    attempt is recorded only when it completes, so after a crash the replaying worker runs
+    the same "attempt" again: it gets a random suffix, unique per execution."""
     info = activity.info()
-    return f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}"
+    token = f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}"
+    return f"{token}/local-{uuid.uuid4().hex[:12]}" if info.is_local else token
 
 
 class CheckActivities:
@@ -191,7 +195,8 @@ class CheckActivities:
                 done, _ = await asyncio.wait({fetch}, timeout=HEARTBEAT_EVERY.total_seconds())
                 if done:
                     return fetch.result()
-                activity.heartbeat()
+                if not activity.info().is_local:  # a local one has no heartbeat timeout
+                    activity.heartbeat()
                 if not await store.extend_lease(
                     self.pool, target_id=check.target_id, token=token, lease=CHECK_LEASE
                 ):

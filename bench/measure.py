@@ -18,7 +18,7 @@ from bench import procs
 from bench.designs import DESIGNS, Running, Workload, schedule_id
 from bench.scheduled import WORKFLOW_NAME
 from bench.stack import Stack
-from pricewatch.temporal import workflow_id
+from pricewatch.temporal import local_activity_type, workflow_id
 
 ROLES = ("server", "worker", "postgres")
 # Histories read per design: enough for a stable average, cheap to fetch.
@@ -204,8 +204,11 @@ async def _loop_histories(
         events += len(window)
         tasks += _workflow_tasks(window)
         checks += sum(
-            e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-            and e.activity_task_scheduled_event_attributes.activity_type.name == "check_slot"
+            local_activity_type(e) == "check_slot"
+            or (
+                e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                and e.activity_task_scheduled_event_attributes.activity_type.name == "check_slot"
+            )
             for e in window
         )
     return (events / checks, tasks / checks) if checks else (None, None)

@@ -1,8 +1,10 @@
 """Temporal names and the one client factory used by the CLI, the worker and the tests."""
 
+import json
 from typing import Any
 
-from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.enums.v1 import EventType, IndexedValueType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import (
@@ -21,6 +23,8 @@ from pricewatch.models import MonitorState
 WORKFLOW_TYPE = "MonitorTarget"
 TARGET_SEARCH_ATTRIBUTE = SearchAttributeKey.for_keyword("PricewatchTarget")
 UNHEALTHY_SEARCH_ATTRIBUTE = SearchAttributeKey.for_bool("PricewatchUnhealthy")
+# The marker the SDK records for a completed local activity.
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
 SEARCH_ATTRIBUTES = {
     TARGET_SEARCH_ATTRIBUTE.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
     UNHEALTHY_SEARCH_ATTRIBUTE.name: IndexedValueType.INDEXED_VALUE_TYPE_BOOL,
@@ -70,3 +74,16 @@ async def connect(runtime: Runtime | None = None) -> Client:
             f"cannot reach Temporal at {connect_config['target_host']} "
             "(start `pricewatch dev` or set TEMPORAL_ADDRESS)"
         ) from err
+
+
+def local_activity_type(event: HistoryEvent) -> str | None:
+    """The activity a local-activity marker records (a check's first attempt), else None.
+    For readers of histories: the benchmark and the chaos run."""
+    if event.event_type != EventType.EVENT_TYPE_MARKER_RECORDED:
+        return None
+    marker = event.marker_recorded_event_attributes
+    data = marker.details.get("data")
+    if marker.marker_name != LOCAL_ACTIVITY_MARKER or data is None or not data.payloads:
+        return None
+    activity_type = json.loads(data.payloads[0].data).get("activity_type")
+    return str(activity_type) if activity_type else None

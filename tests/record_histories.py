@@ -3,7 +3,8 @@
 Run after a deliberate workflow change that keeps old histories valid, or to add a
 history for a new feature: `python -m tests.record_histories`. It starts its own dev
 server, Postgres, page server and worker in a temp dir, drives one target through every
-message (pause, resume, check-now, reconfigure, a permanent failure, continue-as-new) with a
+message (pause, resume, check-now, reconfigure, a permanent failure, a transient one
+retried as a normal activity, continue-as-new) with a
 webhook channel told of its changes, and
 writes each run's history to tests/histories/.
 """
@@ -54,6 +55,10 @@ async def drive(client: Client, activities: Activities, page_url: str) -> list[s
         broken = config.model_copy(update={"url": page_url + "gone"})
         await handle.execute_update(MonitorTarget.reconfigure, broken)
         await asyncio.sleep(1.5)
+        # A 503 once: the local first attempt fails, the retry runs as a normal activity.
+        busy = config.model_copy(update={"url": page_url + "busy"})
+        await handle.execute_update(MonitorTarget.reconfigure, busy)
+        await asyncio.sleep(3)
         await handle.execute_update(MonitorTarget.reconfigure, config)
         await asyncio.sleep(5)
         run_ids = [handle.result_run_id]
@@ -71,10 +76,14 @@ async def main() -> None:
         temporal = start_temporal_dev_server(Path(tmp) / "t.db", port=port, ui_port=None)
         app = web.Application()
         counter = iter(range(1_000_000))
+        busy_answered: list[str] = []
 
         async def page(request: web.Request) -> web.Response:
             if request.path.endswith("gone"):
                 return web.Response(status=404, text="gone")
+            if request.path.endswith("busy") and not busy_answered:
+                busy_answered.append(request.path)
+                return web.Response(status=503, headers={"Retry-After": "1"})
             return web.Response(text=f"price {next(counter) // 3}")
 
         app.router.add_get("/{tail:.*}", page)

@@ -159,14 +159,15 @@ async def test_slots_overdue_when_a_late_pause_takes_effect_get_skipped_rows(
     client = time_skipping_env.client
     second = timedelta(seconds=1)
     config = new_target(page_server, interval=2 * second)
-    anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + 3 * second
+    # The anchor leaves the first worker time to shut down before anything falls due.
+    anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + 5 * second
     # No cache, so no sticky queue: the next task goes to whichever worker polls next.
     async with running_worker(
         client, task_queue, pool, tuning=WorkerTuning(max_cached_workflows=0)
     ):
         handle = await start(config, start_at=anchor, min_interval_seconds=1)
         assert (await handle.query(MonitorTarget.status)).next_slot == anchor
-    await asyncio.sleep(7)  # anchor, +2 s and maybe +4 s come due with no worker
+    await asyncio.sleep(9)  # anchor, +2 s and maybe +4 s come due with no worker
     await handle.signal(MonitorTarget.pause)
     await handle.signal(MonitorTarget.resume)
     async with running_worker(client, task_queue, pool):

@@ -16,7 +16,8 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 # Models are passed through so that the workflow and the converter share one class per
 # model (a sandbox re-import would make pydantic reject its own instances).
@@ -97,6 +98,12 @@ BOOKKEEPING_RETRY = RetryPolicy(
 TELL_CHANGES_A_RESUME_SKIPS = "tell-changes-a-resume-skips"
 TELL_UNNOTIFIED = "tell-unnotified-changes"
 KEEP_SLOT_OF_A_RESUME = "keep-slot-of-a-resume"
+# A check's first attempt runs as a local activity: one workflow task and 6 history events per
+# check instead of 2 and 11, which halves the Temporal server's work per check.
+FIRST_ATTEMPT_LOCAL = "first-attempt-local"
+# How a check fails: a normal activity's error arrives wrapped in an ActivityError, a local
+# activity's as the activity's own error (or the timeout).
+CHECK_FAILED = (ActivityError, ApplicationError, ActivityTimeout)
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -439,11 +446,11 @@ class MonitorTarget:
         try:
             try:
                 result = await self._check_slot(check)
-            except ActivityError as err:
+            except CHECK_FAILED as err:
                 if _error_type(err) != TARGET_OUT_OF_SYNC or not await self._sync():
                     raise
                 result = await self._check_slot(check)
-        except ActivityError as err:
+        except CHECK_FAILED as err:
             workflow.logger.warning("check %s gave up: %s", check.work_id, _reason(err))
             failure = RecordFailureInput(check=check, error_message=_reason(err))
             try:
@@ -465,15 +472,37 @@ class MonitorTarget:
         return result
 
     async def _check_slot(self, check: CheckInput) -> CheckResult:
+        """The first attempt runs as a local activity in the workflow task the slot's timer
+        woke; if it fails and may be retried, the rest run as a normal activity after the
+        same backoff, with heartbeats and the retry policy's remaining attempts."""
+        retry = dataclasses.replace(CHECK_RETRY, maximum_attempts=self._config.max_attempts)
+        summary = f"{'retry' if check.retry else 'check'} {check.work_id}"
+        if workflow.patched(FIRST_ATTEMPT_LOCAL):
+            try:
+                return await workflow.execute_local_activity_method(
+                    CheckActivities.check_slot,
+                    check,
+                    start_to_close_timeout=CHECK_TIMEOUT,
+                    retry_policy=RetryPolicy(maximum_attempts=1),
+                    summary=summary,
+                )
+            except CHECK_FAILED as err:
+                backoff = _first_retry_delay(err)
+                if backoff is None or retry.maximum_attempts == 1:
+                    raise
+            await workflow.sleep(backoff, summary=f"back off {check.work_id}")
+            retry = dataclasses.replace(
+                retry,
+                initial_interval=retry.initial_interval * retry.backoff_coefficient,
+                maximum_attempts=retry.maximum_attempts - 1,
+            )
         return await workflow.execute_activity_method(
             CheckActivities.check_slot,
             check,
             start_to_close_timeout=CHECK_TIMEOUT,
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
-            retry_policy=dataclasses.replace(
-                CHECK_RETRY, maximum_attempts=self._config.max_attempts
-            ),
-            summary=f"{'retry' if check.retry else 'check'} {check.work_id}",
+            retry_policy=retry,
+            summary=summary,
         )
 
     async def _bookkeep(
@@ -541,10 +570,28 @@ def _whole_second_after(moment: datetime) -> datetime:
     return moment.replace(microsecond=0) + timedelta(seconds=1)
 
 
-def _error_type(err: ActivityError) -> str | None:
-    return err.cause.type if isinstance(err.cause, ApplicationError) else None
+def _first_retry_delay(err: FailureError) -> timedelta | None:
+    """How long the check's retry policy would wait after this first attempt; None if it
+    would not retry."""
+    cause = _cause(err)
+    if isinstance(cause, ApplicationError):
+        if cause.non_retryable or cause.type in (CHECK_RETRY.non_retryable_error_types or ()):
+            return None
+        if cause.next_retry_delay is not None:
+            return cause.next_retry_delay
+    return CHECK_RETRY.initial_interval
 
 
-def _reason(err: ActivityError) -> str:
+def _cause(err: FailureError) -> BaseException | None:
+    """The activity's own error (see CHECK_FAILED)."""
+    return err.cause if isinstance(err, ActivityError) else err
+
+
+def _error_type(err: FailureError) -> str | None:
+    cause = _cause(err)
+    return cause.type if isinstance(cause, ApplicationError) else None
+
+
+def _reason(err: FailureError) -> str:
     """What actually went wrong (the HTTP status, the timeout), not the activity wrapper."""
-    return str(err.cause or err)
+    return str(_cause(err) or err)

@@ -38,7 +38,7 @@ from temporalio.worker import Replayer
 
 from activities.migrate import migrate
 from pricewatch.models import Channel, ChannelKind, MonitorState, MonitorStatus, TargetConfig
-from pricewatch.temporal import WORKFLOW_TYPE, start_monitor, workflow_id
+from pricewatch.temporal import WORKFLOW_TYPE, local_activity_type, start_monitor, workflow_id
 from tests.chaos.stack import Outages, Pages, Postgres, Receiver, TemporalServer, Workers, serve
 from workers.embedded import free_port
 from workflows.monitor import MonitorTarget
@@ -203,14 +203,26 @@ class Chaos:
                 for e in history.events
                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
             }
+            # The workflow task that ran each completed check: its local first attempt, or
+            # the one that scheduled the activity that retried it.
             completed_checks = [
-                scheduled[e.activity_task_completed_event_attributes.scheduled_event_id]
-                for e in history.events
-                if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
-                and scheduled[
+                e.marker_recorded_event_attributes.workflow_task_completed_event_id
+                if local_activity_type(e) == "check_slot"
+                else scheduled[
                     e.activity_task_completed_event_attributes.scheduled_event_id
-                ].activity_type.name
-                == "check_slot"
+                ].workflow_task_completed_event_id
+                for e in history.events
+                if (
+                    local_activity_type(e) == "check_slot"
+                    and not e.marker_recorded_event_attributes.HasField("failure")
+                )
+                or (
+                    e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+                    and scheduled[
+                        e.activity_task_completed_event_attributes.scheduled_event_id
+                    ].activity_type.name
+                    == "check_slot"
+                )
             ]
             if not completed_checks:
                 continue
@@ -219,9 +231,7 @@ class Chaos:
                     namespace=self.client.namespace,
                     workflow_execution=WorkflowExecution(workflow_id=handle.id, run_id=run_id),
                     reason="chaos: reset to before a completed check",
-                    workflow_task_finish_event_id=completed_checks[
-                        -1
-                    ].workflow_task_completed_event_id,
+                    workflow_task_finish_event_id=completed_checks[-1],
                     request_id=str(uuid.uuid4()),
                 )
             )
@@ -492,7 +502,7 @@ class Chaos:
                 for e in history.events
                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
                 and e.activity_task_started_event_attributes.scheduled_event_id in checks
-            )
+            ) + sum(local_activity_type(e) == "check_slot" for e in history.events)
             result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
             runs += 1
             failures += result.replay_failure is not None
