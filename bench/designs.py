@@ -1,6 +1,6 @@
 """The three designs, each started on the same workload: N targets, one page each, due
-every `interval` seconds on whole-second grids spread evenly over the interval (the grid
-`pricewatch add` anchors on, and the only one Schedules offer).
+every `interval` seconds on grids spread evenly over the interval, each target at the
+sub-second offset `pricewatch add` gives it.
 """
 
 import asyncio
@@ -26,6 +26,7 @@ from activities import store
 from bench.scheduled import WORKFLOW_NAME
 from bench.stack import TASK_QUEUE, Database, Stack, TemporalServer, python_module
 from pricewatch.models import MonitorState, TargetConfig
+from pricewatch.slots import sub_second_offset
 from pricewatch.temporal import start_monitor
 
 PRICEWATCH = str(Path(sys.executable).parent / "pricewatch")
@@ -48,10 +49,13 @@ class Workload:
         return [f"bench-{index:05d}" for index in range(self.targets)]
 
     def anchors(self, base: datetime) -> list[datetime]:
-        """Each target's first due slot: whole seconds, spread evenly over one interval."""
+        """Each target's first due slot: spread evenly over one interval in whole seconds,
+        each with the sub-second offset `pricewatch add` gives its id."""
         return [
-            base + timedelta(seconds=(index * self.interval) // self.targets)
-            for index in range(self.targets)
+            base
+            + timedelta(seconds=(index * self.interval) // self.targets)
+            + sub_second_offset(target_id)
+            for index, target_id in enumerate(self.target_ids)
         ]
 
     def slots_due(self, anchors: Iterable[datetime], start: datetime, end: datetime) -> int:

@@ -5,6 +5,7 @@ activities (with the wall clock) and the tests (with literal datetimes) share on
 definition of the grid. A target's grid is `anchor + k * interval` for integer k.
 """
 
+import hashlib
 from datetime import UTC, datetime, timedelta
 
 
@@ -61,3 +62,23 @@ def format_slot(slot: datetime) -> str:
     utc = slot.astimezone(UTC)
     text = utc.isoformat(timespec="microseconds" if utc.microsecond else "seconds")
     return text.replace("+00:00", "Z")
+
+
+def spread_anchor(target_id: str, moment: datetime) -> datetime:
+    """A new target's first slot: the next whole second after `moment` plus a sub-second
+    offset fixed by its id. Targets added together would otherwise all fall due on the same
+    instant every interval, and their timers, workflow tasks and fetches queue behind each
+    other."""
+    return whole_second_after(moment) + sub_second_offset(target_id)
+
+
+def sub_second_offset(target_id: str) -> timedelta:
+    """Whole milliseconds in [0, 1 s), the same for a target id everywhere."""
+    digest = hashlib.blake2b(target_id.encode(), digest_size=4).digest()
+    return timedelta(milliseconds=int.from_bytes(digest, "big") % 1000)
+
+
+def whole_second_after(moment: datetime) -> datetime:
+    if moment.microsecond == 0:
+        return moment
+    return moment.replace(microsecond=0) + timedelta(seconds=1)

@@ -13,6 +13,8 @@ from pricewatch.slots import (
     latest_due_slot,
     next_slot,
     slots_between,
+    spread_anchor,
+    sub_second_offset,
     work_id,
 )
 
@@ -192,3 +194,21 @@ def test_latest_due_slot_examples() -> None:
     assert (
         latest_due_slot(anchor, hour, anchor + timedelta(hours=5, minutes=1)) == anchor + 5 * hour
     )
+
+
+@given(target_id=st.text(min_size=1, max_size=64), moment=moments)
+def test_a_spread_anchor_is_the_next_second_plus_the_targets_own_milliseconds(
+    target_id: str, moment: datetime
+) -> None:
+    anchor = spread_anchor(target_id, moment)
+    assert moment <= anchor < moment + timedelta(seconds=2)
+    assert anchor.microsecond % 1000 == 0
+    assert anchor - anchor.replace(microsecond=0) == sub_second_offset(target_id)
+    assert spread_anchor(target_id, moment) == anchor  # no randomness: replays agree
+
+
+def test_targets_added_together_fall_due_at_different_instants() -> None:
+    """A thousand targets added in the same second: their first slots spread over it."""
+    anchors = {spread_anchor(f"shop-{n}", T0) for n in range(1000)}
+    assert len(anchors) > 600  # distinct milliseconds (a birthday spread, not a queue)
+    assert min(anchors) >= T0 and max(anchors) < T0 + timedelta(seconds=1)

@@ -54,6 +54,8 @@ with workflow.unsafe.imports_passed_through():
         latest_due_slot,
         next_slot,
         slots_between,
+        spread_anchor,
+        whole_second_after,
     )
     from pricewatch.temporal import (
         TARGET_SEARCH_ATTRIBUTE,
@@ -101,6 +103,8 @@ KEEP_SLOT_OF_A_RESUME = "keep-slot-of-a-resume"
 # A check's first attempt runs as a local activity: one workflow task and 6 history events per
 # check instead of 2 and 11, which halves the Temporal server's work per check.
 FIRST_ATTEMPT_LOCAL = "first-attempt-local"
+# A target started without an anchor gets a sub-second offset of its own (see spread_anchor).
+SPREAD_ANCHORS = "spread-anchors"
 # How a check fails: a normal activity's error arrives wrapped in an ActivityError, a local
 # activity's as the activity's own error (or the timeout).
 CHECK_FAILED = (ActivityError, ApplicationError, ActivityTimeout)
@@ -280,7 +284,11 @@ class MonitorTarget:
     async def _register(self) -> None:
         """First run only: anchor the grid, tag the run for the UI, create the target row."""
         now = workflow.now()
-        anchor = self._start_at or _whole_second_after(now)
+        anchor = self._start_at
+        if anchor is None and workflow.patched(SPREAD_ANCHORS):
+            anchor = spread_anchor(self._config.target_id, now)
+        elif anchor is None:
+            anchor = whole_second_after(now)
         self._next_slot = latest_due_slot(anchor, self._config.interval, now)
         workflow.upsert_search_attributes(
             [TARGET_SEARCH_ATTRIBUTE.value_set(self._config.target_id)]
@@ -561,13 +569,6 @@ class MonitorTarget:
             paused_at=self._paused_at,
             unrecorded_skips=self._unrecorded_skips,
         )
-
-
-def _whole_second_after(moment: datetime) -> datetime:
-    """Grid anchors on whole seconds keep work ids readable."""
-    if moment.microsecond == 0:
-        return moment
-    return moment.replace(microsecond=0) + timedelta(seconds=1)
 
 
 def _first_retry_delay(err: FailureError) -> timedelta | None:
