@@ -43,6 +43,10 @@ class Settings(BaseSettings):
     worker_max_cached_workflows: int = Field(default=2000, ge=0)
     """Size it to the targets a worker holds: an evicted workflow replays its history on
     every wake-up."""
+    worker_sandbox: bool = False
+    """Run workflow code in the SDK's sandbox, which stops non-deterministic calls (the wall
+    clock, I/O) when they run, at about a third of the worker's CPU per check. The test
+    suite always runs workflows in it; turn it on here while changing workflow code."""
     shutdown_grace_seconds: float = Field(default=30, ge=0)
     """On SIGTERM/SIGINT, in-flight activities get this long to finish."""
     metrics_address: str | None = None

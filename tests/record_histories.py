@@ -27,7 +27,13 @@ from workers.embedded import (
     start_temporal_dev_server,
     stop_process,
 )
-from workers.worker import Activities, build_worker, smtp_settings, worker_activities
+from workers.worker import (
+    Activities,
+    WorkerTuning,
+    build_worker,
+    smtp_settings,
+    worker_activities,
+)
 from workflows.monitor import MonitorTarget
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -41,7 +47,7 @@ async def drive(client: Client, activities: Activities, page_url: str) -> list[s
         interval_seconds=1,
         channels=[Channel(kind=ChannelKind.WEBHOOK, destination=page_url + "hook")],
     )
-    async with build_worker(client, TASK_QUEUE, activities):
+    async with build_worker(client, TASK_QUEUE, activities, WorkerTuning(sandboxed=True)):
         handle = await start_monitor(
             client,
             MonitorState(config=config, max_checks_per_run=6, min_interval_seconds=1),

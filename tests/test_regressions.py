@@ -167,7 +167,7 @@ async def test_a_change_in_a_slot_a_resume_skips_is_still_told(
     )  # fmt: skip
     anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + 3 * SECOND
     async with running_worker(
-        client, task_queue, pool, tuning=WorkerTuning(max_cached_workflows=0)
+        client, task_queue, pool, tuning=WorkerTuning(max_cached_workflows=0, sandboxed=True)
     ):
         handle = await start(config, start_at=anchor, min_interval_seconds=1)
         assert (await handle.query(MonitorTarget.status)).next_slot == anchor

@@ -34,7 +34,8 @@ from workflows.monitor import MonitorTarget
 
 HOUR = timedelta(hours=1)
 NO_SMTP = SmtpSettings(host="127.0.0.1", port=9, sender="pricewatch@localhost")
-DEFAULT_TUNING = WorkerTuning()
+# Tests run workflows in the sandbox, which stops a non-deterministic call where it happens.
+DEFAULT_TUNING = WorkerTuning(sandboxed=True)
 
 
 @asynccontextmanager
@@ -163,7 +164,7 @@ async def test_slots_overdue_when_a_late_pause_takes_effect_get_skipped_rows(
     anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + 5 * second
     # No cache, so no sticky queue: the next task goes to whichever worker polls next.
     async with running_worker(
-        client, task_queue, pool, tuning=WorkerTuning(max_cached_workflows=0)
+        client, task_queue, pool, tuning=WorkerTuning(max_cached_workflows=0, sandboxed=True)
     ):
         handle = await start(config, start_at=anchor, min_interval_seconds=1)
         assert (await handle.query(MonitorTarget.status)).next_slot == anchor

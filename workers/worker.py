@@ -9,7 +9,8 @@ from datetime import timedelta
 
 import asyncpg
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.checks import CheckActivities
 from activities.fetch import new_client
@@ -27,12 +28,14 @@ class WorkerTuning:
     """Concurrency and shutdown. In-flight activities get `shutdown_grace` to finish on
     SIGTERM; one cut off is retried elsewhere and its lease keeps the slot single. The
     workflow cache should hold every target the worker has: an evicted workflow replays its
-    whole history on every wake-up."""
+    whole history on every wake-up. The sandbox is for tests and development (see
+    `Settings.worker_sandbox`)."""
 
     max_activities: int = 100
     max_workflow_tasks: int = 100
     max_cached_workflows: int = 2000
     shutdown_grace: timedelta = timedelta(seconds=30)
+    sandboxed: bool = False
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "WorkerTuning":
@@ -41,6 +44,7 @@ class WorkerTuning:
             max_workflow_tasks=settings.worker_max_workflow_tasks,
             max_cached_workflows=settings.worker_max_cached_workflows,
             shutdown_grace=timedelta(seconds=settings.shutdown_grace_seconds),
+            sandboxed=settings.worker_sandbox,
         )
 
     @property
@@ -121,6 +125,9 @@ def build_worker(
         max_cached_workflows=tuning.max_cached_workflows,
         max_concurrent_activities=tuning.max_activities,
         max_concurrent_workflow_tasks=tuning.max_workflow_tasks,
+        workflow_runner=SandboxedWorkflowRunner()
+        if tuning.sandboxed
+        else UnsandboxedWorkflowRunner(),
     )
 
 
