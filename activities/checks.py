@@ -19,7 +19,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import snapshots, store
-from activities.fetch import FetchError, Page, Request, fetch_page
+from activities.fetch import INLINE_WORK_BYTES, FetchError, Page, Request, fetch_page
 from activities.metrics import count, observe_seconds
 from activities.normalise import Extraction
 from pricewatch.models import (
@@ -136,7 +136,7 @@ class CheckActivities:
             fetch_started = time.monotonic()
             try:
                 page = await self._fetch_holding_lease(check, token, claim)
-                outcome = await asyncio.to_thread(_outcome, claim, page, rules_fingerprint(check))
+                outcome = await _outcome_of(claim, page, rules_fingerprint(check))
             except FetchError as err:
                 kind = "transient" if err.transient else "permanent"
                 count("pricewatch_fetch_failures", "failed fetch attempts", kind=kind)
@@ -355,6 +355,14 @@ def rules_fingerprint(check: CheckInput) -> str:
     """What the hash depends on besides the page: the extraction rules."""
     rules = json.dumps([check.selector, check.ignore, check.json_pointer])
     return hashlib.sha256(rules.encode()).hexdigest()[:16]
+
+
+async def _outcome_of(claim: store.Claim, page: Page, rules: str) -> store.Outcome:
+    """`_outcome`, in a thread only when the page or its previous snapshot is big."""
+    previous = len(claim.previous_snapshot or b"")
+    if page.size <= INLINE_WORK_BYTES and previous <= INLINE_WORK_BYTES:
+        return _outcome(claim, page, rules)
+    return await asyncio.to_thread(_outcome, claim, page, rules)
 
 
 def _outcome(claim: store.Claim, page: Page, rules: str) -> store.Outcome:

@@ -33,6 +33,9 @@ from activities.guard import AddressPolicy, BlockedAddress, GuardedTransport
 from activities.normalise import Extraction, ExtractionError, normalise
 
 MAX_BODY_BYTES = 5 * 1024 * 1024
+# Work on a page this small (parse, hash, compress, diff) takes well under a millisecond:
+# done on the event loop, as a thread hop would cost more than the work.
+INLINE_WORK_BYTES = 64 * 1024
 FETCH_DEADLINE = timedelta(seconds=30)
 MAX_RETRY_AFTER = timedelta(minutes=15)
 HTTP_TIMEOUTS = httpx.Timeout(10.0, connect=5.0)
@@ -190,8 +193,10 @@ async def _read_page(response: httpx.Response, extraction: Extraction) -> Page:
     if content_type and not _allowed(content_type):
         raise FetchError(f"unsupported content type {content_type}", transient=False)
     body = await _read_capped(response)
-    # Off the event loop: a heavy page or a user's regex must not stall heartbeats.
-    text = await asyncio.to_thread(normalise, body, full_type, extraction)
+    if len(body) <= INLINE_WORK_BYTES and extraction.ignore is None:
+        text = normalise(body, full_type, extraction)
+    else:  # off the event loop: a heavy page or a user's regex must not stall heartbeats
+        text = await asyncio.to_thread(normalise, body, full_type, extraction)
     return Page(
         status_code=response.status_code,
         sha256=hashlib.sha256(text.encode()).hexdigest(),
