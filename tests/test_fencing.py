@@ -117,3 +117,29 @@ async def test_a_fetch_whose_lease_was_taken_over_stops_and_writes_nothing(
     assert stopped.value.type == LEASE_HELD
     assert await pool.fetchval("SELECT count(*) FROM source_checks") == 0
     assert await pool.fetchval("SELECT lease_token FROM monitor_targets") == "someone-else"
+
+
+async def test_a_local_first_attempt_run_again_after_a_crash_does_not_share_the_lease(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, page_server: PageServer, check: CheckInput
+) -> None:
+    """A local attempt is recorded only when it completes, so the worker that replays after
+    a crash runs the same "attempt 1" again. It must not pass for the silent one: it finds
+    the lease held and backs off; the first one, if it is only slow, still commits once."""
+    activities = CheckActivities(pool, http)
+    hold = page_server.hold_next("/p")
+    silent = asyncio.create_task(local_attempt().run(activities.check_slot, check))
+    await asyncio.wait_for(hold.arrived.wait(), timeout=10)
+    with pytest.raises(ApplicationError) as refused:
+        await local_attempt().run(activities.check_slot, check)
+    assert refused.value.type == LEASE_HELD
+    hold.release.set()
+    committed: CheckResult = await silent
+    assert committed.status is CheckStatus.UNCHANGED
+    checked = "SELECT count(*) FROM source_checks WHERE status <> 'skipped'"
+    assert await pool.fetchval(checked) == 1
+
+
+def local_attempt() -> ActivityEnvironment:
+    env = attempt(1)
+    env.info = dataclasses.replace(env.info, is_local=True)
+    return env
