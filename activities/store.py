@@ -438,7 +438,8 @@ async def sync_target(
 ) -> None:
     """Mirror the target and its channels in one transaction. A new webhook gets a fresh
     signing secret here, in the database, so no secret ever passes through Temporal.
-    `skipped` slots (overdue when a pause took effect) get their skipped rows."""
+    `skipped` slots (overdue when a pause took effect, or before the workflow's first task
+    ran) get their skipped rows."""
     channels = config.channels
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(
@@ -460,7 +461,7 @@ async def sync_target(
         )
         if skipped:
             work_ids = [slots.work_id(config.target_id, s) for s in skipped]
-            reason = "not checked: was due when the target was paused"
+            reason = "not checked: was due before the workflow could take it (late start or pause)"
             await conn.execute(INSERT_SKIPPED, config.target_id, work_ids, list(skipped), reason)
 
 

@@ -274,7 +274,8 @@ class SyncTargetInput(Model):
     next_slot: UtcDatetime
     enabled: bool
     skipped: list[UtcDatetime] = Field(default_factory=list)
-    """Slots that came due before a pause took effect and were never checked."""
+    """Slots that came due and were never checked: before a pause took effect, or after the
+    workflow was started but before its first task ran."""
 
 
 class RecordFailureInput(Model):

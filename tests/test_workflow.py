@@ -177,8 +177,32 @@ async def test_slots_overdue_when_a_late_pause_takes_effect_get_skipped_rows(
     statuses = [r["status"] for r in records]
     assert scheduled(records) == [anchor + 2 * k * second for k in range(len(records))]
     assert statuses[:2] == ["skipped", "skipped"], statuses
-    assert "paused" in records[0]["error_message"]
+    assert "pause" in records[0]["error_message"]
     assert statuses[-1] == "unchanged"
+
+
+async def test_slots_due_before_the_first_task_ran_get_skipped_rows(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+) -> None:
+    """Started with no worker (its first task sat on one that died): the slots that came due
+    before the first task ran were due, so each gets a skipped row; the latest is checked."""
+    second = timedelta(seconds=1)
+    config = new_target(page_server, interval=2 * second)
+    anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + 2 * second
+    await start(config, start_at=anchor, min_interval_seconds=1)
+    await asyncio.sleep(7)  # anchor, +2 s and +4 s come due with no worker
+    async with running_worker(time_skipping_env.client, task_queue, pool):
+        await asyncio.sleep(3)
+    records = await rows(pool, config.target_id)
+    assert scheduled(records) == [anchor + 2 * k * second for k in range(len(records))]
+    statuses = [r["status"] for r in records]
+    first_checked = statuses.index("unchanged")
+    assert first_checked >= 2 and set(statuses[:first_checked]) == {"skipped"}, statuses
+    assert "late start" in records[0]["error_message"]
 
 
 async def test_reconfigure_keeps_the_pending_slot_then_uses_the_new_interval(

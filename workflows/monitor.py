@@ -105,6 +105,8 @@ KEEP_SLOT_OF_A_RESUME = "keep-slot-of-a-resume"
 FIRST_ATTEMPT_LOCAL = "first-attempt-local"
 # A target started without an anchor gets a sub-second offset of its own (see spread_anchor).
 SPREAD_ANCHORS = "spread-anchors"
+# Slots that came due before the first task ran get skipped rows at registration.
+SKIP_SLOTS_BEFORE_FIRST_TASK = "skip-slots-before-first-task"
 # How a check fails: a normal activity's error arrives wrapped in an ActivityError, a local
 # activity's as the activity's own error (or the timeout).
 CHECK_FAILED = (ActivityError, ApplicationError, ActivityTimeout)
@@ -212,6 +214,15 @@ class MonitorTarget:
             self._next_slot, self._paused_at = resumed, None
             self._mark_mirror_stale()
 
+    def _due_before_first_task(self, anchor: datetime) -> list[datetime]:
+        """Slots that came due after the workflow was started but before its first task ran
+        (that task sat on a worker that died): they were due, so they get skipped rows. A
+        start in the past does not make the slots before the start due."""
+        started = workflow.info().workflow_start_time
+        first = first_slot(anchor, self._config.interval, started)
+        passed = [first, *slots_between(first, self._slot(), self._config.interval)]
+        return [s for s in passed if s < self._slot()]
+
     def _due_before_pause(self, resumed: datetime) -> list[datetime]:
         slot, paused_at = self._slot(), self._paused_at
         if paused_at is None:
@@ -290,6 +301,8 @@ class MonitorTarget:
         elif anchor is None:
             anchor = whole_second_after(now)
         self._next_slot = latest_due_slot(anchor, self._config.interval, now)
+        if workflow.patched(SKIP_SLOTS_BEFORE_FIRST_TASK):
+            self._unrecorded_skips += self._due_before_first_task(anchor)
         workflow.upsert_search_attributes(
             [TARGET_SEARCH_ATTRIBUTE.value_set(self._config.target_id)]
         )
