@@ -23,8 +23,10 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 # model (a sandbox re-import would make pydantic reject its own instances).
 with workflow.unsafe.imports_passed_through():
     from activities.checks import (
+        CHECK_LEASE,
         HEARTBEAT_TIMEOUT,
         INVALID_TARGET,
+        LEASE_HELD,
         PERMANENT_FETCH_ERROR,
         SLOT_NOT_DUE,
         TARGET_OUT_OF_SYNC,
@@ -219,8 +221,12 @@ class MonitorTarget:
         (that task sat on a worker that died): they were due, so they get skipped rows. A
         start in the past does not make the slots before the start due."""
         started = workflow.info().workflow_start_time
-        first = first_slot(anchor, self._config.interval, started)
-        passed = [first, *slots_between(first, self._slot(), self._config.interval)]
+        interval = self._config.interval
+        # The first grid point at or after the start.
+        first = anchor
+        if anchor < started:
+            first = next_slot(anchor, interval, started - timedelta.resolution)
+        passed = [first, *slots_between(first, self._slot(), interval)]
         return [s for s in passed if s < self._slot()]
 
     def _due_before_pause(self, resumed: datetime) -> list[datetime]:
@@ -593,6 +599,10 @@ def _first_retry_delay(err: FailureError) -> timedelta | None:
             return None
         if cause.next_retry_delay is not None:
             return cause.next_retry_delay
+        if cause.type == LEASE_HELD:
+            # An attempt that died mid-check (the replay runs the first attempt again)
+            # holds the lease until it lapses: retrying sooner would only burn an attempt.
+            return max(CHECK_RETRY.initial_interval, CHECK_LEASE)
     return CHECK_RETRY.initial_interval
 
 
