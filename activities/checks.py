@@ -360,8 +360,8 @@ def rules_fingerprint(check: CheckInput) -> str:
 async def _outcome_of(claim: store.Claim, page: Page, rules: str) -> store.Outcome:
     """`_outcome`, in a thread only when it has real work: a big page, or a change (the
     excerpt diffs the previous snapshot, which can be much bigger than the page)."""
-    changed = page.sha256 is not None and claim.previous_hash not in (None, page.sha256)
-    if page.size <= INLINE_WORK_BYTES and not changed:
+    status = _compare(claim.previous_hash, page.sha256) if page.sha256 else None
+    if page.size <= INLINE_WORK_BYTES and status is not CheckStatus.CHANGED:
         return _outcome(claim, page, rules)
     return await asyncio.to_thread(_outcome, claim, page, rules)
 

@@ -205,25 +205,16 @@ class Chaos:
             }
             # The workflow task that ran each completed check: its local first attempt, or
             # the one that scheduled the activity that retried it.
-            completed_checks = [
-                e.marker_recorded_event_attributes.workflow_task_completed_event_id
-                if local_activity_type(e) == "check_slot"
-                else scheduled[
-                    e.activity_task_completed_event_attributes.scheduled_event_id
-                ].workflow_task_completed_event_id
-                for e in history.events
-                if (
-                    local_activity_type(e) == "check_slot"
-                    and not e.marker_recorded_event_attributes.HasField("failure")
-                )
-                or (
-                    e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
-                    and scheduled[
-                        e.activity_task_completed_event_attributes.scheduled_event_id
-                    ].activity_type.name
-                    == "check_slot"
-                )
-            ]
+            completed_checks = []
+            for e in history.events:
+                if local_activity_type(e) == "check_slot":
+                    marker = e.marker_recorded_event_attributes
+                    if not marker.HasField("failure"):
+                        completed_checks.append(marker.workflow_task_completed_event_id)
+                elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+                    done = scheduled[e.activity_task_completed_event_attributes.scheduled_event_id]
+                    if done.activity_type.name == "check_slot":
+                        completed_checks.append(done.workflow_task_completed_event_id)
             if not completed_checks:
                 continue
             await self.client.workflow_service.reset_workflow_execution(
