@@ -3,6 +3,7 @@ from the check rows, history from Temporal, round trips on the wire, CPU and mem
 /proc, storage from the dev server's SQLite files."""
 
 import asyncio
+import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -45,6 +46,17 @@ SELECT (SELECT count(*) FROM source_checks
        (SELECT max(late) FROM due) AS worst
 """
 
+# p99 lateness per interval of due slots, counted from the window's start (negative: the
+# warm-up from the first slot on), to tell a set-up backlog still draining from queueing.
+TIMELINE_ROWS = """
+SELECT floor(extract(epoch FROM scheduled_for - $2) / $4)::int AS bucket,
+       percentile_cont(0.99) WITHIN GROUP (
+           ORDER BY extract(epoch FROM checked_at - scheduled_for)::float8) AS p99
+  FROM source_checks WHERE kind = 'scheduled' AND scheduled_for >= $1 AND scheduled_for < $3
+   AND status <> 'skipped'
+ GROUP BY 1 ORDER BY 1
+"""
+
 
 @dataclass
 class Result:
@@ -60,6 +72,7 @@ class Result:
     workflow_tasks_per_check: float | None
     sql_round_trips_per_check: float | None
     storage_bytes_per_check: float | None
+    lateness_p99_per_interval_s: dict[str, list[float | None]]
     cpu_seconds_per_check: dict[str, float | None] = field(default_factory=dict)
     peak_rss_mib: dict[str, float | None] = field(default_factory=dict)
 
@@ -129,6 +142,9 @@ async def run_design(name: str, stack: Stack, workload: Workload) -> Result:
                 name, running, pool, workload, window_start, window_end
             )
         rows = await pool.fetchrow(WINDOW_ROWS, window_start, window_end)
+        timeline = await lateness_timeline(
+            pool, min(running.anchors), window_start, window_end, workload.interval
+        )
     finally:
         await pool.close()
     assert rows is not None
@@ -156,12 +172,27 @@ async def run_design(name: str, stack: Stack, workload: Workload) -> Result:
             if after.storage is None or before.storage is None
             else after.storage - before.storage
         ),
+        lateness_p99_per_interval_s=timeline,
         cpu_seconds_per_check={
             role: per_check(after.cpu[role] - before.cpu[role]) if role in after.cpu else None
             for role in ROLES
         },
         peak_rss_mib={role: peaks[role] / 2**20 if role in peaks else None for role in ROLES},
     )
+
+
+async def lateness_timeline(
+    pool: asyncpg.Pool, first_slot: datetime, start: datetime, end: datetime, interval: int
+) -> dict[str, list[float | None]]:
+    """p99 lateness of each interval's due slots: the warm-up's, then the window's."""
+    step = timedelta(seconds=interval)
+    first, last = math.floor((first_slot - start) / step), math.ceil((end - start) / step)
+    rows = await pool.fetch(TIMELINE_ROWS, first_slot, start, end, float(interval))
+    p99: dict[int, float] = {row["bucket"]: row["p99"] for row in rows}
+    return {
+        "warm-up": [p99.get(bucket) for bucket in range(first, 0)],
+        "window": [p99.get(bucket) for bucket in range(0, last)],
+    }
 
 
 async def history_per_check(

@@ -72,6 +72,13 @@ def table(results: list[Result], heading: str) -> str:
     lines = [heading, LEGEND, ""]
     for line in [headers, *rows]:
         lines.append("  ".join(cell.rjust(width) for cell, width in zip(line, widths, strict=True)))
+    lines += ["", "late p99 per interval of due slots, seconds (warm-up | window):"]
+    for result in results:
+        timeline = result.lateness_p99_per_interval_s
+        cells = [
+            " ".join(_cell("", p99) for p99 in timeline[part]) for part in ("warm-up", "window")
+        ]
+        lines.append(f"{result.design.rjust(widths[0])}  {' | '.join(cells)}")
     return "\n".join(lines)
 
 

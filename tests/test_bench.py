@@ -31,6 +31,7 @@ async def test_bench_runs_every_design_and_prints_every_column() -> None:
     table = err.decode()
     for header, _ in COLUMNS:
         assert header in table
+    assert "late p99 per interval" in table
     rows = {line.split()[0] for line in table.splitlines() if line.strip()}
     assert {*DESIGNS, "pricewatch/schedules", "pricewatch/poller"} <= rows
 
@@ -44,6 +45,8 @@ async def test_bench_runs_every_design_and_prints_every_column() -> None:
         assert design["sql_round_trips_per_check"] >= 1, name
         assert all(value > 0 for value in design["cpu_seconds_per_check"].values() if value), name
         assert design["peak_rss_mib"]["worker"] > 0, name
+        timeline = design["lateness_p99_per_interval_s"]
+        assert len(timeline["window"]) == 3 and any(timeline["window"]), name
     for name in ("pricewatch", "schedules"):
         assert by_name[name]["history_events_per_check"] >= 5
         assert by_name[name]["workflow_tasks_per_check"] >= 1
