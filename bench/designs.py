@@ -20,14 +20,13 @@ from temporalio.client import (
     ScheduleIntervalSpec,
     ScheduleSpec,
 )
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities import store
 from bench.scheduled import WORKFLOW_NAME
 from bench.stack import TASK_QUEUE, Database, Stack, TemporalServer, python_module
 from pricewatch.models import MonitorState, TargetConfig
 from pricewatch.slots import sub_second_offset
-from pricewatch.temporal import start_monitor
+from pricewatch.temporal import DATA_CONVERTER, start_monitor
 
 PRICEWATCH = str(Path(sys.executable).parent / "pricewatch")
 # Starts and creates in flight at once while a design sets up its targets.
@@ -119,7 +118,7 @@ async def insert_targets(
 
 
 async def connect(temporal: TemporalServer) -> Client:
-    return await Client.connect(temporal.address, data_converter=pydantic_data_converter)
+    return await Client.connect(temporal.address, data_converter=DATA_CONVERTER)
 
 
 @asynccontextmanager

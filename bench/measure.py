@@ -4,8 +4,9 @@ from the check rows, history from Temporal, round trips on the wire, CPU and mem
 
 import asyncio
 import math
+import statistics
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -24,7 +25,9 @@ from pricewatch.temporal import local_activity_type, workflow_id
 ROLES = ("server", "worker", "postgres")
 # Histories read per design: enough for a stable average, cheap to fetch.
 HISTORY_SAMPLE = 100
-MEMORY_SAMPLE_EVERY = 1.0
+# Reading a tree's PSS makes the kernel walk its page tables: a cost (and lock) the
+# measured processes share, so sampled sparingly.
+MEMORY_SAMPLE_EVERY = 5.0
 REGISTRATION_TIMEOUT = 300.0
 WARMUP_INTERVALS = 3
 
@@ -73,6 +76,7 @@ class Result:
     sql_round_trips_per_check: float | None
     storage_bytes_per_check: float | None
     lateness_p99_per_interval_s: dict[str, list[float | None]]
+    lateness_p99_by_stage_s: dict[str, float | None]
     cpu_seconds_per_check: dict[str, float | None] = field(default_factory=dict)
     peak_rss_mib: dict[str, float | None] = field(default_factory=dict)
 
@@ -93,7 +97,7 @@ def roots(stack: Stack, running: Running) -> dict[str, int]:
 
 def snapshot(stack: Stack, running: Running) -> Snapshot:
     return Snapshot(
-        cpu={role: procs.cpu_seconds(pid) for role, pid in roots(stack, running).items()},
+        cpu=procs.cpu_seconds(roots(stack, running)),
         storage=running.temporal.storage_bytes() if running.temporal else None,
         round_trips=stack.wire.round_trips,
     )
@@ -106,9 +110,11 @@ async def sleep_until(moment: datetime) -> None:
 async def peak_memory(stack: Stack, running: Running, until: datetime) -> dict[str, int]:
     peaks: dict[str, int] = {}
     while datetime.now(UTC) < until:
-        for role, pid in roots(stack, running).items():
-            peaks[role] = max(peaks.get(role, 0), procs.memory_bytes(pid))
-        await asyncio.sleep(MEMORY_SAMPLE_EVERY)
+        # Off the loop, which also serves the pages and the round-trip proxy.
+        sizes = await asyncio.to_thread(procs.memory_bytes, roots(stack, running))
+        for role, size in sizes.items():
+            peaks[role] = max(peaks.get(role, 0), size)
+        await asyncio.sleep(min(MEMORY_SAMPLE_EVERY, (until - datetime.now(UTC)).total_seconds()))
     return peaks
 
 
@@ -164,8 +170,9 @@ async def run_design(name: str, stack: Stack, workload: Workload) -> Result:
         lateness_p95_s=lateness[1],
         lateness_p99_s=lateness[2],
         lateness_max_s=rows["worst"],
-        history_events_per_check=history[0],
-        workflow_tasks_per_check=history[1],
+        history_events_per_check=history.events_per_check,
+        workflow_tasks_per_check=history.tasks_per_check,
+        lateness_p99_by_stage_s=history.stages,
         sql_round_trips_per_check=per_check(after.round_trips - before.round_trips),
         storage_bytes_per_check=per_check(
             None
@@ -195,6 +202,13 @@ async def lateness_timeline(
     }
 
 
+@dataclass(frozen=True)
+class HistoryFigures:
+    events_per_check: float | None = None
+    tasks_per_check: float | None = None
+    stages: dict[str, float | None] = field(default_factory=dict)
+
+
 async def history_per_check(
     name: str,
     running: Running,
@@ -202,10 +216,10 @@ async def history_per_check(
     workload: Workload,
     start: datetime,
     end: datetime,
-) -> tuple[float | None, float | None]:
+) -> HistoryFigures:
     """History events and workflow tasks per check, from a sample of real histories."""
     if running.client is None:
-        return None, None
+        return HistoryFigures()
     sample = workload.target_ids[:: max(1, workload.targets // HISTORY_SAMPLE)]
     if name == "pricewatch":
         return await _loop_histories(running.client, sample, start, end)
@@ -229,12 +243,14 @@ async def _events(client: Client, workflow: str) -> list[HistoryEvent]:
 
 async def _loop_histories(
     client: Client, targets: list[str], start: datetime, end: datetime
-) -> tuple[float | None, float | None]:
+) -> HistoryFigures:
     """Each target's events in the window over its checks in the window: the phases of the
     sampled targets are spread over the interval, so the window's edges average out."""
     events = checks = tasks = 0
+    stages: dict[str, list[float]] = {stage: [] for stage in STAGES}
     for target_id in targets:
-        window = _in_window(await _events(client, workflow_id(target_id)), start, end)
+        history = await _events(client, workflow_id(target_id))
+        window = _in_window(history, start, end)
         events += len(window)
         tasks += _workflow_tasks(window)
         checks += sum(
@@ -245,12 +261,53 @@ async def _loop_histories(
             )
             for e in window
         )
-    return (events / checks, tasks / checks) if checks else (None, None)
+        for stage, seconds in _wake_up_stages(history, start, end):
+            stages[stage].append(seconds)
+    if not checks:
+        return HistoryFigures()
+    return HistoryFigures(
+        events / checks, tasks / checks, {stage: _p99(s) for stage, s in stages.items()}
+    )
+
+
+# Where a slot's lateness goes, from the history: the timer fired after it was due (the
+# server's timer queue), the workflow task waited for a worker's poll (matching, a busy
+# worker), the task ran (the worker: activations, the local check and its commit).
+STAGES = ("timer fired late", "task waited", "task ran")
+
+
+def _wake_up_stages(
+    history: list[HistoryEvent], start: datetime, end: datetime
+) -> Iterator[tuple[str, float]]:
+    """Each timer that fired in the window, and the workflow task it woke."""
+    due: dict[int, datetime] = {}
+    late = 0.0
+    fired = started = None
+    for event in history:
+        when = event.event_time.ToDatetime(tzinfo=UTC)
+        kind = event.event_type
+        if kind == EventType.EVENT_TYPE_TIMER_STARTED:
+            timeout = event.timer_started_event_attributes.start_to_fire_timeout
+            due[event.event_id] = when + timeout.ToTimedelta()
+        elif kind == EventType.EVENT_TYPE_TIMER_FIRED and start <= when < end:
+            fired, started = when, None
+            late = (when - due[event.timer_fired_event_attributes.started_event_id]).total_seconds()
+        elif fired and not started and kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            started = when
+        elif fired and started and kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            yield STAGES[0], late
+            yield STAGES[1], (started - fired).total_seconds()
+            yield STAGES[2], (when - started).total_seconds()
+            fired = started = None
+
+
+def _p99(samples: list[float]) -> float | None:
+    return statistics.quantiles(samples, n=100)[98] if len(samples) > 1 else None
 
 
 async def _schedule_histories(
     client: Client, pool: asyncpg.Pool, targets: list[str], start: datetime, end: datetime
-) -> tuple[float | None, float | None]:
+) -> HistoryFigures:
     """Each short workflow's whole history, plus the scheduler's own events in the window
     per action it took (where the server runs the scheduler as a workflow)."""
     query = (
@@ -259,7 +316,7 @@ async def _schedule_histories(
     )
     started = [w.id async for w in client.list_workflows(query, limit=HISTORY_SAMPLE)]
     if not started:
-        return None, None
+        return HistoryFigures()
     short = [await _events(client, workflow) for workflow in started]
     events = sum(len(h) for h in short) / len(short)
     tasks = sum(_workflow_tasks(h) for h in short) / len(short)
@@ -268,7 +325,9 @@ async def _schedule_histories(
         try:
             history = await _events(client, f"temporal-sys-scheduler:{schedule_id(target_id)}")
         except RPCError:
-            return events, tasks  # no scheduler workflow on this server: its cost is hidden
+            return HistoryFigures(
+                events, tasks
+            )  # no scheduler workflow on this server: its cost is hidden
         window = _in_window(history, start, end)
         scheduler_events += len(window)
         scheduler_tasks += _workflow_tasks(window)
@@ -280,4 +339,4 @@ async def _schedule_histories(
     if actions:
         events += scheduler_events / actions
         tasks += scheduler_tasks / actions
-    return events, tasks
+    return HistoryFigures(events, tasks)

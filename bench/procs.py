@@ -21,36 +21,45 @@ def _stat(pid: int) -> tuple[int, float] | None:
     return int(fields[1]), sum(int(value) for value in fields[11:15]) / CLOCK_TICKS
 
 
-def _tree(root: int) -> dict[int, float]:
-    """CPU seconds of `root` and each live descendant."""
+def trees(roots: dict[str, int]) -> dict[str, dict[int, float]]:
+    """Each root's tree: its live members and their CPU seconds, from one scan of /proc."""
     stats = {pid: stat for pid in _pids() if (stat := _stat(pid)) is not None}
-    members: dict[int, float] = {}
-    frontier = [root]
-    while frontier:
-        pid = frontier.pop()
-        if pid in stats and pid not in members:
-            members[pid] = stats[pid][1]
-            frontier += [child for child, (parent, _) in stats.items() if parent == pid]
-    return members
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(pid)
+    out: dict[str, dict[int, float]] = {}
+    for name, root in roots.items():
+        members: dict[int, float] = {}
+        frontier = [root] if root in stats else []
+        while frontier:
+            pid = frontier.pop()
+            if pid not in members:
+                members[pid] = stats[pid][1]
+                frontier += children.get(pid, [])
+        out[name] = members
+    return out
 
 
 def _pids() -> list[int]:
     return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
 
 
-def cpu_seconds(root: int) -> float:
-    return sum(_tree(root).values())
+def cpu_seconds(roots: dict[str, int]) -> dict[str, float]:
+    return {name: sum(tree.values()) for name, tree in trees(roots).items()}
 
 
-def memory_bytes(root: int) -> int:
-    """Proportional set size of the tree: shared pages (Postgres's buffers) counted once."""
-    total = 0
-    for pid in _tree(root):
-        try:
-            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
-        except OSError:
-            continue
-        for line in rollup.splitlines():
-            if line.startswith("Pss:"):
-                total += int(line.split()[1]) * 1024
-    return total
+def memory_bytes(roots: dict[str, int]) -> dict[str, int]:
+    """Proportional set size of each tree: shared pages (Postgres's buffers) counted once.
+    The kernel walks each process's page tables to answer: sampled every few seconds."""
+    return {name: sum(_pss(pid) for pid in tree) for name, tree in trees(roots).items()}
+
+
+def _pss(pid: int) -> int:
+    try:
+        rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return 0
+    for line in rollup.splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) * 1024
+    return 0

@@ -79,6 +79,10 @@ def table(results: list[Result], heading: str) -> str:
             " ".join(_cell("", p99) for p99 in timeline[part]) for part in ("warm-up", "window")
         ]
         lines.append(f"{result.design.rjust(widths[0])}  {' | '.join(cells)}")
+    for result in results:
+        if stages := result.lateness_p99_by_stage_s:
+            split = ", ".join(f"{stage} {_cell('', p99)}" for stage, p99 in stages.items())
+            lines.append(f"{result.design}: p99 s per stage of a wake-up (histories): {split}")
     return "\n".join(lines)
 
 

@@ -13,7 +13,8 @@ from temporalio.common import (
     TypedSearchAttributes,
     WorkflowIDConflictPolicy,
 )
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.contrib.pydantic import PydanticPayloadConverter
+from temporalio.converter import CompositePayloadConverter, DataConverter
 from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime
 
@@ -29,6 +30,20 @@ SEARCH_ATTRIBUTES = {
     TARGET_SEARCH_ATTRIBUTE.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
     UNHEALTHY_SEARCH_ATTRIBUTE.name: IndexedValueType.INDEXED_VALUE_TYPE_BOOL,
 }
+
+
+class SharedPydanticPayloadConverter(PydanticPayloadConverter):
+    """pydantic's payload converter, built once. The worker builds a payload converter
+    twice per workflow activation; pydantic's takes no serialization context, so each build
+    reuses the same converters (and their type-adapter cache) instead of new ones: 2% of
+    the worker's CPU at 50 checks/s. Payloads are byte for byte the same."""
+
+    def __init__(self) -> None:
+        CompositePayloadConverter.__init__(self, *_PYDANTIC_CONVERTERS)
+
+
+_PYDANTIC_CONVERTERS = tuple(PydanticPayloadConverter().converters.values())
+DATA_CONVERTER = DataConverter(payload_converter_class=SharedPydanticPayloadConverter)
 
 
 def workflow_id(target_id: str) -> str:
@@ -67,7 +82,7 @@ async def connect(runtime: Runtime | None = None) -> Client:
     connect_config.setdefault("target_host", "localhost:7233")
     try:
         return await Client.connect(
-            **connect_config, data_converter=pydantic_data_converter, runtime=runtime
+            **connect_config, data_converter=DATA_CONVERTER, runtime=runtime
         )
     except RuntimeError as err:  # the SDK reports an unreachable server this way
         raise ConnectionError(

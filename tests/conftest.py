@@ -25,7 +25,6 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import Envelope
 from standardwebhooks.webhooks import Webhook
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
@@ -33,7 +32,7 @@ from activities.guard import AddressPolicy
 from activities.migrate import migrate
 from activities.notify import SmtpSettings
 from pricewatch.models import MonitorState, TargetConfig
-from pricewatch.temporal import register_search_attributes, start_monitor
+from pricewatch.temporal import DATA_CONVERTER, register_search_attributes, start_monitor
 from workers.embedded import find_binary, free_port, start_embedded_postgres
 
 TEMPLATE_DB = "pricewatch_template"
@@ -106,7 +105,7 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     were flaky: a task handed to a worker as it shut down holds the clock until that task
     times out, stalling the next test's sleeps."""
     env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         test_server_existing_path=find_binary("temporal-test-server"),
     )
     try:

@@ -15,11 +15,10 @@ from pathlib import Path
 
 from aiohttp import web
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from pricewatch.models import Channel, ChannelKind, CheckResult, MonitorState, TargetConfig
 from pricewatch.settings import Settings
-from pricewatch.temporal import start_monitor
+from pricewatch.temporal import DATA_CONVERTER, start_monitor
 from tests.conftest import LOOPBACK
 from workers.embedded import (
     free_port,
@@ -103,9 +102,7 @@ async def main() -> None:
         page_port = free_port()
         await web.TCPSite(runner, "127.0.0.1", page_port).start()
         try:
-            client = await Client.connect(
-                f"127.0.0.1:{port}", data_converter=pydantic_data_converter
-            )
+            client = await Client.connect(f"127.0.0.1:{port}", data_converter=DATA_CONVERTER)
             async with worker_activities(
                 database_url, smtp_settings(Settings()), LOOPBACK
             ) as activities:

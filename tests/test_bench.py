@@ -52,5 +52,8 @@ async def test_bench_runs_every_design_and_prints_every_column() -> None:
         assert by_name[name]["workflow_tasks_per_check"] >= 1
         assert by_name[name]["storage_bytes_per_check"] is not None
     assert by_name["poller"]["history_events_per_check"] is None
+    stages = by_name["pricewatch"]["lateness_p99_by_stage_s"]
+    assert list(stages) == ["timer fired late", "task waited", "task ran"]
+    assert None not in stages.values(), stages
     assert set(report["ratios"]) == {"pricewatch/schedules", "pricewatch/poller"}
     assert bench_dirs() <= dirs_before, "the benchmark removes its temporary directory"

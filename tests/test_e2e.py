@@ -16,11 +16,10 @@ import asyncpg
 import httpx
 import pytest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from activities.notify import SmtpSettings
-from pricewatch.temporal import workflow_id
+from pricewatch.temporal import DATA_CONVERTER, workflow_id
 from tests.conftest import MailSink, PageServer, WebhookReceiver
 from workers.embedded import free_port, start_temporal_dev_server, stop_process
 from workflows.monitor import MonitorTarget
@@ -176,7 +175,7 @@ async def test_checks_run_a_change_is_recorded_once_and_the_cli_shows_it(
         assert (await cli(env, "resume", "e2e-pricing"))[0] == 0
         await wait_for(pool, "SELECT count(*) - $1 FROM source_checks", paused_count)
 
-        client = await Client.connect(temporal_address, data_converter=pydantic_data_converter)
+        client = await Client.connect(temporal_address, data_converter=DATA_CONVERTER)
         handle = client.get_workflow_handle(workflow_id("e2e-pricing"))
         history = await handle.fetch_history()
 
@@ -185,9 +184,9 @@ async def test_checks_run_a_change_is_recorded_once_and_the_cli_shows_it(
     records = await pool.fetch("SELECT * FROM source_checks")
     assert records == [], "remove deletes the target and its checks"
     # The history this run recorded replays deterministically against today's code.
-    await Replayer(
-        workflows=[MonitorTarget], data_converter=pydantic_data_converter
-    ).replay_workflow(history)
+    await Replayer(workflows=[MonitorTarget], data_converter=DATA_CONVERTER).replay_workflow(
+        history
+    )
 
 
 async def test_killed_worker_resumes_on_the_grid_without_a_burst(
@@ -258,7 +257,7 @@ async def test_failures_are_classified_dead_lettered_listed_and_retried(
         assert code == 0 and gone["work_id"] in out and "404" in out
         code, out, _ = await cli(env, "list")
         assert "unhealthy" in out.split("e2e-gone")[1].splitlines()[0]
-        client = await Client.connect(temporal_address, data_converter=pydantic_data_converter)
+        client = await Client.connect(temporal_address, data_converter=DATA_CONVERTER)
         query = "PricewatchUnhealthy = true"
         deadline = time.monotonic() + 30
         flagged: list[str] = []

@@ -5,6 +5,7 @@ wait) makes these fail, which is the point: running histories would break the sa
 Re-record with `python -m tests.record_histories` only for changes that are safe.
 """
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from pricewatch.models import MonitorState, TargetConfig
+from pricewatch.temporal import DATA_CONVERTER, SharedPydanticPayloadConverter
 from workflows.monitor import MonitorTarget
 
 HISTORIES = {
@@ -26,7 +29,7 @@ def test_histories_are_committed() -> None:
 @pytest.mark.parametrize("name", HISTORIES)
 async def test_recorded_history_replays(name: str) -> None:
     history = WorkflowHistory.from_json("pricewatch-recorded", HISTORIES[name])
-    replayer = Replayer(workflows=[MonitorTarget], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[MonitorTarget], data_converter=DATA_CONVERTER)
     await replayer.replay_workflow(history)
 
 
@@ -36,6 +39,20 @@ async def test_replay_detects_a_changed_workflow() -> None:
     tampered = recorded.replace('"sync_target"', '"remove_target"', 1)
     assert tampered != recorded
     history = WorkflowHistory.from_json("pricewatch-recorded", tampered)
-    replayer = Replayer(workflows=[MonitorTarget], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[MonitorTarget], data_converter=DATA_CONVERTER)
     with pytest.raises(Exception, match=r"[Nn]ondetermin"):
         await replayer.replay_workflow(history)
+
+
+def test_the_shared_converter_writes_what_pydantics_converter_writes() -> None:
+    """Built once and reused per activation: same payloads, same values back."""
+    state = MonitorState(
+        config=TargetConfig(target_id="t", url="http://127.0.0.1/p", interval_seconds=3600),
+        start_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    ours = DATA_CONVERTER.payload_converter.to_payloads([state])
+    assert ours == pydantic_data_converter.payload_converter.to_payloads([state])
+    assert DATA_CONVERTER.payload_converter.from_payloads(ours, [MonitorState]) == [state]
+    first, second = SharedPydanticPayloadConverter(), SharedPydanticPayloadConverter()
+    pairs = zip(first.converters.values(), second.converters.values(), strict=True)
+    assert all(a is b for a, b in pairs)

@@ -32,13 +32,18 @@ from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
 from activities.migrate import migrate
 from pricewatch.models import Channel, ChannelKind, MonitorState, MonitorStatus, TargetConfig
-from pricewatch.temporal import WORKFLOW_TYPE, local_activity_type, start_monitor, workflow_id
+from pricewatch.temporal import (
+    DATA_CONVERTER,
+    WORKFLOW_TYPE,
+    local_activity_type,
+    start_monitor,
+    workflow_id,
+)
 from tests.chaos.stack import Outages, Pages, Postgres, Receiver, TemporalServer, Workers, serve
 from workers.embedded import free_port
 from workflows.monitor import MonitorTarget
@@ -476,7 +481,7 @@ class Chaos:
 
     async def count_executions(self) -> None:
         """Check attempts from every run's history (resets leave old runs), then replay each."""
-        replayer = Replayer(workflows=[MonitorTarget], data_converter=pydantic_data_converter)
+        replayer = Replayer(workflows=[MonitorTarget], data_converter=DATA_CONVERTER)
         attempts = runs = failures = 0
         async for execution in self.client.list_workflows(f"WorkflowType = '{WORKFLOW_TYPE}'"):
             history = await self.client.get_workflow_handle(
@@ -611,7 +616,7 @@ async def _run(
         serve([web.get("/page/{target}", pages.handle)]) as page_url,
         serve([web.post("/hook/{channel}/{target}", receiver.handle)]) as hook_url,
     ):
-        client = await Client.connect(temporal.address, data_converter=pydantic_data_converter)
+        client = await Client.connect(temporal.address, data_converter=DATA_CONVERTER)
         env = {
             **os.environ,
             "TEMPORAL_ADDRESS": temporal.address,
