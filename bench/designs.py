@@ -90,9 +90,9 @@ Design = Callable[[Stack, Workload, Database, asyncpg.Pool], AbstractAsyncContex
 def first_base(workload: Workload) -> datetime:
     """The first grid anchor: a whole second, after the time it takes to set targets up
     (about 25 a second on two cores: each start is a workflow task, a sync activity and
-    another task). Checks falling due while targets still register would start the window
-    with a backlog that measures the setup, not the steady state."""
-    lead = 3 + workload.targets / 25
+    another task), with some slack: the first cycle costs more (each run records its patch
+    markers), and checks falling due while targets still register start with a backlog."""
+    lead = 3 + workload.targets / 20
     now = datetime.now(UTC)
     return now.replace(microsecond=0) + timedelta(seconds=math.ceil(lead))
 

@@ -5,6 +5,7 @@ from the check rows, history from Temporal, round trips on the wire, CPU and mem
 import asyncio
 import math
 import statistics
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -133,6 +134,9 @@ async def run_design(name: str, stack: Stack, workload: Workload) -> Result:
     try:
         async with DESIGNS[name](stack, workload, database, pool) as running:
             await wait_registered(pool, workload)
+            ahead = (min(running.anchors) - datetime.now(UTC)).total_seconds()
+            print(f"  {name}: targets registered {ahead:.1f} s before the first slot",
+                  file=sys.stderr, flush=True)  # fmt: skip
             # Warm up after the later of registration and the first slots: the first cycles
             # carry one-time costs (each run's first check records its patch markers, the
             # baselines keep snapshots), and the window measures the steady state.
