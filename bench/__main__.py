@@ -22,14 +22,18 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "product refuses less than 15 minutes)",
     )  # fmt: skip
     parser.add_argument("--seconds", type=float, default=60, help="measured window per design")
+    parser.add_argument(
+        "--workers", type=int, default=1,
+        help="worker processes per Temporal design (default 1, as `pricewatch dev` runs)",
+    )  # fmt: skip
     parser.add_argument("--designs", default=",".join(DESIGNS), help="comma-separated, in order")
     parser.add_argument("--json", action="store_true", help="JSON on stdout (the table: stderr)")
     args = parser.parse_args(argv)
     args.designs = [name.strip() for name in args.designs.split(",") if name.strip()]
     if unknown := set(args.designs) - set(DESIGNS):
         parser.error(f"unknown design(s): {', '.join(sorted(unknown))}")
-    if args.targets < 1 or args.interval < 1 or args.seconds <= 0:
-        parser.error("--targets, --interval and --seconds must be positive")
+    if args.targets < 1 or args.interval < 1 or args.seconds <= 0 or args.workers < 1:
+        parser.error("--targets, --interval, --seconds and --workers must be positive")
     return args
 
 
@@ -44,7 +48,9 @@ async def run(workload: Workload, designs: list[str]) -> list[Result]:
 
 async def main(argv: list[str]) -> None:
     args = parse(argv)
-    workload = Workload(targets=args.targets, interval=args.interval, seconds=args.seconds)
+    workload = Workload(
+        targets=args.targets, interval=args.interval, seconds=args.seconds, workers=args.workers
+    )
     task = asyncio.current_task()
     assert task is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
@@ -52,6 +58,11 @@ async def main(argv: list[str]) -> None:
     heading = (
         f"{workload.targets} targets every {workload.interval} s (test-only interval) = "
         f"{workload.offered_per_second:.3g} checks/s offered, {workload.seconds:g} s per design"
+        + (
+            f", {workload.workers} worker processes per Temporal design"
+            if workload.workers > 1
+            else ""
+        )
     )
     print(table(results, heading), file=sys.stderr if args.json else sys.stdout, flush=True)
     if args.json:

@@ -4,6 +4,7 @@ sub-second offset `pricewatch add` gives it.
 """
 
 import asyncio
+import contextlib
 import math
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -38,6 +39,7 @@ class Workload:
     targets: int
     interval: int
     seconds: float
+    workers: int = 1  # worker processes per Temporal design
 
     @property
     def offered_per_second(self) -> float:
@@ -78,7 +80,7 @@ class Workload:
 
 @dataclass(frozen=True)
 class Running:
-    worker_pid: int
+    worker_pids: list[int]
     anchors: list[datetime]
     temporal: TemporalServer | None = None
     client: Client | None = None
@@ -122,13 +124,28 @@ async def connect(temporal: TemporalServer) -> Client:
 
 
 @asynccontextmanager
+async def worker_processes(
+    stack: Stack, workload: Workload, design: str, args: list[str], env: dict[str, str]
+) -> AsyncIterator[list[int]]:
+    """`--workers` worker processes of a Temporal design, all on its task queue."""
+    async with contextlib.AsyncExitStack() as workers:
+        pids = []
+        for n in range(workload.workers):
+            process = stack.process(f"{design}-worker-{n}", args, env)
+            pids.append((await workers.enter_async_context(process)).pid)
+        yield pids
+
+
+@asynccontextmanager
 async def pricewatch(
     stack: Stack, workload: Workload, database: Database, pool: asyncpg.Pool
 ) -> AsyncIterator[Running]:
     """The product: `pricewatch worker` with its shipped defaults, one MonitorTarget each."""
     with stack.temporal("pricewatch") as temporal:
         env = stack.design_env(database, temporal)
-        async with stack.process("pricewatch-worker", [PRICEWATCH, "worker"], env) as worker:
+        async with worker_processes(
+            stack, workload, "pricewatch", [PRICEWATCH, "worker"], env
+        ) as pids:
             client = await connect(temporal)
             anchors = workload.anchors(first_base(workload))
             await bounded(
@@ -145,7 +162,7 @@ async def pricewatch(
                 )
                 for target_id, anchor in zip(workload.target_ids, anchors, strict=True)
             )
-            yield Running(worker.pid, anchors, temporal, client)
+            yield Running(pids, anchors, temporal, client)
 
 
 @asynccontextmanager
@@ -157,7 +174,7 @@ async def schedules(
     with stack.temporal("schedules") as temporal:
         env = stack.design_env(database, temporal)
         worker_args = python_module("bench.scheduled")
-        async with stack.process("schedules-worker", worker_args, env) as worker:
+        async with worker_processes(stack, workload, "schedules", worker_args, env) as pids:
             client = await connect(temporal)
             anchors = workload.anchors(first_base(workload))
             await insert_targets(stack, workload, pool, anchors)
@@ -185,7 +202,7 @@ async def schedules(
                 )
                 for target_id, anchor in zip(workload.target_ids, anchors, strict=True)
             )
-            yield Running(worker.pid, anchors, temporal, client)
+            yield Running(pids, anchors, temporal, client)
 
 
 def schedule_id(target_id: str) -> str:
@@ -201,7 +218,7 @@ async def poller(
     await insert_targets(stack, workload, pool, anchors)
     env = stack.design_env(database, None)
     async with stack.process("poller", python_module("bench.poller"), env) as worker:
-        yield Running(worker.pid, anchors)
+        yield Running([worker.pid], anchors)
 
 
 DESIGNS: dict[str, Design] = {

@@ -89,10 +89,10 @@ class Snapshot:
     round_trips: int
 
 
-def roots(stack: Stack, running: Running) -> dict[str, int]:
-    pids = {"worker": running.worker_pid, "postgres": stack.postgres_pid}
+def roots(stack: Stack, running: Running) -> dict[str, list[int]]:
+    pids = {"worker": running.worker_pids, "postgres": [stack.postgres_pid]}
     if running.temporal is not None:
-        pids["server"] = running.temporal.process.pid
+        pids["server"] = [running.temporal.process.pid]
     return pids
 
 

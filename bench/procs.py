@@ -21,16 +21,16 @@ def _stat(pid: int) -> tuple[int, float] | None:
     return int(fields[1]), sum(int(value) for value in fields[11:15]) / CLOCK_TICKS
 
 
-def trees(roots: dict[str, int]) -> dict[str, dict[int, float]]:
-    """Each root's tree: its live members and their CPU seconds, from one scan of /proc."""
+def trees(roots: dict[str, list[int]]) -> dict[str, dict[int, float]]:
+    """Each role's trees: their live members and CPU seconds, from one scan of /proc."""
     stats = {pid: stat for pid in _pids() if (stat := _stat(pid)) is not None}
     children: dict[int, list[int]] = {}
     for pid, (parent, _) in stats.items():
         children.setdefault(parent, []).append(pid)
     out: dict[str, dict[int, float]] = {}
-    for name, root in roots.items():
+    for name, pids in roots.items():
         members: dict[int, float] = {}
-        frontier = [root] if root in stats else []
+        frontier = [pid for pid in pids if pid in stats]
         while frontier:
             pid = frontier.pop()
             if pid not in members:
@@ -44,11 +44,11 @@ def _pids() -> list[int]:
     return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
 
 
-def cpu_seconds(roots: dict[str, int]) -> dict[str, float]:
+def cpu_seconds(roots: dict[str, list[int]]) -> dict[str, float]:
     return {name: sum(tree.values()) for name, tree in trees(roots).items()}
 
 
-def memory_bytes(roots: dict[str, int]) -> dict[str, int]:
+def memory_bytes(roots: dict[str, list[int]]) -> dict[str, int]:
     """Proportional set size of each tree: shared pages (Postgres's buffers) counted once.
     The kernel walks each process's page tables to answer: sampled every few seconds."""
     return {name: sum(_pss(pid) for pid in tree) for name, tree in trees(roots).items()}

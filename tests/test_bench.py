@@ -22,6 +22,7 @@ async def test_bench_runs_every_design_and_prints_every_column() -> None:
     dirs_before = bench_dirs()
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bench", "--targets", "4", "--interval", "1", "--seconds", "3",
+        "--workers", "2",
         "--designs", ",".join(DESIGNS), "--json",
         cwd=REPO,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
