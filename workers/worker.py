@@ -60,13 +60,13 @@ class InlineActivations(concurrent.futures.ThreadPoolExecutor):
     """Runs each workflow activation on the worker's event loop instead of a thread.
 
     The SDK hands activations to a thread pool so that its deadlock detector can time out
-    a workflow that never yields. Our activations take tens of microseconds, and the hop
-    to a thread and back (two wake-ups, the GIL changing hands twice) cost about a tenth of
-    the worker's CPU per check at saturation. The price: a workflow stuck in a loop stalls
-    the worker instead of failing its task, so the tests run the workflow sandboxed, in
-    threads, with the detector on. Runs from a plain callback, as the SDK's own debug mode
-    does: stepping the workflow's tasks from inside a task of this loop is refused on newer
-    Pythons."""
+    a workflow that never yields. Our activations are short (no I/O, a few steps of
+    workflow code), and the hop to a thread and back (two wake-ups, the GIL changing hands
+    twice) cost 7-10% of the worker's CPU per check at 50 checks/s. The price: a workflow
+    stuck in a loop stalls the worker instead of failing its task, so the tests run the
+    workflow sandboxed, in threads, with the detector on. Runs from a plain callback, as the
+    SDK's own debug mode does: stepping the workflow's tasks from inside a task of this loop
+    is refused on newer Pythons."""
 
     def __init__(self) -> None:
         super().__init__(max_workers=1)  # never started: `submit` runs on the loop
@@ -78,6 +78,8 @@ class InlineActivations(concurrent.futures.ThreadPoolExecutor):
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
         def activate() -> None:
+            if not future.set_running_or_notify_cancel():
+                return  # cancelled while queued, as a thread pool would skip it
             try:
                 future.set_result(fn(*args, **kwargs))
             except BaseException as err:  # the SDK gets it, as from a thread
