@@ -1,15 +1,22 @@
-"""The worker as shipped: workflow activations run inline on its event loop."""
+"""The worker as shipped runs workflow activations inline on its event loop; sandboxed (the
+tests), on the SDK's threads."""
 
 import asyncio
 import threading
 import uuid
 from datetime import timedelta
 
+import asyncpg
 from temporalio import workflow
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from workers.worker import InlineActivations
+from activities.checks import CheckActivities
+from activities.fetch import new_client
+from activities.notify import NotifyActivities
+from tests.conftest import LOOPBACK
+from tests.test_workflow import NO_SMTP
+from workers.worker import Activities, InlineActivations, WorkerTuning, build_worker
 
 
 @workflow.defn(sandboxed=False)
@@ -41,3 +48,14 @@ async def test_activations_run_on_the_event_loop_and_leave_it_running(client: Cl
         assert asyncio.get_running_loop() is loop
         await asyncio.sleep(0)
     assert threads == [threading.get_ident()] * 2
+
+
+async def test_only_the_sandboxed_worker_keeps_the_sdks_threads(
+    client: Client, pool: asyncpg.Pool
+) -> None:
+    async with new_client(LOOPBACK) as http:
+        activities = Activities(CheckActivities(pool, http), NotifyActivities(pool, http, NO_SMTP))
+        shipped = build_worker(client, "tq-shipped", activities, WorkerTuning())
+        sandboxed = build_worker(client, "tq-sandboxed", activities, WorkerTuning(sandboxed=True))
+    assert isinstance(shipped.config()["workflow_task_executor"], InlineActivations)
+    assert sandboxed.config()["workflow_task_executor"] is None
