@@ -328,10 +328,8 @@ async def _schedule_histories(
     for target_id in targets:
         try:
             history = await _events(client, f"temporal-sys-scheduler:{schedule_id(target_id)}")
-        except RPCError:
-            return HistoryFigures(
-                events, tasks
-            )  # no scheduler workflow on this server: its cost is hidden
+        except RPCError:  # no scheduler workflow on this server: its cost is hidden
+            return HistoryFigures(events, tasks)
         window = _in_window(history, start, end)
         scheduler_events += len(window)
         scheduler_tasks += _workflow_tasks(window)
