@@ -11,11 +11,12 @@ import hashlib
 import json
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import asyncpg
 import httpx
 from temporalio import activity
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 from activities import snapshots, store
@@ -27,11 +28,12 @@ from pricewatch.models import (
     CheckResult,
     CheckStatus,
     RecordFailureInput,
+    RegisterTargetInput,
+    Registration,
     RemoveTargetInput,
     SyncTargetInput,
     UnnotifiedQuery,
 )
-from pricewatch.slots import next_slot, slots_between
 
 # Longer than the heartbeat timeout (20 s), and renewed by every heartbeat: while Temporal
 # still considers an attempt alive, nobody else can take its lease. Shorter than that timeout
@@ -53,14 +55,42 @@ INVALID_TARGET = "InvalidTarget"
 LEASE_HELD = "LeaseHeld"
 SLOT_NOT_DUE = "SlotNotDue"
 
+# Transient failures back off from 30 s, doubling to 15 min (Retry-After overrides a delay);
+# the target's max_attempts (default 5: about 7.5 min of backoff) bounds them. Permanent
+# ones stop at once. The workflow runs the first attempt locally and the rest under this
+# policy; a failed attempt records when the next one is due by the same numbers.
+CHECK_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=30),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=15),
+    maximum_attempts=5,
+    non_retryable_error_types=[PERMANENT_FETCH_ERROR, TARGET_OUT_OF_SYNC, SLOT_NOT_DUE],
+)
 
-def clock() -> datetime:
-    """Now, never earlier than Temporal's own clock for this attempt.
 
-    The schedule is computed against the later of the two, so it agrees with the
-    workflow's view of time (which the time-skipping test server moves forward).
-    """
-    return max(datetime.now(UTC), activity.info().current_attempt_scheduled_time)
+def temporal_now(check: CheckInput) -> datetime | None:
+    """Temporal's time for this attempt: when the server scheduled it (a normal activity),
+    or when the workflow asked for it (a local one, which the worker itself schedules).
+    Never the worker's wall clock."""
+    info = activity.info()
+    if info.is_local:
+        return check.asked_at
+    return max(filter(None, (check.asked_at, info.current_attempt_scheduled_time)))
+
+
+def next_attempt_in(err: FetchError) -> timedelta | None:
+    """How long until Temporal runs this check again, by the retry policy it runs under;
+    None if it will not (a permanent error, or the last attempt)."""
+    info = activity.info()
+    policy = CHECK_RETRY if info.is_local else info.retry_policy
+    if not err.transient or policy is None:
+        return None
+    if not info.is_local and 0 < policy.maximum_attempts <= info.attempt:
+        return None
+    if err.retry_after is not None:
+        return err.retry_after
+    delay = policy.initial_interval * policy.backoff_coefficient ** (info.attempt - 1)
+    return min(delay, policy.maximum_interval or delay)
 
 
 def execution_id() -> str:
@@ -95,6 +125,21 @@ class CheckActivities:
             # The table refuses this config; asking again will not change its mind.
             raise ApplicationError(str(err), type=INVALID_TARGET, non_retryable=True) from err
 
+    @activity.defn(name="register_target")
+    async def register_target(self, registration: RegisterTargetInput) -> Registration:
+        """Record the target's grid at its first registration; adopt it at every later one."""
+        try:
+            return await store.register_target(
+                self.pool,
+                registration.config,
+                anchor=registration.anchor,
+                next_slot=registration.next_slot,
+                enabled=registration.enabled,
+                skipped=registration.skipped,
+            )
+        except (asyncpg.IntegrityConstraintViolationError, asyncpg.DataError) as err:
+            raise ApplicationError(str(err), type=INVALID_TARGET, non_retryable=True) from err
+
     @activity.defn(name="check_slot")
     async def check_slot(self, check: CheckInput) -> CheckResult:
         """Claim, skip if done, fetch, hash, then commit the row and the schedule together."""
@@ -122,7 +167,7 @@ class CheckActivities:
             )
             count("pricewatch_checks", "checks by outcome", target_id=check.target_id,
                   status=stored.status.value, outcome="already_recorded")  # fmt: skip
-            return await self._already_recorded(check, stored, claim.next_check_at)
+            return await self._already_recorded(check, stored)
         if not claim.claimed:
             count("pricewatch_lease_conflicts", "claims refused: leased or not due")
             raise self._claim_refused(check, claim)
@@ -149,7 +194,6 @@ class CheckActivities:
                     next_retry_delay=err.retry_after,
                 ) from err
             observe_seconds("pricewatch_fetch", "fetch latency", time.monotonic() - fetch_started)
-            advance_to = _schedule_after(check)
             result = await store.commit(
                 self.pool,
                 target_id=check.target_id,
@@ -158,9 +202,9 @@ class CheckActivities:
                 slot=check.slot,
                 kind=check.kind,
                 outcome=outcome,
-                advance_to=advance_to,
+                advance=check.on_schedule,
+                temporal_now=temporal_now(check),
                 snapshots_kept=self.snapshots_kept,
-                skipped=_skipped_by(check, advance_to),
             )
             committed = result is not None
             if result is None:
@@ -213,7 +257,6 @@ class CheckActivities:
     async def record_failed_slot(self, failure: RecordFailureInput) -> CheckResult:
         """Dead-letter a slot whose check gave up: one failed row, then the schedule moves on."""
         check = failure.check
-        advance_to = _schedule_after(check)
         result = await store.record_failed(
             self.pool,
             target_id=check.target_id,
@@ -221,17 +264,16 @@ class CheckActivities:
             slot=check.slot,
             kind=check.kind,
             error_message=failure.error_message,
-            advance_to=advance_to,
-            skipped=_skipped_by(check, advance_to),
+            advance=check.on_schedule,
+            temporal_now=temporal_now(check),
         )
         if result is not None:
             count("pricewatch_dead_letters", "slots recorded failed after giving up")
-            return result.model_copy(update={"next_slot": self._next_slot(check, result.next_slot)})
+            return result
         stored = await store.stored_check(self.pool, check.work_id)
-        db_next = await store.next_check_at(self.pool, check.target_id)
-        if stored is not None and stored.status is not CheckStatus.FAILED:
-            return await self._already_recorded(check, stored, db_next)
-        if db_next is None:
+        if stored is not None and stored.status not in (CheckStatus.RETRYING, CheckStatus.FAILED):
+            return await self._already_recorded(check, stored)
+        if not await store.target_exists(self.pool, check.target_id):
             raise ApplicationError(
                 f"target {check.target_id} is not in the database",
                 type=TARGET_OUT_OF_SYNC,
@@ -258,9 +300,11 @@ class CheckActivities:
         await store.delete_target(self.pool, remove.target_id)
 
     async def _record_attempt_failure(self, check: CheckInput, token: str, err: FetchError) -> bool:
-        """Keep the attempt on the slot's one row (attempt_count + 1); never advance here.
-
-        The workflow decides when the slot is given up (`record_failed_slot`)."""
+        """Keep the attempt on the slot's one row (attempt_count + 1), as `retrying` with when
+        the next attempt comes, or `failed` if none will; never advance here. The workflow
+        decides when the slot is given up (`record_failed_slot`)."""
+        delay = next_attempt_in(err)
+        status = CheckStatus.FAILED if delay is None else CheckStatus.RETRYING
         recorded = await store.commit(
             self.pool,
             target_id=check.target_id,
@@ -268,8 +312,8 @@ class CheckActivities:
             work_id=check.work_id,
             slot=check.slot,
             kind=check.kind,
-            outcome=store.Outcome(status=CheckStatus.FAILED, error_message=str(err)),
-            advance_to=None,
+            outcome=store.Outcome(status=status, error_message=str(err), next_attempt_in=delay),
+            advance=False,
         )
         return recorded is not None
 
@@ -277,38 +321,27 @@ class CheckActivities:
         """The commit matched nothing: either another attempt finished the slot, or our
         lease was taken over. The first is success; the second must not pass silently."""
         stored = await store.stored_check(self.pool, check.work_id)
-        if stored is not None and stored.status is not CheckStatus.FAILED:
+        if stored is not None and stored.status not in (CheckStatus.RETRYING, CheckStatus.FAILED):
             activity.logger.info(
                 "commit fenced: another attempt recorded the slot first", extra=_ids(check, token)
             )
-            db_next = await store.next_check_at(self.pool, check.target_id)
-            return await self._already_recorded(check, stored, db_next)
+            return await self._already_recorded(check, stored)
         raise ApplicationError(
             f"lost the lease on {check.target_id} before committing {check.work_id}",
             type=LEASE_HELD,
         )
 
-    async def _already_recorded(
-        self, check: CheckInput, stored: CheckResult, db_next: datetime | None
-    ) -> CheckResult:
-        """The stored result, where the schedule stands (moved on, with skipped rows, if
-        the database still points at this slot), and any change the workflow will now skip
-        over without having told anyone (see `CheckResult.unnotified`)."""
-        next_slot = self._next_slot(check, db_next)
-        if (
-            check.on_schedule
-            and next_slot is not None
-            and (db_next is None or db_next <= check.slot)
-        ):
-            await store.advance_past_final(
-                self.pool,
-                target_id=check.target_id,
-                slot=check.slot,
-                advance_to=next_slot,
-                skipped=_skipped_by(check, next_slot),
-            )
+    async def _already_recorded(self, check: CheckInput, stored: CheckResult) -> CheckResult:
+        """The stored result, where the schedule stands (moved on, with skipped rows, if the
+        database still points at this slot), and any change the workflow will now skip over
+        without having told anyone (see `CheckResult.unnotified`)."""
+        if not check.on_schedule:
+            return stored.model_copy(update={"already_recorded": True, "next_slot": None})
+        next_slot = await store.advance_past_final(
+            self.pool, target_id=check.target_id, slot=check.slot, temporal_now=temporal_now(check)
+        )
         unnotified = []
-        if check.on_schedule and next_slot is not None and next_slot > check.slot:
+        if next_slot is not None and next_slot > check.slot:
             unnotified = await store.unnotified_changes(
                 self.pool, check.target_id, check.slot, next_slot
             )
@@ -328,27 +361,10 @@ class CheckActivities:
             f"target {check.target_id} is leased by another attempt", type=LEASE_HELD
         )
 
-    @staticmethod
-    def _next_slot(check: CheckInput, db_next: datetime | None) -> datetime | None:
-        """Where the schedule stands after this slot: the database's view if it moved on."""
-        if db_next is not None and db_next > check.slot and check.on_schedule:
-            return db_next
-        return _schedule_after(check)
-
 
 def _ids(check: CheckInput, token: str) -> dict[str, str]:
     """The ids every log line of a check carries (see the JSON log format)."""
     return {"target_id": check.target_id, "work_id": check.work_id, "execution_id": token}
-
-
-def _schedule_after(check: CheckInput) -> datetime | None:
-    """The next slot once this one is final; None for checks off the schedule."""
-    return next_slot(check.slot, check.interval, clock()) if check.on_schedule else None
-
-
-def _skipped_by(check: CheckInput, advance_to: datetime | None) -> list[datetime]:
-    """The slots that came due while this one was being checked: recorded as skipped."""
-    return [] if advance_to is None else slots_between(check.slot, advance_to, check.interval)
 
 
 def rules_fingerprint(check: CheckInput) -> str:

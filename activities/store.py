@@ -9,24 +9,42 @@ import json
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
-from pricewatch import slots
-from pricewatch.models import ChannelKind, CheckKind, CheckResult, CheckStatus, TargetConfig
+from pricewatch.models import (
+    ChannelKind,
+    CheckKind,
+    CheckResult,
+    CheckStatus,
+    Registration,
+    TargetConfig,
+)
 
 
-# The skipped rows a statement writes: work ids, slots and one reason, given as parameters.
-def _insert_skipped(ids: str, slots_: str, reason: str) -> str:
+# The slots a statement moves the schedule past without checking them get one `skipped` row
+# each: the grid points strictly between `slot` and the new next slot (`moved`, a CTE
+# returning the target's anchor, interval_seconds and next_check_at). Each is at or before
+# the clock that decided the next slot, so no skipped row is ever in the future.
+def _insert_skipped(slot: str, reason: str) -> str:
     return f"""INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at,
         status, error_message)
-    SELECT s.work_id, $1, s.slot, 'scheduled', now(), 'skipped', {reason}::text
-      FROM unnest({ids}::text[], {slots_}::timestamptz[]) AS s(work_id, slot)"""
+    SELECT slot_work_id(m.id, s), m.id, s, 'scheduled', now(), 'skipped', {reason}
+      FROM moved m, grid_between(m.anchor, m.interval_seconds, {slot}, m.next_check_at) s"""
 
 
 CHECK_COLUMNS = """work_id, scheduled_for, kind, status, checked_at, attempt_count,
-    result_hash, previous_hash, error_message"""
+    result_hash, previous_hash, error_message, next_attempt_at"""
+
+
+# Where the schedule goes after `slot`: the first grid point after the database's now(), or
+# after Temporal's time for the attempt if that is later (the time-skipping test server runs
+# ahead of every real clock); never a worker's clock.
+def _next_slot_after(slot: str, temporal_now: str) -> str:
+    return f"grid_after(anchor, interval_seconds, greatest(now(), {temporal_now}, {slot}))"
+
 
 # Claim the target's lease for one slot and, in the same snapshot, read what the check
 # needs: the slot's row if it exists and the last good hash. The lease is taken only if
@@ -44,7 +62,7 @@ WITH target AS (
      WHERE id = $1
        AND (lease_token IS NULL OR lease_expires_at <= now() OR lease_token = $3)
        AND ($5::boolean OR (enabled AND next_check_at <= $6))
-       AND NOT EXISTS (SELECT 1 FROM existing WHERE status <> 'failed')
+       AND NOT EXISTS (SELECT 1 FROM existing WHERE status NOT IN ('retrying', 'failed'))
     RETURNING id
 )
 SELECT
@@ -64,21 +82,22 @@ SELECT
     (SELECT to_jsonb(existing) FROM existing) AS existing
 """
 
-# Record an attempt's outcome and, for a final scheduled outcome, advance the schedule and
-# release the lease: all in one statement, all conditional on still holding the lease.
-# `FOR UPDATE` waits for a concurrent lease change and re-checks the token, so a stale
-# attempt whose lease was taken over matches nothing and writes nothing. A row that is
-# already final is left alone (the DO UPDATE's WHERE), and then nothing else happens either.
+# Record an attempt's outcome and, for a final scheduled outcome ($12), advance the schedule
+# on the target's grid and release the lease: all in one statement, all conditional on still
+# holding the lease. `FOR UPDATE` waits for a concurrent lease change and re-checks the
+# token, so a stale attempt whose lease was taken over matches nothing and writes nothing. A
+# row that is already final is left alone (the DO UPDATE's WHERE), and then nothing else
+# happens either.
 COMMIT = f"""
 WITH lease AS (
     SELECT id FROM monitor_targets WHERE id = $1 AND lease_token = $2 FOR UPDATE
 ), recorded AS (
     INSERT INTO source_checks AS c (work_id, target_id, scheduled_for, kind, checked_at, status,
         attempt_count, result_hash, previous_hash, http_status, body_bytes, error_message,
-        etag, last_modified, snapshot, excerpt, rules)
+        etag, last_modified, snapshot, excerpt, rules, next_attempt_at)
     SELECT $3::text, id, $4::timestamptz, $5::text, now(), $6::text, 1, $7::text, $8::text,
            $9::integer, $10::integer, $11::text, $13::text, $14::text, $15::bytea, $16::text,
-           $18::text
+           $18::text, now() + $20::interval
       FROM lease
     ON CONFLICT (work_id) DO UPDATE
        SET checked_at = excluded.checked_at, status = excluded.status,
@@ -86,8 +105,9 @@ WITH lease AS (
            previous_hash = excluded.previous_hash, http_status = excluded.http_status,
            body_bytes = excluded.body_bytes, error_message = excluded.error_message,
            etag = excluded.etag, last_modified = excluded.last_modified,
-           snapshot = excluded.snapshot, excerpt = excluded.excerpt, rules = excluded.rules
-     WHERE c.status IN ('failed', 'skipped')  -- a real result replaces a placeholder
+           snapshot = excluded.snapshot, excerpt = excluded.excerpt, rules = excluded.rules,
+           next_attempt_at = excluded.next_attempt_at
+     WHERE c.status IN ('retrying', 'failed', 'skipped')  -- a real result replaces a placeholder
     RETURNING {CHECK_COLUMNS}
 ), pruned AS (
     -- Keep the newest $17 snapshots of the target (this new one included).
@@ -97,21 +117,23 @@ WITH lease AS (
        AND work_id NOT IN (
            SELECT work_id FROM source_checks WHERE target_id = $1 AND snapshot IS NOT NULL
             ORDER BY checked_at DESC LIMIT $17::integer - 1)
-), released AS (
+), moved AS (
     UPDATE monitor_targets
        SET lease_token = NULL, lease_expires_at = NULL,
-           next_check_at = COALESCE($12::timestamptz, next_check_at),
-           failure_streak = CASE WHEN $12::timestamptz IS NULL THEN failure_streak ELSE 0 END,
+           next_check_at = CASE WHEN $12::boolean
+                                THEN {_next_slot_after("$4::timestamptz", "$19::timestamptz")}
+                                ELSE next_check_at END,
+           failure_streak = CASE WHEN $12::boolean THEN 0 ELSE failure_streak END,
            updated_at = now()
      WHERE id = $1 AND lease_token = $2 AND EXISTS (SELECT 1 FROM recorded)
-    RETURNING id
+    RETURNING id, anchor, interval_seconds, next_check_at
 ), skipped AS (
-    -- The slots the schedule moves past without checking them: one row each.
-    {_insert_skipped("$19", "$20", "$21")}
-     WHERE $12::timestamptz IS NOT NULL AND EXISTS (SELECT 1 FROM released)
+    {_insert_skipped("$4::timestamptz", "'not checked: came due before ' || $3 || ' was final'")}
+     WHERE $12::boolean
     ON CONFLICT DO NOTHING
 )
-SELECT {CHECK_COLUMNS} FROM recorded
+SELECT {CHECK_COLUMNS}, (SELECT next_check_at FROM moved WHERE $12::boolean) AS next_slot
+  FROM recorded
 """
 
 # Only the holder can release: an old attempt cannot clear a newer attempt's lease.
@@ -120,51 +142,83 @@ UPDATE monitor_targets SET lease_token = NULL, lease_expires_at = NULL
  WHERE id = $1 AND lease_token = $2
 """
 
-# Finalise a slot whose check gave up: keep the attempts' row (or write one if no attempt
-# got that far), advance the schedule if it still points at or before this slot, and clear
-# the (expired) lease so the attempt that held it can never complete the row later. Waits
-# for nobody: a live lease means an attempt is still running, so this refuses (no row).
+# Finalise a slot whose check gave up: keep the attempts' row as `failed` (or write one if no
+# attempt got that far), advance the schedule ($6) if it still points at or before this
+# slot, and clear the (expired) lease so the attempt that held it can never complete the row
+# later. Waits for nobody: a live lease means an attempt is still running, so this refuses
+# (no row).
 RECORD_FAILED = f"""
 WITH target AS (
-    SELECT id, next_check_at FROM monitor_targets
+    SELECT id, next_check_at <= $3 AND $6::boolean AS advance FROM monitor_targets
      WHERE id = $1 AND (lease_token IS NULL OR lease_expires_at <= now())
        FOR UPDATE
 ), recorded AS (
     INSERT INTO source_checks AS c (work_id, target_id, scheduled_for, kind, checked_at,
         status, attempt_count, error_message)
     SELECT $2::text, id, $3::timestamptz, $4::text, now(), 'failed', 1, $5::text FROM target
-    ON CONFLICT (work_id) DO UPDATE SET error_message = excluded.error_message
-     WHERE c.status = 'failed'
+    ON CONFLICT (work_id) DO UPDATE
+       SET status = 'failed', error_message = excluded.error_message, next_attempt_at = NULL
+     WHERE c.status IN ('retrying', 'failed')
     RETURNING {CHECK_COLUMNS}
-), released AS (
-    UPDATE monitor_targets
+), moved AS (
+    UPDATE monitor_targets t
        SET lease_token = NULL, lease_expires_at = NULL, updated_at = now(),
-           next_check_at = CASE WHEN next_check_at <= $3 THEN COALESCE($6, next_check_at)
+           next_check_at = CASE WHEN target.advance
+                                THEN {_next_slot_after("$3::timestamptz", "$7::timestamptz")}
                                 ELSE next_check_at END,
-           failure_streak = CASE WHEN next_check_at <= $3 AND $6 IS NOT NULL
-                                 AND EXISTS (SELECT 1 FROM recorded)
+           failure_streak = CASE WHEN target.advance AND EXISTS (SELECT 1 FROM recorded)
                                  THEN failure_streak + 1 ELSE failure_streak END
-     WHERE id IN (SELECT id FROM target)
-    RETURNING next_check_at
+      FROM target WHERE t.id = target.id
+    RETURNING t.id, anchor, interval_seconds, next_check_at, target.advance
 ), skipped AS (
-    {_insert_skipped("$7", "$8", "$9")}
-     WHERE $6 IS NOT NULL AND EXISTS (SELECT 1 FROM target WHERE next_check_at <= $3)
+    {_insert_skipped("$3::timestamptz", "'not checked: came due before ' || $2 || ' gave up'")}
+     WHERE m.advance
     ON CONFLICT DO NOTHING
 )
-SELECT {CHECK_COLUMNS}, (SELECT next_check_at FROM released) AS next_check_at FROM recorded
+SELECT {CHECK_COLUMNS}, (SELECT next_check_at FROM moved WHERE $6::boolean) AS next_slot
+  FROM recorded
 """
 
+# A registration creates the target with the grid it proposes, or adopts the grid and the
+# pending slot already recorded (a reset to the first workflow task, a target started again).
+# Only a different interval changes the grid, as a reconfigure does: the pending slot stays
+# and later slots use the new interval. `xmax = 0` tells an insert from an update.
+REGISTER_TARGET = """
+INSERT INTO monitor_targets AS t (id, url, interval_seconds, enabled, unhealthy_after,
+    anchor, next_check_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (id) DO UPDATE
+   SET url = excluded.url, interval_seconds = excluded.interval_seconds,
+       enabled = excluded.enabled, unhealthy_after = excluded.unhealthy_after,
+       anchor = CASE WHEN t.interval_seconds = excluded.interval_seconds THEN t.anchor
+                     ELSE t.next_check_at END,
+       updated_at = now()
+RETURNING anchor, next_check_at, xmax = 0 AS created
+"""
+
+# The workflow's view, mirrored. The grid stays unless the interval changed (a reconfigure):
+# then it is re-anchored at the pending slot. A missing row (deleted, a restored database)
+# is written again on the workflow's grid, whose pending slot is one of its points.
 SYNC_TARGET = """
-INSERT INTO monitor_targets (id, url, interval_seconds, enabled, next_check_at, unhealthy_after)
-VALUES ($1, $2, $3, $4, $5, $6)
+INSERT INTO monitor_targets AS t (id, url, interval_seconds, enabled, unhealthy_after,
+    anchor, next_check_at)
+VALUES ($1, $2, $3, $4, $5, $6, $6)
 ON CONFLICT (id) DO UPDATE
    SET url = excluded.url, interval_seconds = excluded.interval_seconds,
        enabled = excluded.enabled, next_check_at = excluded.next_check_at,
-       unhealthy_after = excluded.unhealthy_after, updated_at = now()
+       unhealthy_after = excluded.unhealthy_after,
+       anchor = CASE WHEN t.interval_seconds = excluded.interval_seconds THEN t.anchor
+                     ELSE excluded.next_check_at END,
+       updated_at = now()
 """
 
-INSERT_SKIPPED = f"""
-{_insert_skipped("$2", "$3", "$4")}
+# Slots the workflow found due and never checked (before a pause took effect, or before its
+# first task ran), by Temporal's clock: one skipped row each.
+INSERT_SKIPPED = """
+INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at, status,
+    error_message)
+SELECT slot_work_id($1, s), $1, s, 'scheduled', now(), 'skipped', $3
+  FROM unnest($2::timestamptz[]) AS s
 ON CONFLICT DO NOTHING
 """
 
@@ -191,7 +245,6 @@ UPDATE monitor_targets SET lease_expires_at = now() + $3::interval
 """
 
 SELECT_CHECK = f"SELECT {CHECK_COLUMNS} FROM source_checks WHERE work_id = $1"
-SELECT_NEXT_CHECK_AT = "SELECT next_check_at FROM monitor_targets WHERE id = $1"
 DELETE_TARGET = """
 WITH channels_gone AS (DELETE FROM channels WHERE target_id = $1),
      deliveries_gone AS (DELETE FROM deliveries WHERE target_id = $1)
@@ -226,7 +279,7 @@ class Claim:
         """The stored result if this slot needs no more work (a retry re-runs a failed one)."""
         if self.existing is None:
             return None
-        if self.existing.status is not CheckStatus.FAILED:
+        if self.existing.status not in (CheckStatus.RETRYING, CheckStatus.FAILED):
             return self.existing
         if retrying:
             return None
@@ -253,6 +306,8 @@ class Outcome:
     snapshot: bytes | None = None
     excerpt: str | None = None
     rules: str | None = None
+    next_attempt_in: timedelta | None = None
+    """For a failed attempt that will be retried: how long until the next one."""
 
 
 def _result(row: asyncpg.Record | dict[str, object], **extra: object) -> CheckResult:
@@ -297,44 +352,21 @@ async def commit(
     slot: datetime,
     kind: CheckKind,
     outcome: Outcome,
-    advance_to: datetime | None,
+    advance: bool,
+    temporal_now: datetime | None = None,
     snapshots_kept: int = 50,
-    skipped: Sequence[datetime] = (),
 ) -> CheckResult | None:
     """Record the attempt; None if the lease was lost or the slot was already final.
 
-    With `advance_to`, the `skipped` slots (due before this one was final) get their rows."""
+    With `advance` (a final outcome of the due slot), the schedule moves to the first grid
+    point after now (`next_slot`), and each slot it passes gets a skipped row."""
     row = await pool.fetchrow(
-        COMMIT,
-        target_id,
-        token,
-        work_id,
-        slot,
-        kind.value,
-        outcome.status.value,
-        outcome.result_hash,
-        outcome.previous_hash,
-        outcome.http_status,
-        outcome.body_bytes,
-        outcome.error_message,
-        advance_to,
-        outcome.etag,
-        outcome.last_modified,
-        outcome.snapshot,
-        outcome.excerpt,
-        snapshots_kept,
-        outcome.rules,
-        *_skipped_rows(target_id, slot, skipped),
-    )
-    return None if row is None else _result(row, next_slot=advance_to)
-
-
-def _skipped_rows(
-    target_id: str, slot: datetime, skipped: Sequence[datetime], reason: str | None = None
-) -> tuple[list[str], list[datetime], str]:
-    """Work ids, slots and the reason for the slots a final check leaves behind it."""
-    default = f"not checked: came due before the check of {slots.format_slot(slot)} was final"
-    return [slots.work_id(target_id, s) for s in skipped], list(skipped), reason or default
+        COMMIT, target_id, token, work_id, slot, kind.value, outcome.status.value,
+        outcome.result_hash, outcome.previous_hash, outcome.http_status, outcome.body_bytes,
+        outcome.error_message, advance, outcome.etag, outcome.last_modified, outcome.snapshot,
+        outcome.excerpt, snapshots_kept, outcome.rules, temporal_now, outcome.next_attempt_in,
+    )  # fmt: skip
+    return None if row is None else _result(row)
 
 
 async def release(pool: asyncpg.Pool, *, target_id: str, token: str) -> bool:
@@ -350,61 +382,53 @@ async def record_failed(
     slot: datetime,
     kind: CheckKind,
     error_message: str,
-    advance_to: datetime | None,
-    skipped: Sequence[datetime] = (),
+    advance: bool,
+    temporal_now: datetime | None = None,
 ) -> CheckResult | None:
     """Finalise a given-up slot as failed; None if an attempt still holds the lease or the
     slot is already final. `next_slot` is where the schedule stands afterwards."""
     row = await pool.fetchrow(
-        RECORD_FAILED, target_id, work_id, slot, kind.value, error_message, advance_to,
-        *_skipped_rows(target_id, slot, skipped),
-    )  # fmt: skip
-    if row is None:
-        return None
-    return _result(row, next_slot=row["next_check_at"])
+        RECORD_FAILED, target_id, work_id, slot, kind.value, error_message, advance, temporal_now
+    )
+    return None if row is None else _result(row)
 
 
 # A re-run of a final slot finds the schedule still at or before it (a sync wrote the
 # workflow's slot back): move the schedule on as the commit would have, with a skipped row
-# for each slot the jump passes.
+# for each slot the jump passes. Returns where the schedule stands either way.
 ADVANCE_PAST_FINAL = f"""
 WITH moved AS (
-    UPDATE monitor_targets SET next_check_at = $3, updated_at = now()
+    UPDATE monitor_targets SET next_check_at = {_next_slot_after("$2", "$3::timestamptz")},
+           updated_at = now()
      WHERE id = $1 AND next_check_at <= $2
-    RETURNING id
+    RETURNING id, anchor, interval_seconds, next_check_at
+), skipped AS (
+    {_insert_skipped("$2", "'not checked: the schedule was behind'")}
+    ON CONFLICT DO NOTHING
 )
-{_insert_skipped("$4", "$5", "$6")}
- WHERE EXISTS (SELECT 1 FROM moved)
-ON CONFLICT DO NOTHING
+SELECT COALESCE((SELECT next_check_at FROM moved),
+                (SELECT next_check_at FROM monitor_targets WHERE id = $1))
 """
 
 
 async def advance_past_final(
-    pool: asyncpg.Pool,
-    *,
-    target_id: str,
-    slot: datetime,
-    advance_to: datetime,
-    skipped: Sequence[datetime],
-) -> None:
-    await pool.execute(
-        ADVANCE_PAST_FINAL,
-        target_id,
-        slot,
-        advance_to,
-        *_skipped_rows(target_id, slot, skipped, "not checked: the schedule was behind"),
-    )
+    pool: asyncpg.Pool, *, target_id: str, slot: datetime, temporal_now: datetime | None
+) -> datetime | None:
+    """Where the schedule stands once `slot` is final; None if the target has no row."""
+    value = await pool.fetchval(ADVANCE_PAST_FINAL, target_id, slot, temporal_now)
+    return value if isinstance(value, datetime) else None
 
 
-# Changes between two slots with a channel that has neither sent nor given up: the run
-# that recorded them is not the one asking, so nobody else will tell the channels.
+# Changes between two slots with a channel (that existed when the change was recorded) that
+# has neither sent nor given up: the run that recorded them is not the one asking, so nobody
+# else will tell the channels.
 UNNOTIFIED_CHANGES = f"""
 SELECT {CHECK_COLUMNS} FROM source_checks c
  WHERE c.target_id = $1 AND c.kind = 'scheduled' AND c.status = 'changed'
    AND c.scheduled_for > $2 AND c.scheduled_for < $3
    AND EXISTS (
        SELECT 1 FROM channels ch
-        WHERE ch.target_id = c.target_id AND NOT EXISTS (
+        WHERE ch.target_id = c.target_id AND ch.created_at <= c.checked_at AND NOT EXISTS (
             SELECT 1 FROM deliveries d
              WHERE d.work_id = c.work_id AND d.channel_id = ch.channel_id
                AND d.notice = 'changed' AND d.status IN ('sent', 'failed')))
@@ -418,14 +442,57 @@ async def unnotified_changes(
     return [_result(row) for row in await pool.fetch(UNNOTIFIED_CHANGES, target_id, after, before)]
 
 
+TARGET_EXISTS = "SELECT EXISTS (SELECT 1 FROM monitor_targets WHERE id = $1)"
+
+
+async def target_exists(pool: asyncpg.Pool, target_id: str) -> bool:
+    return bool(
+        await pool.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM monitor_targets WHERE id = $1)", target_id
+        )
+    )
+
+
 async def stored_check(pool: asyncpg.Pool, work_id: str) -> CheckResult | None:
     row = await pool.fetchrow(SELECT_CHECK, work_id)
     return None if row is None else _result(row)
 
 
-async def next_check_at(pool: asyncpg.Pool, target_id: str) -> datetime | None:
-    value = await pool.fetchval(SELECT_NEXT_CHECK_AT, target_id)
-    return value if isinstance(value, datetime) else None
+async def register_target(
+    pool: asyncpg.Pool,
+    config: TargetConfig,
+    *,
+    anchor: datetime,
+    next_slot: datetime,
+    enabled: bool,
+    skipped: Sequence[datetime] = (),
+) -> Registration:
+    """Create the target on the proposed grid, or adopt the grid and pending slot it has."""
+    async with pool.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(
+            REGISTER_TARGET, config.target_id, config.url, config.interval_seconds, enabled,
+            config.unhealthy_after, anchor, next_slot,
+        )  # fmt: skip
+        assert row is not None
+        await _sync_channels(conn, config)
+        unnotified: list[CheckResult] = []
+        if row["created"]:
+            await conn.execute(INSERT_SKIPPED, config.target_id, list(skipped), SKIPPED_EARLY)
+        else:
+            found = await conn.fetch(
+                UNNOTIFIED_CHANGES, config.target_id, datetime.min.replace(tzinfo=UTC),
+                row["next_check_at"],
+            )  # fmt: skip
+            unnotified = [_result(change) for change in found]
+    return Registration(
+        anchor=row["anchor"],
+        next_slot=row["next_check_at"],
+        created=row["created"],
+        unnotified=unnotified,
+    )
+
+
+SKIPPED_EARLY = "not checked: was due before the workflow could take it (late start or pause)"
 
 
 async def sync_target(
@@ -440,29 +507,28 @@ async def sync_target(
     signing secret here, in the database, so no secret ever passes through Temporal.
     `skipped` slots (overdue when a pause took effect, or before the workflow's first task
     ran) get their skipped rows."""
-    channels = config.channels
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(
-            SYNC_TARGET,
-            config.target_id,
-            config.url,
-            config.interval_seconds,
-            enabled,
-            next_slot,
-            config.unhealthy_after,
-        )
-        await conn.execute(
-            SYNC_CHANNELS,
-            config.target_id,
-            [c.channel_id for c in channels],
-            [c.kind.value for c in channels],
-            [c.destination for c in channels],
-            [new_webhook_secret() if c.kind is ChannelKind.WEBHOOK else None for c in channels],
-        )
+            SYNC_TARGET, config.target_id, config.url, config.interval_seconds, enabled,
+            config.unhealthy_after, next_slot,
+        )  # fmt: skip
+        await _sync_channels(conn, config)
         if skipped:
-            work_ids = [slots.work_id(config.target_id, s) for s in skipped]
-            reason = "not checked: was due before the workflow could take it (late start or pause)"
-            await conn.execute(INSERT_SKIPPED, config.target_id, work_ids, list(skipped), reason)
+            await conn.execute(INSERT_SKIPPED, config.target_id, list(skipped), SKIPPED_EARLY)
+
+
+async def _sync_channels(
+    conn: asyncpg.Connection | PoolConnectionProxy, config: TargetConfig
+) -> None:
+    channels = config.channels
+    await conn.execute(
+        SYNC_CHANNELS,
+        config.target_id,
+        [c.channel_id for c in channels],
+        [c.kind.value for c in channels],
+        [c.destination for c in channels],
+        [new_webhook_secret() if c.kind is ChannelKind.WEBHOOK else None for c in channels],
+    )
 
 
 def new_webhook_secret() -> str:
@@ -494,7 +560,7 @@ SELECT t.id, t.url, t.interval_seconds, t.enabled, t.next_check_at,
 
 FAILED_CHECKS = f"""
 SELECT {CHECK_COLUMNS} FROM source_checks
- WHERE status = 'failed' AND ($1::text IS NULL OR target_id = $1)
+ WHERE status IN ('retrying', 'failed') AND ($1::text IS NULL OR target_id = $1)
  ORDER BY scheduled_for DESC LIMIT $2
 """
 
@@ -554,6 +620,7 @@ async def snapshots_for_diff(
 
 
 async def failed_checks(pool: asyncpg.Pool, target_id: str | None, limit: int) -> list[CheckResult]:
+    """Slots that gave up, and slots still being retried (`retrying`), newest first."""
     return [_result(row) for row in await pool.fetch(FAILED_CHECKS, target_id, limit)]
 
 

@@ -7,7 +7,7 @@ advance and lease release in one). Run as `python -m bench.poller`.
 import asyncio
 import signal
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 import asyncpg
 import httpx
@@ -17,7 +17,7 @@ from activities.checks import CHECK_LEASE
 from activities.fetch import FetchError, Request, fetch_page, new_client
 from pricewatch.models import CheckKind, CheckStatus
 from pricewatch.settings import Settings
-from pricewatch.slots import next_slot, work_id
+from pricewatch.slots import work_id
 from workers.worker import WorkerTuning, address_policy, keep_session
 
 # Lease the due rows (each with its own token) and read each one's last good hash, in one
@@ -65,7 +65,7 @@ async def check(pool: asyncpg.Pool, http: httpx.AsyncClient, row: asyncpg.Record
         slot=slot,
         kind=CheckKind.SCHEDULED,
         outcome=outcome,
-        advance_to=next_slot(slot, timedelta(seconds=row["interval_seconds"]), datetime.now(UTC)),
+        advance=True,
     )
 
 

@@ -11,13 +11,13 @@ from temporalio.common import SearchAttributeKey
 from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
-    from activities.checks import HEARTBEAT_TIMEOUT, CheckActivities
+    from activities.checks import CHECK_RETRY, HEARTBEAT_TIMEOUT, CheckActivities
     from pricewatch.models import CheckInput, TargetConfig
     from pricewatch.settings import Settings
     from pricewatch.temporal import connect
     from workers.observability import configure_logging
     from workers.worker import WorkerTuning, address_policy, smtp_settings, worker_activities
-    from workflows.monitor import CHECK_RETRY, CHECK_TIMEOUT
+    from workflows.monitor import CHECK_TIMEOUT
 
 WORKFLOW_NAME = "BenchScheduledCheck"
 # Set by the scheduler on every workflow it starts: the action's nominal time, our due slot.
@@ -34,7 +34,6 @@ class ScheduledCheck:
         check = CheckInput(
             target_id=config.target_id,
             url=config.url,
-            interval_seconds=config.interval_seconds,
             slot=slot,
         )
         await workflow.execute_activity_method(

@@ -121,6 +121,9 @@ class TargetConfig(Model):
 class CheckStatus(StrEnum):
     UNCHANGED = "unchanged"
     CHANGED = "changed"
+    # An attempt failed and another will come (`next_attempt_at`): not a result yet.
+    RETRYING = "retrying"
+    # Gave up: a permanent error, or every attempt failed (a dead letter).
     FAILED = "failed"
     # Came due while an earlier slot was still being checked (or nothing was running):
     # recorded when the schedule moved past it, never fetched.
@@ -144,6 +147,8 @@ class CheckResult(Model):
     result_hash: str | None = None
     previous_hash: str | None = None
     error_message: str | None = None
+    next_attempt_at: UtcDatetime | None = None
+    """While `retrying`: the next attempt comes no earlier (by the database's clock)."""
     next_slot: UtcDatetime | None = None
     already_recorded: bool = False
     unnotified: list["CheckResult"] = Field(default_factory=list)
@@ -155,7 +160,6 @@ class CheckResult(Model):
 class CheckInput(Model):
     target_id: str
     url: str
-    interval_seconds: int
     slot: UtcDatetime
     kind: CheckKind = CheckKind.SCHEDULED
     retry: bool = False
@@ -164,10 +168,9 @@ class CheckInput(Model):
     ignore: str | None = None
     json_pointer: str | None = None
     user_agent: str | None = None
-
-    @property
-    def interval(self) -> timedelta:
-        return timedelta(seconds=self.interval_seconds)
+    asked_at: UtcDatetime | None = None
+    """Temporal's time when the workflow asked for this check. The schedule moves on from the
+    later of it and the database's now(): never from a worker's clock."""
 
     @property
     def on_schedule(self) -> bool:
@@ -184,8 +187,10 @@ class CheckInput(Model):
 class MonitorState(Model):
     """Everything a run hands to the next one through continue-as-new.
 
-    Starting a target needs only `config`; the rest defaults. `start_at` anchors the grid
-    (default: when the workflow first runs).
+    Starting a target needs only `config`; the rest defaults. `start_at` is a point on the
+    grid (`pricewatch add` always passes one). The first registration of a target records
+    its grid in Postgres (default anchor: when the workflow first runs); every later one, a
+    reset to the first workflow task included, adopts the recorded grid and pending slot.
     """
 
     config: TargetConfig
@@ -265,6 +270,28 @@ class RetryRequest(Model):
 
     scheduled_for: UtcDatetime
     kind: CheckKind = CheckKind.SCHEDULED
+
+
+class RegisterTargetInput(Model):
+    """A run's first task proposes a grid; Postgres keeps the one it already has."""
+
+    config: TargetConfig
+    anchor: UtcDatetime
+    next_slot: UtcDatetime
+    enabled: bool
+    skipped: list[UtcDatetime] = Field(default_factory=list)
+    """Slots that came due after the workflow was started but before its first task ran:
+    written only if this registration creates the target."""
+
+
+class Registration(Model):
+    """The target's grid and pending slot as recorded, and the changes recorded before that
+    slot whose notices never settled (the run that recorded them is gone)."""
+
+    anchor: UtcDatetime
+    next_slot: UtcDatetime
+    created: bool
+    unnotified: list[CheckResult] = Field(default_factory=list)
 
 
 class SyncTargetInput(Model):

@@ -94,7 +94,7 @@ class Checker:
         env = ActivityEnvironment()
         env.info = dataclasses.replace(env.info, current_attempt_scheduled_time=self.slot)
         check = CheckInput(
-            target_id=self.config.target_id, url=self.config.url, interval_seconds=3600,
+            target_id=self.config.target_id, url=self.config.url,
             slot=self.slot, selector=self.config.selector, ignore=self.config.ignore,
         )  # fmt: skip
         result: CheckResult = await env.run(self.activities.check_slot, check)

@@ -34,7 +34,7 @@ async def check(pool: asyncpg.Pool, page_server: PageServer) -> CheckInput:
     page_server.set("/p", "price 10")
     config = TargetConfig(target_id="acme", url=page_server.url("/p"), interval_seconds=3600)
     await store.sync_target(pool, config, next_slot=SLOT, enabled=True)
-    return CheckInput(target_id="acme", url=config.url, interval_seconds=3600, slot=SLOT)
+    return CheckInput(target_id="acme", url=config.url, slot=SLOT)
 
 
 def attempt(number: int, heartbeats: list[object] | None = None) -> ActivityEnvironment:

@@ -5,7 +5,7 @@ Every test gets a fresh migrated database (`pool` in conftest), so rows never le
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -16,7 +16,9 @@ from activities.migrate import migrate, migration_files
 from pricewatch.models import CheckKind, CheckResult, CheckStatus, TargetConfig
 from pricewatch.slots import work_id
 
-T0 = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)
+# Ahead of the database's clock: the next slot then follows from the slot alone, or from the
+# Temporal time a test passes in (`now`), exactly.
+T0 = datetime(2036, 8, 7, 8, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
 LEASE = timedelta(seconds=90)
 TARGET = "acme"
@@ -59,8 +61,8 @@ async def commit(
     *,
     slot: datetime = T0,
     kind: CheckKind = CheckKind.SCHEDULED,
-    advance_to: datetime | None = T0 + HOUR,
-    skipped: Sequence[datetime] = (),
+    advance: bool = True,
+    now: datetime | None = None,
 ) -> CheckResult | None:
     return await store.commit(
         pool,
@@ -70,13 +72,13 @@ async def commit(
         slot=slot,
         kind=kind,
         outcome=outcome,
-        advance_to=advance_to,
-        skipped=skipped,
+        advance=advance,
+        temporal_now=now,
     )
 
 
 async def record_failed(
-    pool: asyncpg.Pool, advance_to: datetime | None, skipped: Sequence[datetime] = ()
+    pool: asyncpg.Pool, advance: bool = True, now: datetime | None = None
 ) -> CheckResult | None:
     return await store.record_failed(
         pool,
@@ -85,8 +87,8 @@ async def record_failed(
         slot=T0,
         kind=CheckKind.SCHEDULED,
         error_message="gave up after 5 attempts",
-        advance_to=advance_to,
-        skipped=skipped,
+        advance=advance,
+        temporal_now=now,
     )
 
 
@@ -169,12 +171,12 @@ async def test_stale_token_changes_neither_row_nor_schedule(target: asyncpg.Pool
     """An old attempt finishing late (its retry now holds the lease) must not overwrite the
     slot's row or move the schedule."""
     await claim(target, "old")
-    await commit(target, "old", FAILED, advance_to=None)
+    await commit(target, "old", FAILED, advance=False)
     assert (await claim(target, "retry")).claimed
     before = await check_rows(target)
 
     late = store.Outcome(status=CheckStatus.UNCHANGED, result_hash="b" * 64)
-    assert await commit(target, "old", late, advance_to=T0 + 5 * HOUR) is None
+    assert await commit(target, "old", late, now=T0 + 4 * HOUR) is None
 
     assert await check_rows(target) == before
     assert tuple(await target_row(target))[:2] == (T0, "retry")
@@ -219,7 +221,7 @@ async def test_failed_attempts_share_one_row_until_success(target: asyncpg.Pool)
         claimed = await claim(target, token)
         assert claimed.claimed
         assert claimed.final() is None
-        failed = await commit(target, token, FAILED, advance_to=None)
+        failed = await commit(target, token, FAILED, advance=False)
         assert failed is not None
         assert (failed.status, failed.attempt_count) == (CheckStatus.FAILED, attempt)
         assert tuple(await target_row(target)) == (T0, None, None)
@@ -242,9 +244,9 @@ async def test_failed_attempts_share_one_row_until_success(target: asyncpg.Pool)
 async def test_record_failed_finalises_the_slot(target: asyncpg.Pool) -> None:
     """Giving up keeps the attempts' row, marks it failed for good and moves the schedule."""
     await claim(target, "a")
-    await commit(target, "a", FAILED, advance_to=None)
+    await commit(target, "a", FAILED, advance=False)
 
-    result = await record_failed(target, advance_to=T0 + HOUR)
+    result = await record_failed(target)
 
     assert result is not None
     assert (result.status, result.attempt_count) == (CheckStatus.FAILED, 1)
@@ -262,7 +264,7 @@ async def test_a_late_commit_records_the_slots_it_skipped(target: asyncpg.Pool) 
     """Slots that came due while T0 was still being checked get one `skipped` row each, in
     the commit's statement; the next good check compares with T0's hash, not with them."""
     await claim(target, "a")
-    await commit(target, "a", advance_to=T0 + 3 * HOUR, skipped=[T0 + HOUR, T0 + 2 * HOUR])
+    await commit(target, "a", now=T0 + 2.5 * HOUR)
 
     rows = await check_rows(target)
     assert [(r["scheduled_for"], r["status"]) for r in rows] == [
@@ -271,7 +273,7 @@ async def test_a_late_commit_records_the_slots_it_skipped(target: asyncpg.Pool) 
         (T0 + 2 * HOUR, "skipped"),
     ]
     assert rows[1]["work_id"] == wid(T0 + HOUR) and rows[1]["result_hash"] is None
-    assert "before the check of 2026-08-07T08:00:00Z" in rows[1]["error_message"]
+    assert "came due before acme:2036-08-07T08:00:00Z was final" in rows[1]["error_message"]
     assert (await claim(target, "b", slot=T0 + HOUR)).final() is not None  # final: never fetched
     later = await claim(target, "c", slot=T0 + 3 * HOUR)
     assert later.claimed and later.previous_hash == HASH
@@ -281,14 +283,14 @@ async def test_skipped_rows_need_the_commit_to_succeed(target: asyncpg.Pool) -> 
     """A stale attempt, a failed attempt that does not advance, or a refused dead letter
     writes no skipped rows either."""
     await claim(target, "a")
-    assert await commit(target, "stale", skipped=[T0 + HOUR]) is None
-    await commit(target, "a", FAILED, advance_to=None, skipped=[T0 + HOUR])
+    assert await commit(target, "stale", now=T0 + 1.5 * HOUR) is None
+    await commit(target, "a", FAILED, advance=False)
     assert (await claim(target, "b")).claimed  # a live lease: the dead letter waits
-    assert await record_failed(target, advance_to=T0 + 2 * HOUR, skipped=[T0 + HOUR]) is None
+    assert await record_failed(target, now=T0 + 1.5 * HOUR) is None
     assert [r["status"] for r in await check_rows(target)] == ["failed"]
 
     await target.execute("UPDATE monitor_targets SET lease_expires_at = now() - interval '1 s'")
-    assert await record_failed(target, advance_to=T0 + 2 * HOUR, skipped=[T0 + HOUR]) is not None
+    assert await record_failed(target, now=T0 + 1.5 * HOUR) is not None
     assert [r["status"] for r in await check_rows(target)] == ["failed", "skipped"]
 
 
@@ -296,7 +298,7 @@ async def test_record_failed_refuses_while_a_lease_is_live(target: asyncpg.Pool)
     """A running attempt may still succeed: giving up must wait for it."""
     await claim(target, "running")
 
-    assert await record_failed(target, advance_to=T0 + HOUR) is None
+    assert await record_failed(target) is None
 
     assert await check_rows(target) == []
     assert tuple(await target_row(target))[:2] == (T0, "running")
@@ -317,10 +319,10 @@ async def test_manual_check_leaves_the_schedule_alone(target: asyncpg.Pool) -> N
     manual_slot = T0 + timedelta(minutes=17, microseconds=250)
     assert (await claim(target, "m", slot=manual_slot, kind=CheckKind.MANUAL)).claimed
 
-    result = await commit(target, "m", slot=manual_slot, kind=CheckKind.MANUAL, advance_to=None)
+    result = await commit(target, "m", slot=manual_slot, kind=CheckKind.MANUAL, advance=False)
 
     assert result is not None
-    assert result.work_id == f"{TARGET}:manual:2026-08-07T08:17:00.000250Z"
+    assert result.work_id == f"{TARGET}:manual:2036-08-07T08:17:00.000250Z"
     assert tuple(await target_row(target)) == (T0, None, None)
     scheduled = await claim(target, "s")
     assert scheduled.claimed
@@ -401,12 +403,12 @@ async def test_dead_lettered_slot_cannot_be_rewritten_by_its_zombie(target: asyn
     assert claimed.claimed
     failed = await store.record_failed(
         target, target_id=TARGET, work_id=manual, slot=manual_at, kind=CheckKind.MANUAL,
-        error_message="gave up", advance_to=None,
+        error_message="gave up", advance=False,
     )  # fmt: skip
     assert failed is not None and failed.status is CheckStatus.FAILED
     late = await store.commit(
         target, target_id=TARGET, token="zombie", work_id=manual, slot=manual_at,
-        kind=CheckKind.MANUAL, outcome=GOOD, advance_to=None,
+        kind=CheckKind.MANUAL, outcome=GOOD, advance=False,
     )  # fmt: skip
     assert late is None
     assert (await check_rows(target))[0]["status"] == "failed"

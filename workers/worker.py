@@ -152,6 +152,7 @@ def build_worker(
         task_queue=task_queue,
         workflows=[MonitorTarget],
         activities=[
+            checks.register_target,
             checks.sync_target,
             checks.check_slot,
             checks.record_failed_slot,

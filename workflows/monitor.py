@@ -24,11 +24,10 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 with workflow.unsafe.imports_passed_through():
     from activities.checks import (
         CHECK_LEASE,
+        CHECK_RETRY,
         HEARTBEAT_TIMEOUT,
         INVALID_TARGET,
         LEASE_HELD,
-        PERMANENT_FETCH_ERROR,
-        SLOT_NOT_DUE,
         TARGET_OUT_OF_SYNC,
         CheckActivities,
     )
@@ -44,6 +43,8 @@ with workflow.unsafe.imports_passed_through():
         MonitorStatus,
         Notice,
         RecordFailureInput,
+        RegisterTargetInput,
+        Registration,
         RemoveTargetInput,
         RetryRequest,
         SyncTargetInput,
@@ -57,7 +58,6 @@ with workflow.unsafe.imports_passed_through():
         next_slot,
         slots_between,
         spread_anchor,
-        whole_second_after,
     )
     from pricewatch.temporal import (
         TARGET_SEARCH_ATTRIBUTE,
@@ -65,18 +65,8 @@ with workflow.unsafe.imports_passed_through():
         WORKFLOW_TYPE,
     )
 
-# A fetch is bounded at 30 s; the rest is two short SQL statements.
+# A fetch is bounded at 30 s; the rest is two short SQL statements. Retries: CHECK_RETRY.
 CHECK_TIMEOUT = timedelta(seconds=60)
-# Transient failures back off from 30 s, doubling to 15 min (Retry-After overrides a delay);
-# the target's max_attempts (default 5: about 7.5 min of backoff) bounds them. Permanent
-# ones stop at once.
-CHECK_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=30),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(minutes=15),
-    maximum_attempts=5,
-    non_retryable_error_types=[PERMANENT_FETCH_ERROR, TARGET_OUT_OF_SYNC, SLOT_NOT_DUE],
-)
 # A notice: 10 s per attempt; transient failures back off from 10 s to 5 min, 8 attempts
 # (about 15 min), then the delivery is recorded failed. Permanent ones stop at once.
 DELIVERY_TIMEOUT = timedelta(seconds=10)
@@ -98,17 +88,9 @@ BOOKKEEPING_RETRY = RetryPolicy(
 )
 
 
-# Patch ids: histories recorded before a change replay on the old path.
-TELL_CHANGES_A_RESUME_SKIPS = "tell-changes-a-resume-skips"
-TELL_UNNOTIFIED = "tell-unnotified-changes"
-KEEP_SLOT_OF_A_RESUME = "keep-slot-of-a-resume"
-# A check's first attempt runs as a local activity: one workflow task and 6 history events per
-# check instead of 2 and 11, which halves the Temporal server's work per check.
-FIRST_ATTEMPT_LOCAL = "first-attempt-local"
-# A target started without an anchor gets a sub-second offset of its own (see spread_anchor).
-SPREAD_ANCHORS = "spread-anchors"
-# Slots that came due before the first task ran get skipped rows at registration.
-SKIP_SLOTS_BEFORE_FIRST_TASK = "skip-slots-before-first-task"
+# Registration needs the database (it holds the grid): while it is away past the bookkeeping
+# retries, the workflow waits this long and asks again.
+REGISTER_AGAIN_AFTER = timedelta(minutes=5)
 # How a check fails: a normal activity's error arrives wrapped in an ActivityError, a local
 # activity's as the activity's own error (or the timeout).
 CHECK_FAILED = (ActivityError, ApplicationError, ActivityTimeout)
@@ -216,18 +198,18 @@ class MonitorTarget:
             self._next_slot, self._paused_at = resumed, None
             self._mark_mirror_stale()
 
-    def _due_before_first_task(self, anchor: datetime) -> list[datetime]:
-        """Slots that came due after the workflow was started but before its first task ran
-        (that task sat on a worker that died): they were due, so they get skipped rows. A
-        start in the past does not make the slots before the start due."""
+    def _due_before_first_task(self, anchor: datetime, slot: datetime) -> list[datetime]:
+        """Slots before `slot` that came due after the workflow was started but before its
+        first task ran (that task sat on a worker that died): they were due, so they get
+        skipped rows. A start in the past does not make the slots before the start due."""
         started = workflow.info().workflow_start_time
         interval = self._config.interval
         # The first grid point at or after the start.
         first = anchor
         if anchor < started:
             first = next_slot(anchor, interval, started - timedelta.resolution)
-        passed = [first, *slots_between(first, self._slot(), interval)]
-        return [s for s in passed if s < self._slot()]
+        passed = [first, *slots_between(first, slot, interval)]
+        return [s for s in passed if s < slot]
 
     def _due_before_pause(self, resumed: datetime) -> list[datetime]:
         slot, paused_at = self._slot(), self._paused_at
@@ -299,20 +281,40 @@ class MonitorTarget:
         )
 
     async def _register(self) -> None:
-        """First run only: anchor the grid, tag the run for the UI, create the target row."""
+        """First task of a run that has not registered: propose a grid (the input's
+        `start_at`, else now spread by the target id), and take the one Postgres returns,
+        which is the recorded grid and pending slot if the target exists already (a reset
+        to the first workflow task, a target started again)."""
         now = workflow.now()
-        anchor = self._start_at
-        if anchor is None and workflow.patched(SPREAD_ANCHORS):
-            anchor = spread_anchor(self._config.target_id, now)
-        elif anchor is None:
-            anchor = whole_second_after(now)
-        self._next_slot = latest_due_slot(anchor, self._config.interval, now)
-        if workflow.patched(SKIP_SLOTS_BEFORE_FIRST_TASK):
-            self._unrecorded_skips += self._due_before_first_task(anchor)
+        anchor = self._start_at or spread_anchor(self._config.target_id, now)
+        proposed = latest_due_slot(anchor, self._config.interval, now)
+        self._next_slot = proposed  # what `status` shows until Postgres answers
+        request = RegisterTargetInput(
+            config=self._config,
+            anchor=anchor,
+            next_slot=proposed,
+            enabled=not self._paused,
+            skipped=self._due_before_first_task(anchor, proposed),
+        )
         workflow.upsert_search_attributes(
             [TARGET_SEARCH_ATTRIBUTE.value_set(self._config.target_id)]
         )
-        await self._sync()
+        while True:
+            try:
+                registration: Registration = await workflow.execute_activity_method(
+                    CheckActivities.register_target,
+                    request,
+                    start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                    retry_policy=BOOKKEEPING_RETRY,
+                    summary=f"register {self._config.target_id}",
+                )
+                break
+            except ActivityError as err:
+                workflow.logger.error("register failed: %s", _reason(err))
+                await workflow.sleep(REGISTER_AGAIN_AFTER)
+        self._start_at, self._next_slot = registration.anchor, registration.next_slot
+        for change in registration.unnotified:
+            self._notify(change, None)
         self._registered = True
 
     async def _sync(self) -> bool:
@@ -333,7 +335,7 @@ class MonitorTarget:
         )
         if synced:
             self._unrecorded_skips = self._unrecorded_skips[len(skipped) :]  # only appended to
-        if synced and skipped and workflow.patched(TELL_CHANGES_A_RESUME_SKIPS):
+        if synced and skipped:
             await self._notify_changes_among(skipped)
         return synced
 
@@ -363,7 +365,6 @@ class MonitorTarget:
         return CheckInput(
             target_id=self._config.target_id,
             url=self._config.url,
-            interval_seconds=self._config.interval_seconds,
             slot=slot,
             kind=kind,
             retry=retry,
@@ -380,15 +381,15 @@ class MonitorTarget:
         self._checking = None
         health_notice = self._count_failures(result)
         self._notify(result or self._unrecorded(check), health_notice)
-        if result is not None and result.unnotified and workflow.patched(TELL_UNNOTIFIED):
+        if result is not None and result.unnotified:
             for change in result.unnotified:
                 self._notify(change, None)
         advanced = result.next_slot if result is not None else None
         if advanced is None or advanced <= slot:
             advanced = next_slot(slot, self._config.interval, workflow.now())
-        resumed_during_check = self._slot() > slot
-        if resumed_during_check and workflow.patched(KEEP_SLOT_OF_A_RESUME):
-            advanced = max(advanced, self._slot())  # never back onto slots it marked skipped
+        # A resume during the check may have moved the slot on: never back onto slots it
+        # marked skipped.
+        advanced = max(advanced, self._slot())
         self._next_slot = advanced
         self._checks_this_run += 1
 
@@ -479,7 +480,7 @@ class MonitorTarget:
                 result = await self._check_slot(check)
         except CHECK_FAILED as err:
             workflow.logger.warning("check %s gave up: %s", check.work_id, _reason(err))
-            failure = RecordFailureInput(check=check, error_message=_reason(err))
+            failure = RecordFailureInput(check=self._asked_now(check), error_message=_reason(err))
             try:
                 result = await workflow.execute_activity_method(
                     CheckActivities.record_failed_slot,
@@ -504,33 +505,37 @@ class MonitorTarget:
         same backoff, with heartbeats and the retry policy's remaining attempts."""
         retry = dataclasses.replace(CHECK_RETRY, maximum_attempts=self._config.max_attempts)
         summary = f"{'retry' if check.retry else 'check'} {check.work_id}"
-        if workflow.patched(FIRST_ATTEMPT_LOCAL):
-            try:
-                return await workflow.execute_local_activity_method(
-                    CheckActivities.check_slot,
-                    check,
-                    start_to_close_timeout=CHECK_TIMEOUT,
-                    retry_policy=RetryPolicy(maximum_attempts=1),
-                    summary=summary,
-                )
-            except CHECK_FAILED as err:
-                backoff = _first_retry_delay(err)
-                if backoff is None or retry.maximum_attempts == 1:
-                    raise
-            await workflow.sleep(backoff, summary=f"back off {check.work_id}")
-            retry = dataclasses.replace(
-                retry,
-                initial_interval=retry.initial_interval * retry.backoff_coefficient,
-                maximum_attempts=retry.maximum_attempts - 1,
+        try:
+            return await workflow.execute_local_activity_method(
+                CheckActivities.check_slot,
+                self._asked_now(check),
+                start_to_close_timeout=CHECK_TIMEOUT,
+                retry_policy=RetryPolicy(maximum_attempts=1),
+                summary=summary,
             )
+        except CHECK_FAILED as err:
+            backoff = _first_retry_delay(err)
+            if backoff is None or retry.maximum_attempts == 1:
+                raise
+        await workflow.sleep(backoff, summary=f"back off {check.work_id}")
+        retry = dataclasses.replace(
+            retry,
+            initial_interval=retry.initial_interval * retry.backoff_coefficient,
+            maximum_attempts=retry.maximum_attempts - 1,
+        )
         return await workflow.execute_activity_method(
             CheckActivities.check_slot,
-            check,
+            self._asked_now(check),
             start_to_close_timeout=CHECK_TIMEOUT,
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
             retry_policy=retry,
             summary=summary,
         )
+
+    @staticmethod
+    def _asked_now(check: CheckInput) -> CheckInput:
+        """The check as asked for now: it carries Temporal's time to the activity."""
+        return check.model_copy(update={"asked_at": workflow.now()})
 
     async def _bookkeep(
         self, activity: Callable[[Any, Any], Awaitable[None]], arg: Any, summary: str
@@ -572,9 +577,10 @@ class MonitorTarget:
         )
 
     def _snapshot(self) -> MonitorState:
+        # The pending slot is a point of the grid as it is now (after any reconfigure).
         return MonitorState(
             config=self._config,
-            start_at=self._start_at,
+            start_at=self._next_slot,
             next_slot=self._next_slot,
             paused=self._paused,
             registered=True,
