@@ -30,13 +30,14 @@ from pricewatch.models import (
     Channel,
     ChannelKind,
     CheckResult,
+    CheckStatus,
     MonitorState,
     MonitorStatus,
     RetryRequest,
     TargetConfig,
 )
 from pricewatch.settings import Settings
-from pricewatch.slots import format_slot
+from pricewatch.slots import format_slot, spread_anchor
 from pricewatch.temporal import connect, start_monitor, workflow_id
 
 app = typer.Typer(
@@ -153,15 +154,22 @@ def valid_id(target_id: str) -> str:
 
 
 def print_result(result: CheckResult) -> None:
+    typer.echo(describe(result))
+
+
+def describe(result: CheckResult) -> str:
+    """One line per check; a slot still being retried says so, and when it tries again."""
     line = f"{result.work_id}  {result.status.value:<9} attempts={result.attempt_count}"
     if result.result_hash:
         line += f"  sha256={result.result_hash[:12]}"
+    if result.next_attempt_at:
+        line += f"  next attempt not before {format_slot(result.next_attempt_at)}"
     if result.error_message:
         line += f"  error={result.error_message}"
-    typer.echo(line)
+    return line
 
 
-def print_status(status: MonitorStatus, link: str) -> None:
+def print_status(status: MonitorStatus, retrying: list[CheckResult], link: str) -> None:
     config = status.config
     typer.echo(f"target:     {config.target_id}")
     typer.echo(f"url:        {config.url}")
@@ -172,6 +180,8 @@ def print_status(status: MonitorStatus, link: str) -> None:
     next_slot = format_slot(status.next_slot) if status.next_slot else "-"
     typer.echo(f"next slot:  {next_slot}")
     typer.echo(f"checks:     {status.checks_completed}")
+    for result in retrying:
+        typer.echo(f"now:        {describe(result)}")
     if status.last_result:
         typer.echo("last:       ", nl=False)
         print_result(status.last_result)
@@ -235,7 +245,9 @@ async def add(
             f"interval {every} is below the minimum {format_duration(minimum)} "
             "(PRICEWATCH_MIN_INTERVAL)"
         )
-    first = parse_start_at(start_at)
+    # The grid's anchor, decided here once: the first registration records it, and every
+    # later start or reset of the workflow adopts the recorded one.
+    anchor = parse_start_at(start_at) or spread_anchor(target_id, datetime.now(UTC))
     policy = AddressPolicy.allowing(settings().allow_networks.split(","))
     for destination in [url, *(webhook or [])]:
         await check_url(policy, destination)
@@ -249,7 +261,7 @@ async def add(
             client,
             MonitorState(
                 config=config,
-                start_at=first,
+                start_at=anchor,
                 min_interval_seconds=int(minimum.total_seconds()),
             ),
             settings().task_queue,
@@ -291,9 +303,13 @@ async def list_targets() -> None:
 @command
 async def status(target_id: IdArg) -> None:
     """Show paused/active, the next due slot, the last result and the Temporal UI link."""
+    from activities.store import failed_checks
+
     client, handle = await target_workflow(target_id)
     result = await handle.query("status", result_type=MonitorStatus)
-    print_status(result, ui_link(client, target_id))
+    unsettled = await read_database(lambda pool: failed_checks(pool, target_id, limit=10))
+    retrying = [r for r in unsettled if r.status is CheckStatus.RETRYING]
+    print_status(result, retrying, ui_link(client, target_id))
 
 
 @app.command()
@@ -395,7 +411,7 @@ async def failures(
     target_id: Annotated[str | None, typer.Argument(help="Only this target.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=10000, help="How many slots.")] = 50,
 ) -> None:
-    """Failed slots (dead letters), newest first: work id, attempts, error, when."""
+    """Failed slots (dead letters) and slots still being retried, newest first."""
     from activities.store import failed_checks
 
     if target_id is not None:
@@ -404,10 +420,7 @@ async def failures(
     if not results:
         typer.echo("no failed slots")
     for result in results:
-        typer.echo(
-            f"{result.work_id}  attempts={result.attempt_count}  "
-            f"at={format_slot(result.checked_at)}  error={result.error_message}"
-        )
+        typer.echo(f"{describe(result)}  at={format_slot(result.checked_at)}")
 
 
 @app.command()

@@ -278,6 +278,41 @@ async def test_failures_are_classified_dead_lettered_listed_and_retried(
             assert (await cli(env, "remove", target))[0] == 0
 
 
+async def test_a_slot_in_backoff_reads_retrying_until_it_gives_up(
+    env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer
+) -> None:
+    """While the slot waits for its next attempt, every CLI view says `retrying` (attempts,
+    last error, when it tries again) and `failed` nowhere; after the last attempt it is
+    `failed`, a dead letter in `failures`."""
+    page_server.queue("/busy", (503, "busy"), (503, "busy"), headers={"Retry-After": "8"})
+    every = ["--every", "24h", "--start-at", "2020-01-01T00:00:00Z", "--max-attempts", "2"]
+    async with worker_process(env):
+        code, _, err = await cli(env, "add", "e2e-busy", page_server.url("/busy"), *every)
+        assert code == 0, err
+        await wait_for(pool, "SELECT count(*) FROM source_checks WHERE status = 'retrying'")
+        views = {
+            name: (await cli(env, *args))[1]
+            for name, args in {
+                "history": ("history", "e2e-busy"),
+                "status": ("status", "e2e-busy"),
+                "list": ("list",),
+                "failures": ("failures",),
+            }.items()
+        }
+        for name, out in views.items():
+            assert "retrying" in out and "failed" not in out, f"{name}: {out}"
+        assert "next attempt not before" in views["history"] and "503" in views["history"]
+        assert "now:" in views["status"] and "attempts=1" in views["status"]
+
+        await wait_for(pool, "SELECT count(*) FROM source_checks WHERE status = 'failed'")
+        code, out, _ = await cli(env, "failures")
+        assert code == 0 and "e2e-busy:" in out and " failed " in out and "attempts=2" in out
+        assert "retrying" not in out and "next attempt" not in out
+        code, out, _ = await cli(env, "history", "e2e-busy")
+        assert " failed " in out and "retrying" not in out
+        assert (await cli(env, "remove", "e2e-busy"))[0] == 0
+
+
 async def test_a_change_reaches_each_channel_once_through_real_processes(
     env: dict[str, str],
     pool: asyncpg.Pool,
