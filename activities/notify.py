@@ -12,7 +12,7 @@ import hashlib
 import hmac
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from email.message import EmailMessage
 
 import aiosmtplib
@@ -61,6 +61,9 @@ SELECT
     ) AS status,
     EXISTS (SELECT 1 FROM taken) AS taken,
     (SELECT excerpt FROM source_checks WHERE work_id = $1) AS excerpt,
+    -- The webhook's timestamp: receivers refuse one far from their clock (Standard Webhooks
+    -- allow five minutes), so it comes from the database, never from the worker's clock.
+    now() AS now,
     c.kind, c.destination, c.secret, c.disabled_reason
   FROM (SELECT 1) AS one
   LEFT JOIN channels c ON c.target_id = $4 AND c.channel_id = $2
@@ -159,7 +162,9 @@ class NotifyActivities:
         try:
             body = notice_body(delivery, row["excerpt"])
             if row["kind"] == ChannelKind.WEBHOOK.value:
-                await self._post_webhook(delivery, body, row["destination"], row["secret"])
+                await self._post_webhook(
+                    delivery, body, row["destination"], row["secret"], row["now"]
+                )
             else:
                 await self._send_email(delivery, body, row["destination"])
         except DeliveryError as err:
@@ -209,12 +214,17 @@ class NotifyActivities:
         )
 
     async def _post_webhook(
-        self, delivery: DeliveryInput, notice: dict[str, object], url: str, secret: str
+        self,
+        delivery: DeliveryInput,
+        notice: dict[str, object],
+        url: str,
+        secret: str,
+        now: datetime,
     ) -> None:
         """Same webhook-id on every re-send; a fresh timestamp and signature per attempt."""
         body = json.dumps(notice, separators=(",", ":")).encode()
         message_id = self.message_id(delivery)
-        timestamp = int(datetime.now(UTC).timestamp())
+        timestamp = int(now.timestamp())
         headers = {
             "content-type": "application/json",
             "webhook-id": message_id,

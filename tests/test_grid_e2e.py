@@ -189,18 +189,30 @@ async def test_resets_to_the_first_last_and_a_middle_task_keep_the_grid(
 
 @pytest.mark.parametrize("skew", ["+10m", "-10m"])
 async def test_a_worker_with_a_wrong_clock_neither_skips_nor_invents_slots(
-    skew: str, env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer
+    skew: str,
+    env: dict[str, str],
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    webhook_receiver: WebhookReceiver,
 ) -> None:
     """The only worker runs with its clock ten minutes ahead or behind (libfaketime). One
     check is held past three slots: the slots it overran are skipped rows (no burst of late
-    checks), none is in the future, and the schedule stays on the grid near the real now."""
+    checks), none is in the future, and the schedule stays on the grid near the real now.
+    Its webhook carries a timestamp the receiver accepts (within Standard Webhooks' five
+    minutes of the receiver's clock)."""
     _, preload = libfaketime.get_reload_information()
     skewed = {**env, **preload, "FAKETIME": skew}
-    page_server.set("/skewed", "<p>steady</p>")
+    page_server.set("/skewed", "<p>EUR 1</p>")
     async with worker_process(skewed):
-        code, _, err = await cli(env, "add", "skewed", page_server.url("/skewed"), "--every", "1s")
+        code, _, err = await cli(
+            env, "add", "skewed", page_server.url("/skewed"), "--every", "1s",
+            "--webhook", webhook_receiver.url,
+        )  # fmt: skip
         assert code == 0, err
-        await more_checks(pool, "skewed", 3)
+        await more_checks(pool, "skewed", 2)
+        page_server.set("/skewed", "<p>EUR 2</p>")
+        await wait_for(pool, "SELECT count(*) FROM deliveries WHERE status = 'sent'")
+        assert len(webhook_receiver.received) == 1, "the receiver refused the first send"
         hold = page_server.hold_next("/skewed")
         await asyncio.wait_for(hold.arrived.wait(), timeout=10)
         await asyncio.sleep(3.5 * INTERVAL.total_seconds())

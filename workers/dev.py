@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from pricewatch.models import MonitorState, TargetConfig
 from pricewatch.settings import EMBEDDED_DATABASE_URL_FILE, Settings
+from pricewatch.slots import spread_anchor
 from pricewatch.temporal import connect, start_monitor
 from workers.embedded import start_embedded_postgres, start_temporal_dev_server, stop_process
 from workers.worker import (
@@ -99,7 +100,10 @@ async def serve(settings: Settings, database_url: str, demo_url: str | None) -> 
             config = TargetConfig(
                 target_id=DEMO_TARGET, url=demo_url, interval_seconds=DEMO_INTERVAL_SECONDS
             )
-            state = MonitorState(config=config, min_interval_seconds=DEMO_INTERVAL_SECONDS)
+            anchor = spread_anchor(DEMO_TARGET, datetime.now(UTC))  # as `pricewatch add` does
+            state = MonitorState(
+                config=config, start_at=anchor, min_interval_seconds=DEMO_INTERVAL_SECONDS
+            )
             await start_monitor(client, state, settings.task_queue)
             print(
                 f"demo:      watching {demo_url} every {DEMO_INTERVAL_SECONDS}s "

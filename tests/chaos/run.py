@@ -5,10 +5,12 @@ window (`worker.py`: mid fetch, after fetch, after commit, after a webhook was s
 zombie (a worker frozen between fetch and commit past its heartbeat timeout, sometimes past
 its lease, then thawed), the Temporal dev server SIGKILLed and restarted on its file,
 Postgres crashed and restarted, duplicate starts, `ResetWorkflowExecution` to before a
-completed check, and pause/resume storms. Pages answer 429/503, trickle or drop the
-connection; the receiver sometimes answers 500. At the end of the run pages stop changing
-and faults stop; once everything due is final the run checks Postgres, the receiver's log
-and Temporal, and prints a table. Any FAIL makes the report fail.
+completed check and to the first workflow task (which registers the target again), a worker
+whose clock runs ten minutes ahead or behind (libfaketime), and pause/resume storms. Pages
+answer 429/503, trickle or drop the connection; the receiver sometimes answers 500. At the
+end of the run pages stop changing and faults stop; once everything due is final the run
+checks Postgres, the receiver's log and Temporal, and prints a table. Any FAIL makes the
+report fail.
 """
 
 import asyncio
@@ -61,6 +63,8 @@ FAULT_RATES = {
     "postgres restart": 0.4,
     "duplicate start": 2.0,
     "reset": 1.0,
+    "reset to first task": 0.6,
+    "skewed clock (+-10 min)": 0.4,
     "pause storm": 1.0,
 }
 ARMED_WINDOWS = ("mid_fetch", "after_fetch", "after_commit", "after_send", "zombie")
@@ -149,6 +153,7 @@ class Chaos:
     zombie_spans: list[tuple[float, float]] = field(default_factory=list)
     hits: list[dict[str, object]] = field(default_factory=list)
     holds: dict[str, float] = field(default_factory=dict)
+    background: list[asyncio.Task[None]] = field(default_factory=list)
 
     # Faults -----------------------------------------------------------------------------
 
@@ -195,6 +200,48 @@ class Chaos:
                 str(self.report.figures.get("duplicate starts absorbed (same run)", 0))
             ) + (again.result_run_id == before)
 
+    async def reset_to_first_task(self) -> None:
+        """Reset a running target to its run's first workflow task, as `temporal workflow
+        reset --type FirstWorkflowTask` does: the run registers the target again."""
+        for target in self.random.sample(self.targets, min(2, len(self.targets))):
+            handle = self.client.get_workflow_handle(workflow_id(target.config.target_id))
+            run_id = (await handle.describe()).run_id
+            history = await self.client.get_workflow_handle(
+                handle.id, run_id=run_id
+            ).fetch_history()
+            first = next(
+                (
+                    e.event_id
+                    for e in history.events
+                    if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+                ),
+                None,
+            )
+            if first is not None:
+                await self._reset(handle.id, run_id, first, "chaos: reset to the first task")
+                self._count("resets to the first task done")
+
+    async def skewed_clock(self) -> None:
+        """A worker whose clock is ten minutes off joins for a while and takes its share."""
+        skew = self.random.choice(["+10m", "-10m"])
+        task = asyncio.create_task(self.workers.run_skewed(skew, self.random.uniform(15, 30)))
+        self.background.append(task)
+        self._count(f"skewed workers ({skew})")
+
+    def _count(self, figure: str) -> None:
+        self.report.figures[figure] = int(str(self.report.figures.get(figure, 0))) + 1
+
+    async def _reset(self, workflow: str, run_id: str, event_id: int, reason: str) -> None:
+        await self.client.workflow_service.reset_workflow_execution(
+            ResetWorkflowExecutionRequest(
+                namespace=self.client.namespace,
+                workflow_execution=WorkflowExecution(workflow_id=workflow, run_id=run_id),
+                reason=reason,
+                workflow_task_finish_event_id=event_id,
+                request_id=str(uuid.uuid4()),
+            )
+        )
+
     async def reset(self) -> None:
         """Reset a running target to the workflow task before its last completed check."""
         for target in self.random.sample(self.targets, min(2, len(self.targets))):
@@ -222,18 +269,10 @@ class Chaos:
                         completed_checks.append(done.workflow_task_completed_event_id)
             if not completed_checks:
                 continue
-            await self.client.workflow_service.reset_workflow_execution(
-                ResetWorkflowExecutionRequest(
-                    namespace=self.client.namespace,
-                    workflow_execution=WorkflowExecution(workflow_id=handle.id, run_id=run_id),
-                    reason="chaos: reset to before a completed check",
-                    workflow_task_finish_event_id=completed_checks[-1],
-                    request_id=str(uuid.uuid4()),
-                )
+            await self._reset(
+                handle.id, run_id, completed_checks[-1], "chaos: reset to before a completed check"
             )
-            self.report.figures["resets done"] = (
-                int(str(self.report.figures.get("resets done", 0))) + 1
-            )
+            self._count("resets done")
 
     async def pause_storm(self) -> None:
         for target in self.random.sample(self.targets, min(5, len(self.targets))):
@@ -325,6 +364,7 @@ class Chaos:
             str(by_status[s]) for s in ("unchanged", "changed", "failed", "skipped")
         )
         r.check("one row per (target, slot)", duplicates == 0, f"{duplicates} slots with 2+ rows")
+        await self.check_grid(rows)
 
         await self.note_pauses_as_processed()
         lost, excused = self.lost_slots(rows, end)
@@ -403,6 +443,27 @@ class Chaos:
                         lost.append(f"{target.config.target_id}@{slot:%H:%M:%S.%f}")
                 slot += interval
         return lost, excused
+
+    async def check_grid(self, rows: list[asyncpg.Record]) -> None:
+        """Resets (to the first task too) and skewed clocks never move a target's grid, and
+        no slot is skipped before it came due."""
+        anchors = {t.config.target_id: t.anchor for t in self.targets}
+        interval = timedelta(seconds=self.options.interval_seconds)
+        stored = await self.pool.fetch("SELECT id, anchor FROM monitor_targets")
+        moments = [(r["target_id"], r["scheduled_for"]) for r in rows]
+        moments += [(r["id"], r["anchor"]) for r in stored]
+        off_grid = [f"{t}@{m:%H:%M:%S.%f}" for t, m in moments if (m - anchors[t]) % interval]
+        resets = self.report.figures.get("resets to the first task done", 0)
+        self.report.check(
+            "grid unchanged after resets",
+            not off_grid,
+            f"{len(rows)} rows and {len(stored)} anchors on their grid after {resets} resets "
+            f"to the first task; off the grid: {off_grid[:3] or 'none'}",
+        )
+        future = await self.pool.fetchval(FUTURE_SKIPS)
+        self.report.check(
+            "no future skipped rows", future == 0, f"{future} skipped rows for slots not yet due"
+        )
 
     async def check_deliveries(self) -> None:
         r = self.report
@@ -524,6 +585,8 @@ FAULTS: dict[str, Callable[[Chaos], Awaitable[None]]] = {
     "postgres restart": Chaos.restart_postgres,
     "duplicate start": Chaos.duplicate_start,
     "reset": Chaos.reset,
+    "reset to first task": Chaos.reset_to_first_task,
+    "skewed clock (+-10 min)": Chaos.skewed_clock,
     "pause storm": Chaos.pause_storm,
 }
 
@@ -549,6 +612,10 @@ SELECT count(*) FROM source_checks c JOIN channels ch USING (target_id)
   LEFT JOIN deliveries d
     ON d.work_id = c.work_id AND d.channel_id = ch.channel_id AND d.notice = 'changed'
  WHERE c.status = 'changed' AND d.status IS DISTINCT FROM 'sent'
+"""
+# The database's clock when each skipped row was written is its checked_at.
+FUTURE_SKIPS = """
+SELECT count(*) FROM source_checks WHERE status = 'skipped' AND scheduled_for > checked_at
 """
 SENT_CHANGE_IDS = "SELECT message_id FROM deliveries WHERE notice = 'changed' AND status = 'sent'"
 LEASES = """
@@ -653,7 +720,7 @@ async def _run(
             settled = await chaos.settle(end, patience=max(180.0, options.seconds))
             await chaos.verify(end, settled)
         finally:
-            for task in background:
+            for task in background + chaos.background:
                 task.cancel()
             await asyncio.to_thread(workers.stop)
 

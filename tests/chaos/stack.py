@@ -102,6 +102,7 @@ class Workers:
         self.deaths = 0
         self.outages = Outages()  # "workers" down: no worker alive and unfrozen
         self._all_down_since: float | None = None
+        self.skewed: list[subprocess.Popen[bytes]] = []
         for index in range(count):
             self.processes.append(self._spawn(index))
 
@@ -113,6 +114,27 @@ class Workers:
                 cwd=REPO, env=self.env, stdout=output, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
+
+    async def run_skewed(self, skew: str, seconds: float) -> None:
+        """One more worker (plain `pricewatch worker`, no fault hooks) whose clock is off by
+        `skew` (libfaketime, e.g. "+10m"), for `seconds`; then stopped with SIGTERM."""
+        process = self._spawn_skewed(skew)
+        self.skewed.append(process)
+        await asyncio.sleep(seconds)
+        await asyncio.to_thread(stop_process, process)
+
+    def _spawn_skewed(self, skew: str) -> subprocess.Popen[bytes]:
+        import libfaketime
+
+        _, preload = libfaketime.get_reload_information()
+        log = self.folder / f"worker-skewed{skew}-{time.time():.3f}.log"
+        with open(log, "wb") as output:
+            process = subprocess.Popen(
+                [str(Path(sys.executable).parent / "pricewatch"), "worker"],
+                cwd=REPO, env={**self.env, **preload, "FAKETIME": skew}, stdout=output,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+        return process
 
     def logs(self) -> list[Path]:
         return sorted(self.folder.glob("worker-*.log"))
@@ -150,6 +172,8 @@ class Workers:
         for process in self.processes:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(process.pid, signal.SIGCONT)
+            stop_process(process)
+        for process in self.skewed:
             stop_process(process)
 
 

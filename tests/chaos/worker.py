@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -85,8 +86,9 @@ def install(faults: Faults) -> None:
         notice: dict[str, object],
         url: str,
         secret: str,
+        now: datetime,
     ) -> None:
-        await real_post(self, delivery, notice, url, secret)
+        await real_post(self, delivery, notice, url, secret, now)
         if arm := faults.take("after_send"):
             faults.fire("after_send", arm, webhook_id=NotifyActivities.message_id(delivery))
 
