@@ -312,7 +312,7 @@ class MonitorTarget:
             except ActivityError as err:
                 workflow.logger.error("register failed: %s", _reason(err))
                 await workflow.sleep(REGISTER_AGAIN_AFTER)
-        self._start_at, self._next_slot = registration.anchor, registration.next_slot
+        self._next_slot = registration.next_slot
         for change in registration.unnotified:
             self._notify(change, None)
         self._registered = True
