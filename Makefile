@@ -33,7 +33,7 @@ chaos: $(BIN)/python
 	$(BIN)/python -m tests.chaos $(ARGS)
 
 # The benchmark: pricewatch beside Temporal Schedules and a plain poller on one workload, on
-# its own stack (README, Performance). E.g. ARGS="--targets 1000 --interval 20 --seconds 60".
+# its own stack (docs/performance.md). E.g. ARGS="--targets 1000 --interval 20 --seconds 60".
 bench: $(BIN)/python
 	$(BIN)/python -m pip install --quiet --editable '.[test]'
 	$(BIN)/python -m bench $(ARGS)

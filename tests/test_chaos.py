@@ -1,5 +1,5 @@
 """The short seeded chaos run (about two minutes): every fault kind once, every invariant
-PASS. The long run is `make chaos` (see the README)."""
+PASS. The long run is `make chaos` (see docs/testing.md)."""
 
 import subprocess
 import sys
