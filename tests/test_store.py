@@ -382,6 +382,54 @@ async def test_concurrent_migrations_apply_the_schema_once(postgres_server_url: 
         await admin.close()
 
 
+async def test_the_grid_migration_keeps_existing_rows_and_their_meaning(
+    postgres_server_url: str,
+) -> None:
+    """A database written before 0005: every target gets its pending slot as anchor (a point
+    of its grid); a failed row of a slot still being retried becomes `retrying`; a final
+    failed row, and every other row, is left exactly as it was."""
+    name = f"migrate_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(postgres_server_url)
+    try:
+        await admin.execute(f"CREATE DATABASE {name}")
+        conn = await asyncpg.connect(postgres_server_url, database=name)
+        try:
+            older = [(v, sql) for v, sql in migration_files() if v < "0005"]
+            await conn.execute("CREATE TABLE schema_migrations (version text PRIMARY KEY, "
+                               "applied_at timestamptz NOT NULL DEFAULT now())")  # fmt: skip
+            for version, sql in older:
+                await conn.execute(sql)
+                await conn.execute("INSERT INTO schema_migrations VALUES ($1)", version)
+            await conn.execute(
+                "INSERT INTO monitor_targets (id, url, interval_seconds, next_check_at) "
+                "VALUES ('acme', 'https://example.com/p', 3600, $1)",
+                T0 + HOUR,
+            )
+            insert = (
+                "INSERT INTO source_checks (work_id, target_id, scheduled_for, checked_at, "
+                "status, attempt_count, error_message) VALUES ($1, 'acme', $2, $2, 'failed', "
+                "$3, 'HTTP 503')"
+            )
+            await conn.execute(insert, wid(T0), T0, 5)  # gave up: the schedule moved on
+            await conn.execute(insert, wid(T0 + HOUR), T0 + HOUR, 2)  # still being retried
+            before = await conn.fetch("SELECT * FROM source_checks ORDER BY scheduled_for")
+
+            assert await migrate(conn) == ["0005_grid"]
+            target = await conn.fetchrow("SELECT anchor, next_check_at FROM monitor_targets")
+            after = await conn.fetch("SELECT * FROM source_checks ORDER BY scheduled_for")
+        finally:
+            await conn.close()
+    finally:
+        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        await admin.close()
+    assert target is not None and target["anchor"] == target["next_check_at"] == T0 + HOUR
+    assert [r["status"] for r in after] == ["failed", "retrying"]
+    for old, new in zip(before, after, strict=True):
+        kept = [k for k in old.keys() if k != "status"]  # noqa: SIM118 (a Record)
+        assert [new[k] for k in kept] == [old[k] for k in kept]
+        assert new["next_attempt_at"] is None
+
+
 async def test_urls_the_model_accepts_are_accepted_by_the_table(pool: asyncpg.Pool) -> None:
     """The model normalises what the table's CHECK would refuse (an uppercase scheme, spaces);
     otherwise `add` would succeed and the workflow could never mirror its target."""
