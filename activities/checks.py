@@ -16,7 +16,6 @@ from datetime import datetime, timedelta
 import asyncpg
 import httpx
 from temporalio import activity
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 from activities import snapshots, store
@@ -34,38 +33,22 @@ from pricewatch.models import (
     SyncTargetInput,
     UnnotifiedQuery,
 )
+from pricewatch.names import Activity
+from pricewatch.policy import (
+    CHECK_LEASE,
+    CHECK_RETRY,
+    INVALID_TARGET,
+    LEASE_HELD,
+    PERMANENT_FETCH_ERROR,
+    SLOT_NOT_DUE,
+    TARGET_OUT_OF_SYNC,
+    TRANSIENT_FETCH_ERROR,
+)
 
-# Longer than the heartbeat timeout (20 s), and renewed by every heartbeat: while Temporal
-# still considers an attempt alive, nobody else can take its lease. Shorter than that timeout
-# plus the first retry's 30 s backoff: the next attempt after a crash finds the lease lapsed.
-CHECK_LEASE = timedelta(seconds=45)
-# A fetch heartbeats (and extends its lease) this often; the workflow's heartbeat timeout
-# is a few beats, well below the lease, so a silent attempt is retried before its lease
-# could be mistaken for a live one.
+# A fetch heartbeats (and extends its lease) this often (see HEARTBEAT_TIMEOUT).
 HEARTBEAT_EVERY = timedelta(seconds=5)
-HEARTBEAT_TIMEOUT = timedelta(seconds=20)
 
 EPSILON = timedelta(microseconds=1)  # turns the store's open interval into a closed one
-
-# Error types the workflow's retry policy treats as permanent.
-PERMANENT_FETCH_ERROR = "PermanentFetchError"
-TRANSIENT_FETCH_ERROR = "TransientFetchError"
-TARGET_OUT_OF_SYNC = "TargetOutOfSync"
-INVALID_TARGET = "InvalidTarget"
-LEASE_HELD = "LeaseHeld"
-SLOT_NOT_DUE = "SlotNotDue"
-
-# Transient failures back off from 30 s, doubling to 15 min (Retry-After overrides a delay);
-# the target's max_attempts (default 5: about 7.5 min of backoff) bounds them. Permanent
-# ones stop at once. The workflow runs the first attempt locally and the rest under this
-# policy; a failed attempt records when the next one is due by the same numbers.
-CHECK_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=30),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(minutes=15),
-    maximum_attempts=5,
-    non_retryable_error_types=[PERMANENT_FETCH_ERROR, TARGET_OUT_OF_SYNC, SLOT_NOT_DUE],
-)
 
 
 def temporal_now(check: CheckInput) -> datetime | None:
@@ -110,7 +93,7 @@ class CheckActivities:
         self.http = http
         self.snapshots_kept = snapshots_kept
 
-    @activity.defn(name="sync_target")
+    @activity.defn(name=Activity.SYNC_TARGET)
     async def sync_target(self, sync: SyncTargetInput) -> None:
         """Mirror the workflow's config and schedule into `monitor_targets`."""
         try:
@@ -125,7 +108,7 @@ class CheckActivities:
             # The table refuses this config; asking again will not change its mind.
             raise ApplicationError(str(err), type=INVALID_TARGET, non_retryable=True) from err
 
-    @activity.defn(name="register_target")
+    @activity.defn(name=Activity.REGISTER_TARGET)
     async def register_target(self, registration: RegisterTargetInput) -> Registration:
         """Record the target's grid at its first registration; adopt it at every later one."""
         try:
@@ -140,7 +123,7 @@ class CheckActivities:
         except (asyncpg.IntegrityConstraintViolationError, asyncpg.DataError) as err:
             raise ApplicationError(str(err), type=INVALID_TARGET, non_retryable=True) from err
 
-    @activity.defn(name="check_slot")
+    @activity.defn(name=Activity.CHECK_SLOT)
     async def check_slot(self, check: CheckInput) -> CheckResult:
         """Claim, skip if done, fetch, hash, then commit the row and the schedule together."""
         token = execution_id()
@@ -253,7 +236,7 @@ class CheckActivities:
                 with contextlib.suppress(asyncio.CancelledError):
                     await fetch
 
-    @activity.defn(name="record_failed_slot")
+    @activity.defn(name=Activity.RECORD_FAILED_SLOT)
     async def record_failed_slot(self, failure: RecordFailureInput) -> CheckResult:
         """Dead-letter a slot whose check gave up: one failed row, then the schedule moves on."""
         check = failure.check
@@ -284,7 +267,7 @@ class CheckActivities:
             type=LEASE_HELD,
         )
 
-    @activity.defn(name="unnotified_changes")
+    @activity.defn(name=Activity.UNNOTIFIED_CHANGES)
     async def unnotified_changes(self, query: UnnotifiedQuery) -> list[CheckResult]:
         """Changes among slots a resume skipped that were recorded by a run that is gone (a
         reset) and never told: the workflow tells the channels now."""
@@ -295,7 +278,7 @@ class CheckActivities:
             query.last + EPSILON,
         )
 
-    @activity.defn(name="remove_target")
+    @activity.defn(name=Activity.REMOVE_TARGET)
     async def remove_target(self, remove: RemoveTargetInput) -> None:
         await store.delete_target(self.pool, remove.target_id)
 

@@ -31,10 +31,10 @@ from pricewatch.models import (
     DeliveryResult,
     Notice,
 )
+from pricewatch.names import Activity
+from pricewatch.policy import PERMANENT_DELIVERY_ERROR, TRANSIENT_DELIVERY_ERROR
 from pricewatch.slots import format_slot
 
-PERMANENT_DELIVERY_ERROR = "PermanentDeliveryError"
-TRANSIENT_DELIVERY_ERROR = "TransientDeliveryError"
 # Longer than one attempt (10 s): a second execution of the same delivery waits it out.
 SENDING_LEASE = timedelta(seconds=15)
 # One send ends well inside the lease, whatever the per-operation timeouts add up to, so a
@@ -139,7 +139,7 @@ class NotifyActivities:
         self.http = http
         self.smtp = smtp
 
-    @activity.defn(name="deliver_notice")
+    @activity.defn(name=Activity.DELIVER_NOTICE)
     async def deliver_notice(self, delivery: DeliveryInput) -> DeliveryResult:
         """Send one notice to one channel, at most once once it is recorded sent."""
         keys = delivery_keys(delivery)
@@ -181,7 +181,7 @@ class NotifyActivities:
               kind=row["kind"], outcome="sent")  # fmt: skip
         return await self._result(delivery)
 
-    @activity.defn(name="record_delivery_failed")
+    @activity.defn(name=Activity.RECORD_DELIVERY_FAILED)
     async def record_delivery_failed(self, failure: DeliveryFailureInput) -> None:
         """The workflow gave up on a delivery: make sure its row says so (an attempt that
         timed out never got to record anything)."""

@@ -13,9 +13,9 @@ import asyncpg
 import httpx
 
 from activities import store
-from activities.checks import CHECK_LEASE
 from activities.fetch import FetchError, Request, fetch_page, new_client
 from pricewatch.models import CheckKind, CheckStatus
+from pricewatch.policy import CHECK_LEASE
 from pricewatch.settings import Settings
 from pricewatch.slots import work_id
 from workers.worker import WorkerTuning, address_policy, keep_session

@@ -11,13 +11,13 @@ from temporalio.common import SearchAttributeKey
 from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
-    from activities.checks import CHECK_RETRY, HEARTBEAT_TIMEOUT, CheckActivities
+    from activities.checks import CheckActivities
     from pricewatch.models import CheckInput, TargetConfig
+    from pricewatch.policy import CHECK_RETRY, CHECK_TIMEOUT, HEARTBEAT_TIMEOUT
     from pricewatch.settings import Settings
     from pricewatch.temporal import connect
     from workers.observability import configure_logging
     from workers.worker import WorkerTuning, address_policy, smtp_settings, worker_activities
-    from workflows.monitor import CHECK_TIMEOUT
 
 WORKFLOW_NAME = "BenchScheduledCheck"
 # Set by the scheduler on every workflow it starts: the action's nominal time, our due slot.

@@ -8,7 +8,6 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import (
-    SearchAttributeKey,
     SearchAttributePair,
     TypedSearchAttributes,
     WorkflowIDConflictPolicy,
@@ -19,11 +18,8 @@ from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime
 
 from pricewatch.models import MonitorState
+from pricewatch.names import TARGET_SEARCH_ATTRIBUTE, UNHEALTHY_SEARCH_ATTRIBUTE, WORKFLOW_TYPE
 
-# Names recorded in histories: never derive them from Python identifiers.
-WORKFLOW_TYPE = "MonitorTarget"
-TARGET_SEARCH_ATTRIBUTE = SearchAttributeKey.for_keyword("PricewatchTarget")
-UNHEALTHY_SEARCH_ATTRIBUTE = SearchAttributeKey.for_bool("PricewatchUnhealthy")
 # The marker the SDK records for a completed local activity.
 LOCAL_ACTIVITY_MARKER = "core_local_activity"
 SEARCH_ATTRIBUTES = {

@@ -14,9 +14,10 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities import checks, store
-from activities.checks import LEASE_HELD, CheckActivities
+from activities.checks import CheckActivities
 from activities.fetch import new_client
 from pricewatch.models import CheckInput, CheckResult, CheckStatus, TargetConfig
+from pricewatch.policy import LEASE_HELD
 from tests.conftest import LOOPBACK, PageServer
 
 SLOT = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)

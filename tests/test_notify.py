@@ -16,7 +16,7 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from activities import store
 from activities.fetch import new_client
-from activities.notify import PERMANENT_DELIVERY_ERROR, NotifyActivities, SmtpSettings
+from activities.notify import NotifyActivities, SmtpSettings
 from pricewatch.models import (
     Channel,
     ChannelKind,
@@ -26,6 +26,7 @@ from pricewatch.models import (
     Notice,
     TargetConfig,
 )
+from pricewatch.policy import PERMANENT_DELIVERY_ERROR
 from tests.conftest import LOOPBACK, Hold, MailSink, PageServer, Start, WebhookReceiver
 from tests.test_workflow import HOUR, rows, running_worker
 

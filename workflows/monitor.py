@@ -10,7 +10,6 @@ the replay of running histories.
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,18 +19,9 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 # Models are passed through so that the workflow and the converter share one class per
-# model (a sandbox re-import would make pydantic reject its own instances).
+# model (a sandbox re-import would make pydantic reject its own instances). Everything here
+# is free of I/O: activities are called by name, never imported.
 with workflow.unsafe.imports_passed_through():
-    from activities.checks import (
-        CHECK_LEASE,
-        CHECK_RETRY,
-        HEARTBEAT_TIMEOUT,
-        INVALID_TARGET,
-        LEASE_HELD,
-        TARGET_OUT_OF_SYNC,
-        CheckActivities,
-    )
-    from activities.notify import PERMANENT_DELIVERY_ERROR, NotifyActivities
     from pricewatch.models import (
         CheckInput,
         CheckKind,
@@ -51,6 +41,28 @@ with workflow.unsafe.imports_passed_through():
         TargetConfig,
         UnnotifiedQuery,
     )
+    from pricewatch.names import (
+        TARGET_SEARCH_ATTRIBUTE,
+        UNHEALTHY_SEARCH_ATTRIBUTE,
+        WORKFLOW_TYPE,
+        Activity,
+        Query,
+        Signal,
+        Update,
+    )
+    from pricewatch.policy import (
+        BOOKKEEPING_RETRY,
+        BOOKKEEPING_TIMEOUT,
+        CHECK_LEASE,
+        CHECK_RETRY,
+        CHECK_TIMEOUT,
+        DELIVERY_RETRY,
+        DELIVERY_TIMEOUT,
+        HEARTBEAT_TIMEOUT,
+        INVALID_TARGET,
+        LEASE_HELD,
+        TARGET_OUT_OF_SYNC,
+    )
     from pricewatch.slots import (
         first_slot,
         format_slot,
@@ -59,34 +71,6 @@ with workflow.unsafe.imports_passed_through():
         slots_between,
         spread_anchor,
     )
-    from pricewatch.temporal import (
-        TARGET_SEARCH_ATTRIBUTE,
-        UNHEALTHY_SEARCH_ATTRIBUTE,
-        WORKFLOW_TYPE,
-    )
-
-# A fetch is bounded at 30 s; the rest is two short SQL statements. Retries: CHECK_RETRY.
-CHECK_TIMEOUT = timedelta(seconds=60)
-# A notice: 10 s per attempt; transient failures back off from 10 s to 5 min, 8 attempts
-# (about 15 min), then the delivery is recorded failed. Permanent ones stop at once.
-DELIVERY_TIMEOUT = timedelta(seconds=10)
-DELIVERY_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=10),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(minutes=5),
-    maximum_attempts=8,
-    non_retryable_error_types=[PERMANENT_DELIVERY_ERROR],
-)
-# Bookkeeping statements: retried briefly through a Postgres restart, then given up so the
-# workflow carries on (it never fails because the database was away).
-BOOKKEEPING_TIMEOUT = timedelta(seconds=15)
-BOOKKEEPING_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(minutes=1),
-    maximum_attempts=20,
-)
-
 
 # Registration needs the database (it holds the grid): while it is away past the bookkeeping
 # retries, the workflow waits this long and asks again.
@@ -132,7 +116,7 @@ class MonitorTarget:
             if self._removing:
                 await asyncio.gather(*self._deliveries)
                 removed = await self._bookkeep(
-                    CheckActivities.remove_target,
+                    Activity.REMOVE_TARGET,
                     RemoveTargetInput(target_id=self._config.target_id),
                     f"remove {self._config.target_id}",
                 )
@@ -178,7 +162,7 @@ class MonitorTarget:
                 continue
             await self._run_scheduled_check(slot)
 
-    @workflow.signal(name="pause")
+    @workflow.signal(name=Signal.PAUSE)
     def pause(self) -> None:
         """Stop future slots; a check already running finishes."""
         if not self._paused:
@@ -186,7 +170,7 @@ class MonitorTarget:
             self._paused_at = workflow.now()
             self._mark_mirror_stale()
 
-    @workflow.signal(name="resume")
+    @workflow.signal(name=Signal.RESUME)
     def resume(self) -> None:
         """Continue on the grid: slots that went by while paused are not due. Slots that
         were overdue when the pause took effect (it can arrive late, e.g. while a worker
@@ -220,12 +204,12 @@ class MonitorTarget:
         # The slot being checked gets its own row from its check.
         return [s for s in passed if s <= paused_at and s < resumed and s != self._checking]
 
-    @workflow.signal(name="remove")
+    @workflow.signal(name=Signal.REMOVE)
     def remove(self) -> None:
         self._removing = True
         self._woken = True
 
-    @workflow.update(name="reconfigure")
+    @workflow.update(name=Update.RECONFIGURE)
     def reconfigure(self, config: TargetConfig) -> MonitorStatus:
         """Change url or interval. The pending slot stays; later slots use the new interval."""
         if config != self._config:
@@ -242,12 +226,12 @@ class MonitorTarget:
         if (problem := self._config_problem(config)) is not None:
             raise ValueError(problem)
 
-    @workflow.update(name="check_now")
+    @workflow.update(name=Update.CHECK_NOW)
     async def check_now(self) -> CheckResult:
         """An extra check with its own identity (a manual work id); the grid is untouched."""
         return await self._extra_check(self._check_input(workflow.now(), kind=CheckKind.MANUAL))
 
-    @workflow.update(name="retry_slot")
+    @workflow.update(name=Update.RETRY_SLOT)
     async def retry_slot(self, request: RetryRequest) -> CheckResult:
         """Re-run one failed slot now, on its own row; a slot that succeeded meanwhile is
         returned as recorded, not fetched again. The schedule is untouched."""
@@ -268,7 +252,7 @@ class MonitorTarget:
         await workflow.wait_condition(lambda: check.work_id in self._extra_results)
         return self._extra_results[check.work_id]
 
-    @workflow.query(name="status")
+    @workflow.query(name=Query.STATUS)
     def status(self) -> MonitorStatus:
         return MonitorStatus(
             config=self._config,
@@ -301,9 +285,10 @@ class MonitorTarget:
         )
         while True:
             try:
-                registration: Registration = await workflow.execute_activity_method(
-                    CheckActivities.register_target,
+                registration = await workflow.execute_activity(
+                    Activity.REGISTER_TARGET,
                     request,
+                    result_type=Registration,
                     start_to_close_timeout=BOOKKEEPING_TIMEOUT,
                     retry_policy=BOOKKEEPING_RETRY,
                     summary=f"register {self._config.target_id}",
@@ -324,7 +309,7 @@ class MonitorTarget:
         sync and asks for another sync then."""
         skipped = list(self._unrecorded_skips)
         synced = await self._bookkeep(
-            CheckActivities.sync_target,
+            Activity.SYNC_TARGET,
             SyncTargetInput(
                 config=self._config,
                 next_slot=self._slot(),
@@ -346,9 +331,10 @@ class MonitorTarget:
             target_id=self._config.target_id, first=min(skipped), last=max(skipped)
         )
         try:
-            changes = await workflow.execute_activity_method(
-                CheckActivities.unnotified_changes,
+            changes = await workflow.execute_activity(
+                Activity.UNNOTIFIED_CHANGES,
                 query,
+                result_type=list[CheckResult],
                 start_to_close_timeout=BOOKKEEPING_TIMEOUT,
                 retry_policy=BOOKKEEPING_RETRY,
                 summary=f"unnotified changes {self._config.target_id}",
@@ -450,8 +436,8 @@ class MonitorTarget:
         """One channel; its failure is recorded and never touches the check or the others."""
         summary = f"notify {delivery.channel_id} {delivery.notice.value} {delivery.result.work_id}"
         try:
-            await workflow.execute_activity_method(
-                NotifyActivities.deliver_notice,
+            await workflow.execute_activity(
+                Activity.DELIVER_NOTICE,
                 delivery,
                 start_to_close_timeout=DELIVERY_TIMEOUT,
                 retry_policy=DELIVERY_RETRY,
@@ -460,7 +446,7 @@ class MonitorTarget:
         except ActivityError as err:
             workflow.logger.warning("%s gave up: %s", summary, _reason(err))
             await self._bookkeep(
-                NotifyActivities.record_delivery_failed,
+                Activity.RECORD_DELIVERY_FAILED,
                 DeliveryFailureInput(delivery=delivery, error_message=_reason(err)),
                 f"record failed {summary}",
             )
@@ -482,9 +468,10 @@ class MonitorTarget:
             workflow.logger.warning("check %s gave up: %s", check.work_id, _reason(err))
             failure = RecordFailureInput(check=self._asked_now(check), error_message=_reason(err))
             try:
-                result = await workflow.execute_activity_method(
-                    CheckActivities.record_failed_slot,
+                result = await workflow.execute_activity(
+                    Activity.RECORD_FAILED_SLOT,
                     failure,
+                    result_type=CheckResult,
                     start_to_close_timeout=BOOKKEEPING_TIMEOUT,
                     retry_policy=BOOKKEEPING_RETRY,
                     summary=f"record failed {check.work_id}",
@@ -505,14 +492,17 @@ class MonitorTarget:
         same backoff, with heartbeats and the retry policy's remaining attempts."""
         retry = dataclasses.replace(CHECK_RETRY, maximum_attempts=self._config.max_attempts)
         summary = f"{'retry' if check.retry else 'check'} {check.work_id}"
+        result: CheckResult
         try:
-            return await workflow.execute_local_activity_method(
-                CheckActivities.check_slot,
+            result = await workflow.execute_local_activity(
+                Activity.CHECK_SLOT,
                 self._asked_now(check),
+                result_type=CheckResult,
                 start_to_close_timeout=CHECK_TIMEOUT,
                 retry_policy=RetryPolicy(maximum_attempts=1),
                 summary=summary,
             )
+            return result
         except CHECK_FAILED as err:
             backoff = _first_retry_delay(err)
             if backoff is None or retry.maximum_attempts == 1:
@@ -523,26 +513,26 @@ class MonitorTarget:
             initial_interval=retry.initial_interval * retry.backoff_coefficient,
             maximum_attempts=retry.maximum_attempts - 1,
         )
-        return await workflow.execute_activity_method(
-            CheckActivities.check_slot,
+        result = await workflow.execute_activity(
+            Activity.CHECK_SLOT,
             self._asked_now(check),
+            result_type=CheckResult,
             start_to_close_timeout=CHECK_TIMEOUT,
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
             retry_policy=retry,
             summary=summary,
         )
+        return result
 
     @staticmethod
     def _asked_now(check: CheckInput) -> CheckInput:
         """The check as asked for now: it carries Temporal's time to the activity."""
         return check.model_copy(update={"asked_at": workflow.now()})
 
-    async def _bookkeep(
-        self, activity: Callable[[Any, Any], Awaitable[None]], arg: Any, summary: str
-    ) -> bool:
+    async def _bookkeep(self, activity: Activity, arg: Any, summary: str) -> bool:
         """Run a bookkeeping activity; report failure instead of failing the workflow."""
         try:
-            await workflow.execute_activity_method(
+            await workflow.execute_activity(
                 activity,
                 arg,
                 start_to_close_timeout=BOOKKEEPING_TIMEOUT,

@@ -39,13 +39,8 @@ from temporalio.worker import Replayer
 
 from activities.migrate import migrate
 from pricewatch.models import Channel, ChannelKind, MonitorState, MonitorStatus, TargetConfig
-from pricewatch.temporal import (
-    DATA_CONVERTER,
-    WORKFLOW_TYPE,
-    local_activity_type,
-    start_monitor,
-    workflow_id,
-)
+from pricewatch.names import WORKFLOW_TYPE
+from pricewatch.temporal import DATA_CONVERTER, local_activity_type, start_monitor, workflow_id
 from tests.chaos.stack import Outages, Pages, Postgres, Receiver, TemporalServer, Workers, serve
 from workers.embedded import free_port
 from workflows.monitor import MonitorTarget

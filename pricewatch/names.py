@@ -1,0 +1,38 @@
+"""Names recorded in Temporal histories and used by every surface (workflow, activities,
+client, CLI, tests). Never derive them from Python identifiers: a rename must not change
+what running workflows and their histories call things."""
+
+from enum import StrEnum
+
+from temporalio.common import SearchAttributeKey
+
+WORKFLOW_TYPE = "MonitorTarget"
+TARGET_SEARCH_ATTRIBUTE = SearchAttributeKey.for_keyword("PricewatchTarget")
+UNHEALTHY_SEARCH_ATTRIBUTE = SearchAttributeKey.for_bool("PricewatchUnhealthy")
+
+
+class Signal(StrEnum):
+    PAUSE = "pause"
+    RESUME = "resume"
+    REMOVE = "remove"
+
+
+class Update(StrEnum):
+    RECONFIGURE = "reconfigure"
+    CHECK_NOW = "check_now"
+    RETRY_SLOT = "retry_slot"
+
+
+class Query(StrEnum):
+    STATUS = "status"
+
+
+class Activity(StrEnum):
+    REGISTER_TARGET = "register_target"
+    SYNC_TARGET = "sync_target"
+    CHECK_SLOT = "check_slot"
+    RECORD_FAILED_SLOT = "record_failed_slot"
+    UNNOTIFIED_CHANGES = "unnotified_changes"
+    REMOVE_TARGET = "remove_target"
+    DELIVER_NOTICE = "deliver_notice"
+    RECORD_DELIVERY_FAILED = "record_delivery_failed"

@@ -1,0 +1,56 @@
+"""Timeouts, retry policies, the lease and the error types that the workflow and the
+activities agree on. No I/O: the workflow imports it."""
+
+from datetime import timedelta
+
+from temporalio.common import RetryPolicy
+
+# Error types (ApplicationError.type) the retry policies and the workflow tell apart.
+PERMANENT_FETCH_ERROR = "PermanentFetchError"
+TRANSIENT_FETCH_ERROR = "TransientFetchError"
+TARGET_OUT_OF_SYNC = "TargetOutOfSync"
+INVALID_TARGET = "InvalidTarget"
+LEASE_HELD = "LeaseHeld"
+SLOT_NOT_DUE = "SlotNotDue"
+PERMANENT_DELIVERY_ERROR = "PermanentDeliveryError"
+TRANSIENT_DELIVERY_ERROR = "TransientDeliveryError"
+
+# Longer than the heartbeat timeout (20 s), and renewed by every heartbeat: while Temporal
+# still considers an attempt alive, nobody else can take its lease. Shorter than that timeout
+# plus the first retry's 30 s backoff: the next attempt after a crash finds the lease lapsed.
+CHECK_LEASE = timedelta(seconds=45)
+# A fetch heartbeats (and extends its lease) every 5 s; the heartbeat timeout is a few beats,
+# well below the lease, so a silent attempt is retried before its lease could look alive.
+HEARTBEAT_TIMEOUT = timedelta(seconds=20)
+# A fetch is bounded at 30 s; the rest is two short SQL statements.
+CHECK_TIMEOUT = timedelta(seconds=60)
+# Transient failures back off from 30 s, doubling to 15 min (Retry-After overrides a delay);
+# the target's max_attempts (default 5: about 7.5 min of backoff) bounds them. Permanent
+# ones stop at once. The workflow runs the first attempt locally and the rest under this
+# policy; a failed attempt records when the next one is due by the same numbers.
+CHECK_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=30),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=15),
+    maximum_attempts=5,
+    non_retryable_error_types=[PERMANENT_FETCH_ERROR, TARGET_OUT_OF_SYNC, SLOT_NOT_DUE],
+)
+# A notice: 10 s per attempt; transient failures back off from 10 s to 5 min, 8 attempts
+# (about 15 min), then the delivery is recorded failed. Permanent ones stop at once.
+DELIVERY_TIMEOUT = timedelta(seconds=10)
+DELIVERY_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=10),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=5),
+    maximum_attempts=8,
+    non_retryable_error_types=[PERMANENT_DELIVERY_ERROR],
+)
+# Bookkeeping statements: retried briefly through a Postgres restart, then given up so the
+# workflow carries on (it never fails because the database was away).
+BOOKKEEPING_TIMEOUT = timedelta(seconds=15)
+BOOKKEEPING_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=1),
+    maximum_attempts=20,
+)
