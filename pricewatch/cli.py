@@ -4,41 +4,25 @@ import asyncio
 import contextlib
 import os
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from datetime import UTC, datetime
 from functools import wraps
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec
 from urllib.parse import urlsplit
 
 import asyncpg
 import typer
 from pydantic import ValidationError
-from temporalio.client import (
-    Client,
-    WorkflowExecutionStatus,
-    WorkflowFailureError,
-    WorkflowHandle,
-    WorkflowUpdateFailedError,
-)
+from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.envconfig import ClientConfig
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
-from activities.guard import AddressPolicy, BlockedAddress, check_url
-from activities.normalise import Extraction, validate_extraction
+from activities.guard import BlockedAddress
+from pricewatch.client import Added, BadInput, Pricewatch, valid_id
 from pricewatch.durations import format_duration, parse_duration
-from pricewatch.models import (
-    Channel,
-    ChannelKind,
-    CheckResult,
-    CheckStatus,
-    MonitorState,
-    MonitorStatus,
-    RetryRequest,
-    TargetConfig,
-)
+from pricewatch.models import Channel, ChannelKind, CheckResult, MonitorStatus, TargetConfig
 from pricewatch.settings import Settings
-from pricewatch.slots import format_slot, spread_anchor
-from pricewatch.temporal import connect, start_monitor, workflow_id
+from pricewatch.slots import format_slot
 
 app = typer.Typer(
     help="Watch pages on a schedule; record one result per due slot; say when they change.",
@@ -48,14 +32,9 @@ app = typer.Typer(
 )
 
 P = ParamSpec("P")
-R = TypeVar("R")
 
 BAD_INPUT = 2
 UNAVAILABLE = 1
-
-
-class BadInput(Exception):
-    """The user asked for something invalid: exit 2, nothing changed."""
 
 
 @contextlib.contextmanager
@@ -102,13 +81,10 @@ def settings() -> Settings:
     return Settings()
 
 
-async def read_database(query: Callable[[asyncpg.Pool], Awaitable[R]]) -> R:
-    """Run one read against Postgres with a short-lived pool (the CLI's only DB access)."""
-    pool = await asyncpg.create_pool(settings().resolved_database_url(), min_size=1, max_size=1)
-    try:
-        return await query(pool)
-    finally:
-        await pool.close()
+@contextlib.asynccontextmanager
+async def pricewatch() -> AsyncIterator[Pricewatch]:
+    async with Pricewatch(settings()) as client:
+        yield client
 
 
 def parse_start_at(text: str | None) -> datetime | None:
@@ -121,36 +97,6 @@ def parse_start_at(text: str | None) -> datetime | None:
             f"invalid --start-at {text!r}: use ISO-8601, e.g. 2026-08-07T08:00Z"
         ) from err
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-def ui_link(client: Client, target_id: str) -> str:
-    return f"{settings().ui_url}/namespaces/{client.namespace}/workflows/{workflow_id(target_id)}"
-
-
-async def running_handle(client: Client, target_id: str) -> WorkflowHandle[Any, Any]:
-    """The target's open workflow, or BadInput if there is none."""
-    handle = client.get_workflow_handle(workflow_id(target_id))
-    try:
-        description = await handle.describe()
-    except RPCError as err:
-        if err.status is RPCStatusCode.NOT_FOUND:
-            raise BadInput(f"unknown target {target_id!r}") from err
-        raise
-    if description.status is not WorkflowExecutionStatus.RUNNING:
-        raise BadInput(f"unknown target {target_id!r} (its workflow is no longer running)")
-    return handle
-
-
-async def target_workflow(target_id: str) -> tuple[Client, WorkflowHandle[Any, Any]]:
-    """Check the id, connect, and find the target's open workflow (BadInput if none)."""
-    valid_id(target_id)
-    client = await connect()
-    return client, await running_handle(client, target_id)
-
-
-def valid_id(target_id: str) -> str:
-    TargetConfig(target_id=target_id, url="http://example.com", interval_seconds=1)
-    return target_id
 
 
 def print_result(result: CheckResult) -> None:
@@ -224,9 +170,8 @@ async def add(
     user_agent: Annotated[str | None, typer.Option(help="User-Agent for this target.")] = None,
 ) -> None:
     """Start watching a page (same settings again: no-op; different: reconfigure)."""
-    valid_id(target_id)
     config = TargetConfig(
-        target_id=target_id,
+        target_id=valid_id(target_id),
         url=url,
         interval_seconds=int(parse_duration(every).total_seconds()),
         max_attempts=max_attempts,
@@ -238,52 +183,26 @@ async def add(
         json_pointer=json_pointer,
         user_agent=user_agent,
     )
-    validate_extraction(Extraction(selector=selector, ignore=ignore, json_pointer=json_pointer))
-    minimum = settings().min_interval
-    if config.interval < minimum:
-        raise BadInput(
-            f"interval {every} is below the minimum {format_duration(minimum)} "
-            "(PRICEWATCH_MIN_INTERVAL)"
+    async with pricewatch() as client:
+        outcome = await client.add(config, parse_start_at(start_at))
+        watched = f"{target_id}: {config.url} every {format_duration(config.interval)}"
+        typer.echo(
+            {
+                Added.ADDED: f"added {watched}",
+                Added.UNCHANGED: f"{target_id} already watched with these settings: "
+                "nothing changed",
+                Added.RECONFIGURED: f"reconfigured {watched}",
+            }[outcome]
         )
-    # The grid's anchor, decided here once: the first registration records it, and every
-    # later start or reset of the workflow adopts the recorded one.
-    anchor = parse_start_at(start_at) or spread_anchor(target_id, datetime.now(UTC))
-    policy = AddressPolicy.allowing(settings().allow_networks.split(","))
-    for destination in [url, *(webhook or [])]:
-        await check_url(policy, destination)
-    client = await connect()
-    try:
-        handle = await running_handle(client, target_id)
-    except BadInput:
-        handle = None
-    if handle is None:
-        await start_monitor(
-            client,
-            MonitorState(
-                config=config,
-                start_at=anchor,
-                min_interval_seconds=int(minimum.total_seconds()),
-            ),
-            settings().task_queue,
-        )
-        typer.echo(f"added {target_id}: {url} every {format_duration(config.interval)}")
-    else:
-        status = await handle.query("status", result_type=MonitorStatus)
-        if status.config == config:
-            typer.echo(f"{target_id} already watched with these settings: nothing changed")
-        else:
-            await handle.execute_update("reconfigure", config, result_type=MonitorStatus)
-            typer.echo(f"reconfigured {target_id}: {url} every {format_duration(config.interval)}")
-    typer.echo(f"history: {ui_link(client, target_id)}")
+        typer.echo(f"history: {client.ui_link(target_id)}")
 
 
 @app.command("list")
 @command
 async def list_targets() -> None:
     """List targets with their state, next slot and last result."""
-    from activities.store import list_targets as fetch_targets
-
-    rows = await read_database(fetch_targets)
+    async with pricewatch() as client:
+        rows = await client.targets()
     if not rows:
         typer.echo("no targets: add one with `pricewatch add <id> <url> --every 24h`")
         return
@@ -303,13 +222,10 @@ async def list_targets() -> None:
 @command
 async def status(target_id: IdArg) -> None:
     """Show paused/active, the next due slot, the last result and the Temporal UI link."""
-    from activities.store import failed_checks
-
-    client, handle = await target_workflow(target_id)
-    result = await handle.query("status", result_type=MonitorStatus)
-    unsettled = await read_database(lambda pool: failed_checks(pool, target_id, limit=10))
-    retrying = [r for r in unsettled if r.status is CheckStatus.RETRYING]
-    print_status(result, retrying, ui_link(client, target_id))
+    async with pricewatch() as client:
+        result = await client.status(target_id)
+        retrying = await client.retrying(target_id)
+        print_status(result, retrying, client.ui_link(target_id))
 
 
 @app.command()
@@ -319,10 +235,8 @@ async def history(
     limit: Annotated[int, typer.Option(min=1, max=10000, help="How many slots.")] = 20,
 ) -> None:
     """Recorded checks of a target, newest first: one row per due slot."""
-    from activities.store import check_history
-
-    valid_id(target_id)
-    results = await read_database(lambda pool: check_history(pool, target_id, limit))
+    async with pricewatch() as client:
+        results = await client.history(target_id, limit)
     if not results:
         raise BadInput(f"no recorded checks for {target_id!r}")
     for result in results:
@@ -336,10 +250,8 @@ async def channels(
     reveal: Annotated[bool, typer.Option(help="Print webhook secrets in full.")] = False,
 ) -> None:
     """A target's notification channels; webhook secrets masked unless --reveal."""
-    from activities.store import target_channels
-
-    valid_id(target_id)
-    rows = await read_database(lambda pool: target_channels(pool, target_id))
+    async with pricewatch() as client:
+        rows = await client.channels(target_id)
     if not rows:
         typer.echo(f"no channels for {target_id!r}: add them with --webhook / --email")
     for row in rows:
@@ -360,10 +272,8 @@ async def deliveries(
     limit: Annotated[int, typer.Option(min=1, max=10000, help="How many deliveries.")] = 50,
 ) -> None:
     """Each notice per channel, newest first: sent, or failed with the last error."""
-    from activities.store import target_deliveries
-
-    valid_id(target_id)
-    rows = await read_database(lambda pool: target_deliveries(pool, target_id, limit))
+    async with pricewatch() as client:
+        rows = await client.deliveries(target_id, limit)
     if not rows:
         typer.echo("no deliveries yet")
     for row in rows:
@@ -385,24 +295,9 @@ async def diff(
     ] = None,
 ) -> None:
     """What changed: a unified diff of a change against the snapshot before it."""
-    from activities.snapshots import decompress, unified_diff
-    from activities.store import snapshots_for_diff
-
-    valid_id(target_id)
-    row = await read_database(lambda pool: snapshots_for_diff(pool, target_id, work_id))
-    if row is None:
-        which = f"change {work_id!r}" if work_id else "change"
-        raise BadInput(f"no recorded {which} with a snapshot for {target_id!r}")
-    if row["previous_snapshot"] is None:
-        raise BadInput(f"no snapshot before {row['work_id']} (pruned by the retention setting)")
-    typer.echo(
-        unified_diff(
-            decompress(row["previous_snapshot"]),
-            decompress(row["snapshot"]),
-            row["previous_work_id"],
-            row["work_id"],
-        )
-    )
+    async with pricewatch() as client:
+        change = await client.change(target_id, work_id)
+    typer.echo(change.diff)
 
 
 @app.command()
@@ -412,11 +307,8 @@ async def failures(
     limit: Annotated[int, typer.Option(min=1, max=10000, help="How many slots.")] = 50,
 ) -> None:
     """Failed slots (dead letters) and slots still being retried, newest first."""
-    from activities.store import failed_checks
-
-    if target_id is not None:
-        valid_id(target_id)
-    results = await read_database(lambda pool: failed_checks(pool, target_id, limit))
+    async with pricewatch() as client:
+        results = await client.failures(target_id, limit)
     if not results:
         typer.echo("no failed slots")
     for result in results:
@@ -429,18 +321,8 @@ async def retry(
     work_id: Annotated[str, typer.Argument(help="A failed slot's work id (see `failures`).")],
 ) -> None:
     """Re-run one failed slot now, through its workflow, on the same row."""
-    from activities.store import check_target, stored_check
-
-    async def lookup(pool: asyncpg.Pool) -> tuple[CheckResult | None, str | None]:
-        return await stored_check(pool, work_id), await check_target(pool, work_id)
-
-    stored, target_id = await read_database(lookup)
-    if stored is None or target_id is None:
-        raise BadInput(f"unknown work id {work_id!r}")
-    client = await connect()
-    handle = await running_handle(client, target_id)
-    request = RetryRequest(scheduled_for=stored.scheduled_for, kind=stored.kind)
-    result = await handle.execute_update("retry_slot", request, result_type=CheckResult)
+    async with pricewatch() as client:
+        result = await client.retry(work_id)
     if result.already_recorded:
         typer.echo("already recorded, not fetched again:")
     print_result(result)
@@ -450,8 +332,8 @@ async def retry(
 @command
 async def pause(target_id: IdArg) -> None:
     """Stop future checks (a check already running finishes)."""
-    _, handle = await target_workflow(target_id)
-    await handle.signal("pause")
+    async with pricewatch() as client:
+        await client.pause(target_id)
     typer.echo(f"pausing {target_id}")
 
 
@@ -459,8 +341,8 @@ async def pause(target_id: IdArg) -> None:
 @command
 async def resume(target_id: IdArg) -> None:
     """Resume checks on the target's grid; slots that fell due while paused are not checked."""
-    _, handle = await target_workflow(target_id)
-    await handle.signal("resume")
+    async with pricewatch() as client:
+        await client.resume(target_id)
     typer.echo(f"resuming {target_id}")
 
 
@@ -468,23 +350,16 @@ async def resume(target_id: IdArg) -> None:
 @command
 async def check_now(target_id: IdArg) -> None:
     """Run one extra check now (its own work id; the schedule is not moved)."""
-    _, handle = await target_workflow(target_id)
-    result = await handle.execute_update("check_now", result_type=CheckResult)
-    print_result(result)
+    async with pricewatch() as client:
+        print_result(await client.check_now(target_id))
 
 
 @app.command()
 @command
 async def remove(target_id: IdArg) -> None:
     """Stop watching a target and delete its recorded checks."""
-    _, handle = await target_workflow(target_id)
-    await handle.signal("remove")
-    try:
-        await asyncio.wait_for(handle.result(), timeout=120)
-    except TimeoutError as err:
-        raise TimeoutError(
-            f"{target_id} will be removed when a worker picks it up (none did in 120 s)"
-        ) from err
+    async with pricewatch() as client:
+        await client.remove(target_id)
     typer.echo(f"removed {target_id}")
 
 

@@ -19,6 +19,9 @@ from temporalio.client import Client
 from temporalio.worker import Replayer
 
 from activities.notify import SmtpSettings
+from pricewatch.client import Added, BadInput, Pricewatch
+from pricewatch.models import TargetConfig
+from pricewatch.settings import Settings
 from pricewatch.temporal import DATA_CONVERTER, workflow_id
 from tests.conftest import MailSink, PageServer, WebhookReceiver
 from workers.embedded import free_port, start_temporal_dev_server, stop_process
@@ -187,6 +190,40 @@ async def test_checks_run_a_change_is_recorded_once_and_the_cli_shows_it(
     await Replayer(workflows=[MonitorTarget], data_converter=DATA_CONVERTER).replay_workflow(
         history
     )
+
+
+async def test_the_python_client_drives_a_target_like_the_cli(
+    env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer, temporal_address: str
+) -> None:
+    """`pricewatch.client.Pricewatch` is the CLI's only way in, and any program's."""
+    page_server.set("/client", "<p>EUR 1</p>")
+    settings = Settings(
+        database_url=env["PRICEWATCH_DATABASE_URL"], task_queue=env["PRICEWATCH_TASK_QUEUE"],
+        min_interval=timedelta(seconds=2), allow_networks="127.0.0.1/32",
+    )  # fmt: skip
+    temporal = await Client.connect(temporal_address, data_converter=DATA_CONVERTER)
+    config = TargetConfig(
+        target_id="e2e-client", url=page_server.url("/client"), interval_seconds=2
+    )
+    async with worker_process(env), Pricewatch(settings, temporal) as client:
+        assert await client.add(config) is Added.ADDED
+        assert await client.add(config) is Added.UNCHANGED
+        slower = config.model_copy(update={"interval_seconds": 3})
+        assert await client.add(slower) is Added.RECONFIGURED
+        with pytest.raises(BadInput, match="below the minimum"):
+            await client.add(config.model_copy(update={"interval_seconds": 1}))
+        await wait_for(pool, "SELECT count(*) FROM source_checks WHERE target_id = 'e2e-client'")
+        assert (await client.status("e2e-client")).config == slower
+        manual = await client.check_now("e2e-client")
+        assert manual.work_id.startswith("e2e-client:manual:")
+        await client.pause("e2e-client")
+        assert (await client.status("e2e-client")).paused
+        await client.resume("e2e-client")
+        history = await client.history("e2e-client", limit=50)
+        assert history and all(r.work_id.startswith("e2e-client:") for r in history)
+        await client.remove("e2e-client")
+        with pytest.raises(BadInput, match="unknown target"):
+            await client.status("e2e-client")
 
 
 async def test_killed_worker_resumes_on_the_grid_without_a_burst(

@@ -1,0 +1,233 @@
+"""The typed client: the CLI, scripts and tests start, steer and read targets through it.
+
+Temporal is asked for what the workflow owns (its schedule, pause state, extra checks);
+Postgres for what was recorded (checks, channels, deliveries). Both connections open on
+first use, so a read of the history never needs Temporal, and bad input is refused before
+anything is contacted.
+"""
+
+import asyncio
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from types import TracebackType
+from typing import Any
+
+import asyncpg
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities import store
+from activities.guard import AddressPolicy, check_url
+from activities.normalise import Extraction, validate_extraction
+from activities.snapshots import decompress, unified_diff
+from pricewatch.durations import format_duration
+from pricewatch.models import (
+    ChannelKind,
+    CheckResult,
+    CheckStatus,
+    MonitorState,
+    MonitorStatus,
+    RetryRequest,
+    TargetConfig,
+)
+from pricewatch.names import Query, Signal, Update
+from pricewatch.settings import Settings
+from pricewatch.slots import spread_anchor
+from pricewatch.temporal import connect, start_monitor, workflow_id
+
+REMOVE_WAIT = timedelta(seconds=120)
+
+
+class BadInput(Exception):
+    """The caller asked for something invalid or unknown: nothing was changed."""
+
+
+class Added(StrEnum):
+    ADDED = "added"
+    UNCHANGED = "unchanged"
+    RECONFIGURED = "reconfigured"
+
+
+@dataclass(frozen=True)
+class Change:
+    """A recorded change and the snapshot before it, as a unified diff."""
+
+    work_id: str
+    previous_work_id: str
+    diff: str
+
+
+def valid_id(target_id: str) -> str:
+    """The id if it is a slug (the rule `TargetConfig` enforces), else a ValidationError."""
+    TargetConfig(target_id=target_id, url="http://example.com", interval_seconds=1)
+    return target_id
+
+
+class Pricewatch:
+    """`async with Pricewatch() as pw: await pw.add(config)`. Settings come from the
+    environment unless given; the Temporal client from Temporal's own convention unless
+    given (`temporalio.envconfig`, with pricewatch's data converter)."""
+
+    def __init__(self, settings: Settings | None = None, temporal: Client | None = None) -> None:
+        self.settings = settings or Settings()
+        self._temporal = temporal
+        self._pool: asyncpg.Pool | None = None
+
+    async def __aenter__(self) -> "Pricewatch":
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+
+    # Connections -------------------------------------------------------------------------
+
+    async def temporal(self) -> Client:
+        if self._temporal is None:
+            self._temporal = await connect()
+        return self._temporal
+
+    async def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            url = self.settings.resolved_database_url()
+            self._pool = await asyncpg.create_pool(url, min_size=1, max_size=1)
+        return self._pool
+
+    async def workflow(self, target_id: str) -> WorkflowHandle[Any, Any]:
+        """The target's open workflow, or BadInput if there is none."""
+        valid_id(target_id)
+        handle = (await self.temporal()).get_workflow_handle(workflow_id(target_id))
+        try:
+            description = await handle.describe()
+        except RPCError as err:
+            if err.status is RPCStatusCode.NOT_FOUND:
+                raise BadInput(f"unknown target {target_id!r}") from err
+            raise
+        if description.status is not WorkflowExecutionStatus.RUNNING:
+            raise BadInput(f"unknown target {target_id!r} (its workflow is no longer running)")
+        return handle
+
+    def ui_link(self, target_id: str) -> str:
+        namespace = self._temporal.namespace if self._temporal else "default"
+        return f"{self.settings.ui_url}/namespaces/{namespace}/workflows/{workflow_id(target_id)}"
+
+    # Steering (Temporal) -------------------------------------------------------------------
+
+    async def add(self, config: TargetConfig, start_at: datetime | None = None) -> Added:
+        """Start watching a target; the same settings again change nothing, other settings
+        reconfigure the running workflow. The grid's anchor is decided here, once: the
+        first registration records it and every later start or reset adopts the recorded
+        one."""
+        rules = Extraction(
+            selector=config.selector, ignore=config.ignore, json_pointer=config.json_pointer
+        )
+        validate_extraction(rules)
+        minimum = self.settings.min_interval
+        if config.interval < minimum:
+            raise BadInput(
+                f"interval {format_duration(config.interval)} is below the minimum "
+                f"{format_duration(minimum)} (PRICEWATCH_MIN_INTERVAL)"
+            )
+        policy = AddressPolicy.allowing(self.settings.allow_networks.split(","))
+        webhooks = [c.destination for c in config.channels if c.kind is ChannelKind.WEBHOOK]
+        for url in [config.url, *webhooks]:
+            await check_url(policy, url)
+        try:
+            handle = await self.workflow(config.target_id)
+        except BadInput:
+            anchor = start_at or spread_anchor(config.target_id, datetime.now(UTC))
+            state = MonitorState(
+                config=config, start_at=anchor, min_interval_seconds=int(minimum.total_seconds())
+            )
+            await start_monitor(await self.temporal(), state, self.settings.task_queue)
+            return Added.ADDED
+        status = await handle.query(Query.STATUS, result_type=MonitorStatus)
+        if status.config == config:
+            return Added.UNCHANGED
+        await handle.execute_update(Update.RECONFIGURE, config, result_type=MonitorStatus)
+        return Added.RECONFIGURED
+
+    async def status(self, target_id: str) -> MonitorStatus:
+        handle = await self.workflow(target_id)
+        status: MonitorStatus = await handle.query(Query.STATUS, result_type=MonitorStatus)
+        return status
+
+    async def pause(self, target_id: str) -> None:
+        await (await self.workflow(target_id)).signal(Signal.PAUSE)
+
+    async def resume(self, target_id: str) -> None:
+        await (await self.workflow(target_id)).signal(Signal.RESUME)
+
+    async def check_now(self, target_id: str) -> CheckResult:
+        handle = await self.workflow(target_id)
+        result: CheckResult = await handle.execute_update(Update.CHECK_NOW, result_type=CheckResult)
+        return result
+
+    async def retry(self, work_id: str) -> CheckResult:
+        """Re-run one failed slot through its workflow, on its own row."""
+        pool = await self.pool()
+        stored = await store.stored_check(pool, work_id)
+        target_id = await store.check_target(pool, work_id)
+        if stored is None or target_id is None:
+            raise BadInput(f"unknown work id {work_id!r}")
+        handle = await self.workflow(target_id)
+        request = RetryRequest(scheduled_for=stored.scheduled_for, kind=stored.kind)
+        result: CheckResult = await handle.execute_update(
+            Update.RETRY_SLOT, request, result_type=CheckResult
+        )
+        return result
+
+    async def remove(self, target_id: str, wait: timedelta = REMOVE_WAIT) -> None:
+        """Stop watching and delete the target's rows; waits for the workflow to finish."""
+        handle = await self.workflow(target_id)
+        await handle.signal(Signal.REMOVE)
+        try:
+            await asyncio.wait_for(handle.result(), timeout=wait.total_seconds())
+        except TimeoutError as err:
+            raise TimeoutError(
+                f"{target_id} will be removed when a worker picks it up (none did in "
+                f"{format_duration(wait)})"
+            ) from err
+
+    # Reading the record (Postgres) ---------------------------------------------------------
+
+    async def targets(self) -> list[asyncpg.Record]:
+        return await store.list_targets(await self.pool())
+
+    async def history(self, target_id: str, limit: int) -> list[CheckResult]:
+        return await store.check_history(await self.pool(), valid_id(target_id), limit)
+
+    async def failures(self, target_id: str | None, limit: int) -> list[CheckResult]:
+        """Dead letters and slots still being retried, newest first."""
+        if target_id is not None:
+            valid_id(target_id)
+        return await store.failed_checks(await self.pool(), target_id, limit)
+
+    async def retrying(self, target_id: str) -> list[CheckResult]:
+        unsettled = await self.failures(target_id, limit=10)
+        return [r for r in unsettled if r.status is CheckStatus.RETRYING]
+
+    async def channels(self, target_id: str) -> list[asyncpg.Record]:
+        return await store.target_channels(await self.pool(), valid_id(target_id))
+
+    async def deliveries(self, target_id: str, limit: int) -> list[asyncpg.Record]:
+        return await store.target_deliveries(await self.pool(), valid_id(target_id), limit)
+
+    async def change(self, target_id: str, work_id: str | None = None) -> Change:
+        """A change (default: the newest) against the snapshot before it."""
+        row = await store.snapshots_for_diff(await self.pool(), valid_id(target_id), work_id)
+        if row is None:
+            which = f"change {work_id!r}" if work_id else "change"
+            raise BadInput(f"no recorded {which} with a snapshot for {target_id!r}")
+        if row["previous_snapshot"] is None:
+            raise BadInput(f"no snapshot before {row['work_id']} (pruned by the retention setting)")
+        diff = unified_diff(
+            decompress(row["previous_snapshot"]),
+            decompress(row["snapshot"]),
+            row["previous_work_id"],
+            row["work_id"],
+        )
+        return Change(work_id=row["work_id"], previous_work_id=row["previous_work_id"], diff=diff)
