@@ -185,13 +185,16 @@ class CheckInput(Model):
 
 
 class MonitorState(Model):
-    """Everything a run hands to the next one through continue-as-new.
+    """The workflow's state: the input of a run, changed by it, and handed as is to the next
+    run through continue-as-new.
 
     Starting a target needs only `config`; the rest defaults. `start_at` is a point on the
     grid (`pricewatch add` always passes one). The first registration of a target records
     its grid in Postgres (default anchor: when the workflow first runs); every later one, a
     reset to the first workflow task included, adopts the recorded grid and pending slot.
     """
+
+    model_config = ConfigDict(frozen=False, extra="ignore")  # the workflow changes it
 
     config: TargetConfig
     start_at: UtcDatetime | None = None

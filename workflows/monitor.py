@@ -84,55 +84,44 @@ CHECK_FAILED = (ActivityError, ApplicationError, ActivityTimeout)
 class MonitorTarget:
     @workflow.init
     def __init__(self, state: MonitorState) -> None:
-        self._config = state.config
-        self._start_at = state.start_at
-        self._next_slot = state.next_slot
-        self._paused = state.paused
-        self._registered = state.registered
-        self._last_result = state.last_result
-        self._checks_completed = state.checks_completed
-        self._pending: list[CheckInput] = list(state.pending_checks)
+        # The one state a run owns and hands to the next through continue-as-new, as is.
+        self.state = state
+        # What lives only as long as this run.
         self._extra_results: dict[str, CheckResult] = {}
-        self._failure_streak = state.failure_streak
         self._deliveries: set[asyncio.Task[None]] = set()
         self._checks_this_run = 0
-        self._max_checks_per_run = state.max_checks_per_run
-        self._min_interval_seconds = state.min_interval_seconds
-        self._mirror_stale = state.mirror_stale
-        self._paused_at = state.paused_at
         self._checking: datetime | None = None  # the scheduled slot being checked
-        self._unrecorded_skips = list(state.unrecorded_skips)
         self._removing = False
         self._woken = False
 
     @workflow.run
     async def run(self, state: MonitorState) -> None:
-        if (problem := self._config_problem(self._config)) is not None:
+        if (problem := self._config_problem(self.state.config)) is not None:
             # Bad input from a start outside the CLI: fail clearly before writing anything.
             raise ApplicationError(problem, type=INVALID_TARGET, non_retryable=True)
-        if not self._registered:
+        if not self.state.registered:
             await self._register()
         while True:
             if self._removing:
                 await asyncio.gather(*self._deliveries)
                 removed = await self._bookkeep(
                     Activity.REMOVE_TARGET,
-                    RemoveTargetInput(target_id=self._config.target_id),
-                    f"remove {self._config.target_id}",
+                    RemoveTargetInput(target_id=self.state.config.target_id),
+                    f"remove {self.state.config.target_id}",
                 )
                 if not removed:
                     raise ApplicationError(
-                        f"stopped watching {self._config.target_id}, but its rows could not "
+                        f"stopped watching {self.state.config.target_id}, but its rows could not "
                         "be deleted; run `pricewatch remove` again after adding it back",
                         non_retryable=True,
                     )
                 return
-            if self._mirror_stale:
-                self._mirror_stale = False
+            if self.state.mirror_stale:
+                self.state.mirror_stale = False
                 await self._sync()
                 continue
-            if self._pending:
-                await self._run_extra_check(self._pending[0])
+            if self.state.pending_checks:
+                await self._run_extra_check(self.state.pending_checks[0])
                 continue
             if self._should_continue_as_new():
                 if self._deliveries:  # let notices finish, then look at the loop again
@@ -140,12 +129,15 @@ class MonitorTarget:
                     continue
                 # A handler still running waits for the loop (a queued check): serve it first.
                 await workflow.wait_condition(
-                    lambda: workflow.all_handlers_finished() or bool(self._pending)
+                    lambda: workflow.all_handlers_finished() or bool(self.state.pending_checks)
                 )
-                if self._pending:
+                if self.state.pending_checks:
                     continue
-                workflow.continue_as_new(self._snapshot())
-            if self._paused:
+                # The next run starts from this state; its pending slot is a point of the
+                # grid as it is now (after any reconfigure).
+                self.state.start_at = self.state.next_slot
+                workflow.continue_as_new(self.state)
+            if self.state.paused:
                 self._woken = False
                 await workflow.wait_condition(lambda: self._woken)
                 continue
@@ -165,9 +157,9 @@ class MonitorTarget:
     @workflow.signal(name=Signal.PAUSE)
     def pause(self) -> None:
         """Stop future slots; a check already running finishes."""
-        if not self._paused:
-            self._paused = True
-            self._paused_at = workflow.now()
+        if not self.state.paused:
+            self.state.paused = True
+            self.state.paused_at = workflow.now()
             self._mark_mirror_stale()
 
     @workflow.signal(name=Signal.RESUME)
@@ -175,11 +167,11 @@ class MonitorTarget:
         """Continue on the grid: slots that went by while paused are not due. Slots that
         were overdue when the pause took effect (it can arrive late, e.g. while a worker
         was down) were due: they get skipped rows."""
-        if self._paused:
-            self._paused = False
-            resumed = first_slot(self._slot(), self._config.interval, workflow.now())
-            self._unrecorded_skips += self._due_before_pause(resumed)
-            self._next_slot, self._paused_at = resumed, None
+        if self.state.paused:
+            self.state.paused = False
+            resumed = first_slot(self._slot(), self.state.config.interval, workflow.now())
+            self.state.unrecorded_skips += self._due_before_pause(resumed)
+            self.state.next_slot, self.state.paused_at = resumed, None
             self._mark_mirror_stale()
 
     def _due_before_first_task(self, anchor: datetime, slot: datetime) -> list[datetime]:
@@ -187,7 +179,7 @@ class MonitorTarget:
         first task ran (that task sat on a worker that died): they were due, so they get
         skipped rows. A start in the past does not make the slots before the start due."""
         started = workflow.info().workflow_start_time
-        interval = self._config.interval
+        interval = self.state.config.interval
         # The first grid point at or after the start.
         first = anchor
         if anchor < started:
@@ -196,11 +188,11 @@ class MonitorTarget:
         return [s for s in passed if s < slot]
 
     def _due_before_pause(self, resumed: datetime) -> list[datetime]:
-        slot, paused_at = self._slot(), self._paused_at
+        slot, paused_at = self._slot(), self.state.paused_at
         if paused_at is None:
             return []
         until = min(resumed, paused_at + timedelta.resolution)
-        passed = [slot, *slots_between(slot, until, self._config.interval)]
+        passed = [slot, *slots_between(slot, until, self.state.config.interval)]
         # The slot being checked gets its own row from its check.
         return [s for s in passed if s <= paused_at and s < resumed and s != self._checking]
 
@@ -212,16 +204,16 @@ class MonitorTarget:
     @workflow.update(name=Update.RECONFIGURE)
     def reconfigure(self, config: TargetConfig) -> MonitorStatus:
         """Change url or interval. The pending slot stays; later slots use the new interval."""
-        if config != self._config:
-            self._config = config
+        if config != self.state.config:
+            self.state.config = config
             self._mark_mirror_stale()
         return self.status()
 
     @reconfigure.validator
     def _validate_reconfigure(self, config: TargetConfig) -> None:
-        if config.target_id != self._config.target_id:
+        if config.target_id != self.state.config.target_id:
             raise ValueError(
-                f"this workflow monitors {self._config.target_id}, not {config.target_id}"
+                f"this workflow monitors {self.state.config.target_id}, not {config.target_id}"
             )
         if (problem := self._config_problem(config)) is not None:
             raise ValueError(problem)
@@ -240,14 +232,16 @@ class MonitorTarget:
 
     @retry_slot.validator
     def _validate_retry(self, request: RetryRequest) -> None:
-        not_yet_due = self._next_slot is not None and request.scheduled_for >= self._next_slot
+        not_yet_due = (
+            self.state.next_slot is not None and request.scheduled_for >= self.state.next_slot
+        )
         if request.kind is CheckKind.SCHEDULED and not_yet_due:
             raise ValueError("only slots that already fell due can be retried")
 
     async def _extra_check(self, check: CheckInput) -> CheckResult:
         """Queue a check off the schedule for the main loop (which owns the lease) and wait."""
-        if check.work_id not in self._extra_results and check not in self._pending:
-            self._pending.append(check)
+        if check.work_id not in self._extra_results and check not in self.state.pending_checks:
+            self.state.pending_checks.append(check)
         self._woken = True
         await workflow.wait_condition(lambda: check.work_id in self._extra_results)
         return self._extra_results[check.work_id]
@@ -255,12 +249,12 @@ class MonitorTarget:
     @workflow.query(name=Query.STATUS)
     def status(self) -> MonitorStatus:
         return MonitorStatus(
-            config=self._config,
-            paused=self._paused,
-            next_slot=self._next_slot,
-            last_result=self._last_result,
-            checks_completed=self._checks_completed,
-            failure_streak=self._failure_streak,
+            config=self.state.config,
+            paused=self.state.paused,
+            next_slot=self.state.next_slot,
+            last_result=self.state.last_result,
+            checks_completed=self.state.checks_completed,
+            failure_streak=self.state.failure_streak,
             unhealthy=self._unhealthy,
         )
 
@@ -270,18 +264,18 @@ class MonitorTarget:
         which is the recorded grid and pending slot if the target exists already (a reset
         to the first workflow task, a target started again)."""
         now = workflow.now()
-        anchor = self._start_at or spread_anchor(self._config.target_id, now)
-        proposed = latest_due_slot(anchor, self._config.interval, now)
-        self._next_slot = proposed  # what `status` shows until Postgres answers
+        anchor = self.state.start_at or spread_anchor(self.state.config.target_id, now)
+        proposed = latest_due_slot(anchor, self.state.config.interval, now)
+        self.state.next_slot = proposed  # what `status` shows until Postgres answers
         request = RegisterTargetInput(
-            config=self._config,
+            config=self.state.config,
             anchor=anchor,
             next_slot=proposed,
-            enabled=not self._paused,
+            enabled=not self.state.paused,
             skipped=self._due_before_first_task(anchor, proposed),
         )
         workflow.upsert_search_attributes(
-            [TARGET_SEARCH_ATTRIBUTE.value_set(self._config.target_id)]
+            [TARGET_SEARCH_ATTRIBUTE.value_set(self.state.config.target_id)]
         )
         while True:
             try:
@@ -291,35 +285,37 @@ class MonitorTarget:
                     result_type=Registration,
                     start_to_close_timeout=BOOKKEEPING_TIMEOUT,
                     retry_policy=BOOKKEEPING_RETRY,
-                    summary=f"register {self._config.target_id}",
+                    summary=f"register {self.state.config.target_id}",
                 )
                 break
             except ActivityError as err:
                 workflow.logger.error("register failed: %s", _reason(err))
                 await workflow.sleep(REGISTER_AGAIN_AFTER)
-        self._next_slot = registration.next_slot
+        self.state.next_slot = registration.next_slot
         for change in registration.unnotified:
             self._notify(change, None)
-        self._registered = True
+        self.state.registered = True
 
     async def _sync(self) -> bool:
         """Mirror config, slot and pause into Postgres; a paused target cannot be claimed.
 
         A failed sync is not retried in a loop: the next check finds the mirror out of
         sync and asks for another sync then."""
-        skipped = list(self._unrecorded_skips)
+        skipped = list(self.state.unrecorded_skips)
         synced = await self._bookkeep(
             Activity.SYNC_TARGET,
             SyncTargetInput(
-                config=self._config,
+                config=self.state.config,
                 next_slot=self._slot(),
-                enabled=not self._paused,
+                enabled=not self.state.paused,
                 skipped=skipped,
             ),
-            f"sync {self._config.target_id}",
+            f"sync {self.state.config.target_id}",
         )
         if synced:
-            self._unrecorded_skips = self._unrecorded_skips[len(skipped) :]  # only appended to
+            self.state.unrecorded_skips = self.state.unrecorded_skips[
+                len(skipped) :
+            ]  # only appended to
         if synced and skipped:
             await self._notify_changes_among(skipped)
         return synced
@@ -328,7 +324,7 @@ class MonitorTarget:
         """A reset can leave a change recorded (by the old run) in a slot this run now
         skips: tell the channels about any such change nobody told."""
         query = UnnotifiedQuery(
-            target_id=self._config.target_id, first=min(skipped), last=max(skipped)
+            target_id=self.state.config.target_id, first=min(skipped), last=max(skipped)
         )
         try:
             changes = await workflow.execute_activity(
@@ -337,7 +333,7 @@ class MonitorTarget:
                 result_type=list[CheckResult],
                 start_to_close_timeout=BOOKKEEPING_TIMEOUT,
                 retry_policy=BOOKKEEPING_RETRY,
-                summary=f"unnotified changes {self._config.target_id}",
+                summary=f"unnotified changes {self.state.config.target_id}",
             )
         except ActivityError as err:
             workflow.logger.error("could not look for unnotified changes: %s", _reason(err))
@@ -349,15 +345,15 @@ class MonitorTarget:
         self, slot: datetime, kind: CheckKind = CheckKind.SCHEDULED, retry: bool = False
     ) -> CheckInput:
         return CheckInput(
-            target_id=self._config.target_id,
-            url=self._config.url,
+            target_id=self.state.config.target_id,
+            url=self.state.config.url,
             slot=slot,
             kind=kind,
             retry=retry,
-            selector=self._config.selector,
-            ignore=self._config.ignore,
-            json_pointer=self._config.json_pointer,
-            user_agent=self._config.user_agent,
+            selector=self.state.config.selector,
+            ignore=self.state.config.ignore,
+            json_pointer=self.state.config.json_pointer,
+            user_agent=self.state.config.user_agent,
         )
 
     async def _run_scheduled_check(self, slot: datetime) -> None:
@@ -372,16 +368,16 @@ class MonitorTarget:
                 self._notify(change, None)
         advanced = result.next_slot if result is not None else None
         if advanced is None or advanced <= slot:
-            advanced = next_slot(slot, self._config.interval, workflow.now())
+            advanced = next_slot(slot, self.state.config.interval, workflow.now())
         # A resume during the check may have moved the slot on: never back onto slots it
         # marked skipped.
         advanced = max(advanced, self._slot())
-        self._next_slot = advanced
+        self.state.next_slot = advanced
         self._checks_this_run += 1
 
     async def _run_extra_check(self, check: CheckInput) -> None:
         result = await self._check(check) or self._unrecorded(check)
-        self._pending.remove(check)
+        self.state.pending_checks.remove(check)
         self._notify(result, None)
         self._extra_results[check.work_id] = result
         self._checks_this_run += 1
@@ -406,7 +402,7 @@ class MonitorTarget:
             return None  # not a check: neither a failure nor a recovery
         was_unhealthy = self._unhealthy
         failed = result is None or result.status is CheckStatus.FAILED
-        self._failure_streak = self._failure_streak + 1 if failed else 0
+        self.state.failure_streak = self.state.failure_streak + 1 if failed else 0
         if self._unhealthy == was_unhealthy:
             return None
         workflow.upsert_search_attributes([UNHEALTHY_SEARCH_ATTRIBUTE.value_set(self._unhealthy)])
@@ -419,14 +415,14 @@ class MonitorTarget:
         if health_notice is not None:
             notices.append(health_notice)
         for notice in notices:
-            for channel in self._config.channels:
+            for channel in self.state.config.channels:
                 delivery = DeliveryInput(
                     notice=notice,
                     channel_id=channel.channel_id,
-                    target_id=self._config.target_id,
-                    url=self._config.url,
+                    target_id=self.state.config.target_id,
+                    url=self.state.config.url,
                     result=result,
-                    failure_streak=self._failure_streak,
+                    failure_streak=self.state.failure_streak,
                 )
                 task = asyncio.create_task(self._deliver(delivery))
                 self._deliveries.add(task)
@@ -453,7 +449,7 @@ class MonitorTarget:
 
     @property
     def _unhealthy(self) -> bool:
-        return self._failure_streak >= self._config.unhealthy_after
+        return self.state.failure_streak >= self.state.config.unhealthy_after
 
     async def _check(self, check: CheckInput) -> CheckResult | None:
         """Run the check; if it gives up, dead-letter the slot. None only if even that failed."""
@@ -482,15 +478,15 @@ class MonitorTarget:
                 )
                 return None
         if result.status is not CheckStatus.SKIPPED:
-            self._last_result = result
-            self._checks_completed += 1
+            self.state.last_result = result
+            self.state.checks_completed += 1
         return result
 
     async def _check_slot(self, check: CheckInput) -> CheckResult:
         """The first attempt runs as a local activity in the workflow task the slot's timer
         woke; if it fails and may be retried, the rest run as a normal activity after the
         same backoff, with heartbeats and the retry policy's remaining attempts."""
-        retry = dataclasses.replace(CHECK_RETRY, maximum_attempts=self._config.max_attempts)
+        retry = dataclasses.replace(CHECK_RETRY, maximum_attempts=self.state.config.max_attempts)
         summary = f"{'retry' if check.retry else 'check'} {check.work_id}"
         result: CheckResult
         try:
@@ -545,44 +541,25 @@ class MonitorTarget:
         return True
 
     def _config_problem(self, config: TargetConfig) -> str | None:
-        if config.interval_seconds < self._min_interval_seconds:
+        if config.interval_seconds < self.state.min_interval_seconds:
             return (
                 f"interval {config.interval_seconds}s is below this target's minimum of "
-                f"{self._min_interval_seconds}s"
+                f"{self.state.min_interval_seconds}s"
             )
         return None
 
     def _slot(self) -> datetime:
-        assert self._next_slot is not None, "the slot is set at registration"
-        return self._next_slot
+        assert self.state.next_slot is not None, "the slot is set at registration"
+        return self.state.next_slot
 
     def _mark_mirror_stale(self) -> None:
-        self._mirror_stale = True
+        self.state.mirror_stale = True
         self._woken = True
 
     def _should_continue_as_new(self) -> bool:
         return (
             workflow.info().is_continue_as_new_suggested()
-            or self._checks_this_run >= self._max_checks_per_run
-        )
-
-    def _snapshot(self) -> MonitorState:
-        # The pending slot is a point of the grid as it is now (after any reconfigure).
-        return MonitorState(
-            config=self._config,
-            start_at=self._next_slot,
-            next_slot=self._next_slot,
-            paused=self._paused,
-            registered=True,
-            last_result=self._last_result,
-            checks_completed=self._checks_completed,
-            pending_checks=self._pending,
-            failure_streak=self._failure_streak,
-            max_checks_per_run=self._max_checks_per_run,
-            min_interval_seconds=self._min_interval_seconds,
-            mirror_stale=self._mirror_stale,
-            paused_at=self._paused_at,
-            unrecorded_skips=self._unrecorded_skips,
+            or self._checks_this_run >= self.state.max_checks_per_run
         )
 
 
