@@ -5,6 +5,7 @@ A transaction-level advisory lock serialises concurrent runners (a worker and `p
 dev` starting together), so each file is applied exactly once.
 """
 
+import re
 from importlib import resources
 
 import asyncpg
@@ -22,7 +23,8 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 
 def migration_files() -> list[tuple[str, str]]:
     folder = resources.files("activities") / "sql"
-    files = sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
+    numbered = (f for f in folder.iterdir() if re.fullmatch(r"\d{4}_\w+\.sql", f.name))
+    files = sorted(numbered, key=lambda f: f.name)
     return [(f.name.removesuffix(".sql"), f.read_text()) for f in files]
 
 

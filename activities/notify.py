@@ -24,6 +24,7 @@ from temporalio.exceptions import ApplicationError
 from activities.fetch import TRANSIENT_STATUSES
 from activities.guard import BlockedAddress
 from activities.metrics import count
+from activities.queries import QUERIES
 from pricewatch.models import (
     ChannelKind,
     DeliveryFailureInput,
@@ -43,49 +44,6 @@ SEND_DEADLINE = timedelta(seconds=9)
 WEBHOOK_TIMEOUT = httpx.Timeout(8.0, connect=4.0)
 SMTP_TIMEOUT_SECONDS = 8.0
 
-# Take the delivery for this attempt: create its row on first sight, and refuse if it was
-# sent already or another attempt is sending right now. Returns the channel to send to.
-CLAIM_DELIVERY = """
-WITH taken AS (
-    INSERT INTO deliveries AS d
-        (work_id, channel_id, notice, target_id, message_id, sending_until)
-    VALUES ($1, $2, $3, $4, $5, now() + $6::interval)
-    ON CONFLICT (work_id, channel_id, notice) DO UPDATE SET sending_until = excluded.sending_until
-     WHERE d.status <> 'sent' AND (d.sending_until IS NULL OR d.sending_until < now())
-    RETURNING status
-)
-SELECT
-    COALESCE(
-        (SELECT status FROM taken),
-        (SELECT status FROM deliveries WHERE work_id = $1 AND channel_id = $2 AND notice = $3)
-    ) AS status,
-    EXISTS (SELECT 1 FROM taken) AS taken,
-    (SELECT excerpt FROM source_checks WHERE work_id = $1) AS excerpt,
-    -- The webhook's timestamp: receivers refuse one far from their clock (Standard Webhooks
-    -- allow five minutes), so it comes from the database, never from the worker's clock.
-    now() AS now,
-    c.kind, c.destination, c.secret, c.disabled_reason
-  FROM (SELECT 1) AS one
-  LEFT JOIN channels c ON c.target_id = $4 AND c.channel_id = $2
-"""
-
-RECORD_DELIVERY = """
-UPDATE deliveries
-   SET status = $4, attempt_count = attempt_count + $5, last_error = $6,
-       sent_at = CASE WHEN $4 = 'sent' THEN now() END, sending_until = NULL
- WHERE work_id = $1 AND channel_id = $2 AND notice = $3 AND status <> 'sent'
-RETURNING status, attempt_count
-"""
-
-SELECT_DELIVERY = """
-SELECT status, attempt_count FROM deliveries
- WHERE work_id = $1 AND channel_id = $2 AND notice = $3
-"""
-
-DISABLE_CHANNEL = """
-UPDATE channels SET disabled_reason = $3 WHERE target_id = $1 AND channel_id = $2
-"""
-
 
 @dataclass(frozen=True)
 class SmtpSettings:
@@ -103,9 +61,13 @@ class DeliveryError(Exception):
         self.transient = transient
 
 
-def delivery_keys(delivery: DeliveryInput) -> tuple[str, str, str]:
+def delivery_keys(delivery: DeliveryInput) -> dict[str, str]:
     """The deliveries row's primary key: (work id, channel, notice)."""
-    return delivery.result.work_id, delivery.channel_id, delivery.notice.value
+    return {
+        "work_id": delivery.result.work_id,
+        "channel_id": delivery.channel_id,
+        "notice": delivery.notice.value,
+    }
 
 
 def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
@@ -143,9 +105,10 @@ class NotifyActivities:
     async def deliver_notice(self, delivery: DeliveryInput) -> DeliveryResult:
         """Send one notice to one channel, at most once once it is recorded sent."""
         keys = delivery_keys(delivery)
-        row = await self.pool.fetchrow(
-            CLAIM_DELIVERY, *keys, delivery.target_id, self.message_id(delivery), SENDING_LEASE
-        )
+        row = await QUERIES["claim_delivery"].fetchrow(
+            self.pool, **keys, target_id=delivery.target_id,
+            message_id=self.message_id(delivery), sending_lease=SENDING_LEASE,
+        )  # fmt: skip
         assert row is not None
         if row["status"] == "sent":
             count("pricewatch_deliveries", "notices by outcome", notice=delivery.notice.value,
@@ -170,13 +133,13 @@ class NotifyActivities:
         except DeliveryError as err:
             count("pricewatch_deliveries", "notices by outcome", notice=delivery.notice.value,
                   kind=row["kind"], outcome="failed")  # fmt: skip
-            await self.pool.execute(RECORD_DELIVERY, *keys, "failed", 1, str(err))
+            await self._record(delivery, "failed", attempts=1, error=str(err))
             raise ApplicationError(
                 str(err),
                 type=TRANSIENT_DELIVERY_ERROR if err.transient else PERMANENT_DELIVERY_ERROR,
                 non_retryable=not err.transient,
             ) from err
-        await self.pool.execute(RECORD_DELIVERY, *keys, "sent", 1, None)
+        await self._record(delivery, "sent", attempts=1, error=None)
         count("pricewatch_deliveries", "notices by outcome", notice=delivery.notice.value,
               kind=row["kind"], outcome="sent")  # fmt: skip
         return await self._result(delivery)
@@ -186,24 +149,30 @@ class NotifyActivities:
         """The workflow gave up on a delivery: make sure its row says so (an attempt that
         timed out never got to record anything)."""
         delivery = failure.delivery
-        keys = delivery_keys(delivery)
-        await self.pool.execute(
-            CLAIM_DELIVERY, *keys, delivery.target_id, self.message_id(delivery), timedelta(0)
-        )
-        await self.pool.execute(RECORD_DELIVERY, *keys, "failed", 0, failure.error_message)
+        await QUERIES["claim_delivery"].execute(
+            self.pool, **delivery_keys(delivery), target_id=delivery.target_id,
+            message_id=self.message_id(delivery), sending_lease=timedelta(0),
+        )  # fmt: skip
+        await self._record(delivery, "failed", attempts=0, error=failure.error_message)
 
     @staticmethod
     def message_id(delivery: DeliveryInput) -> str:
         return f"msg_{delivery.delivery_id}"
 
     async def _give_up(self, delivery: DeliveryInput, reason: str) -> ApplicationError:
-        keys = delivery_keys(delivery)
-        await self.pool.execute(RECORD_DELIVERY, *keys, "failed", 0, reason)
+        await self._record(delivery, "failed", attempts=0, error=reason)
         return ApplicationError(reason, type=PERMANENT_DELIVERY_ERROR, non_retryable=True)
 
+    async def _record(
+        self, delivery: DeliveryInput, status: str, *, attempts: int, error: str | None
+    ) -> None:
+        await QUERIES["record_delivery"].execute(
+            self.pool, **delivery_keys(delivery), status=status, attempts=attempts,
+            last_error=error,
+        )  # fmt: skip
+
     async def _result(self, delivery: DeliveryInput, already_sent: bool = False) -> DeliveryResult:
-        keys = delivery_keys(delivery)
-        row = await self.pool.fetchrow(SELECT_DELIVERY, *keys)
+        row = await QUERIES["select_delivery"].fetchrow(self.pool, **delivery_keys(delivery))
         assert row is not None
         return DeliveryResult(
             channel_id=delivery.channel_id,
@@ -249,9 +218,10 @@ class NotifyActivities:
             return
         message = f"webhook answered HTTP {response.status_code}"
         if response.status_code == 410:
-            await self.pool.execute(
-                DISABLE_CHANNEL, delivery.target_id, delivery.channel_id, "HTTP 410 Gone"
-            )
+            await QUERIES["disable_channel"].execute(
+                self.pool, target_id=delivery.target_id, channel_id=delivery.channel_id,
+                reason="HTTP 410 Gone",
+            )  # fmt: skip
             raise DeliveryError(f"{message}: endpoint gone, channel disabled", transient=False)
         raise DeliveryError(message, transient=response.status_code in TRANSIENT_STATUSES)
 

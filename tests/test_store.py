@@ -414,7 +414,7 @@ async def test_the_grid_migration_keeps_existing_rows_and_their_meaning(
             await conn.execute(insert, wid(T0 + HOUR), T0 + HOUR, 2)  # still being retried
             before = await conn.fetch("SELECT * FROM source_checks ORDER BY scheduled_for")
 
-            assert await migrate(conn) == ["0005_grid"]
+            assert (await migrate(conn))[0] == "0005_grid"
             target = await conn.fetchrow("SELECT anchor, next_check_at FROM monitor_targets")
             after = await conn.fetch("SELECT * FROM source_checks ORDER BY scheduled_for")
         finally:

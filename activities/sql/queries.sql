@@ -1,0 +1,368 @@
+-- Every statement pricewatch runs, by name, with named parameters (`:name`). Loaded once by
+-- `activities/queries.py`. Idempotency lives here: conflicts on the unique keys are normal
+-- outcomes, returned, never raised. Each hot-path step is one statement (one round trip):
+-- claim, then commit.
+
+-- name: claim
+-- Claim the target's lease for one slot and, in the same snapshot, read what the check
+-- needs: the slot's row if it exists and the last good observation. The lease is taken
+-- only if it is free, expired (by the database's clock) or already ours, and, for the due
+-- slot (not a manual check or a retry), only while the target is enabled and not yet past
+-- this slot: a stale attempt for a slot the schedule left behind never claims.
+WITH target AS (
+    SELECT enabled, next_check_at FROM monitor_targets WHERE id = :target_id
+), existing AS (
+    SELECT work_id, scheduled_for, kind, status, checked_at, attempt_count, result_hash,
+           previous_hash, error_message, next_attempt_at
+      FROM source_checks WHERE work_id = :work_id
+), claimed AS (
+    UPDATE monitor_targets
+       SET lease_token = :token, lease_expires_at = now() + :lease::interval
+     WHERE id = :target_id
+       AND (lease_token IS NULL OR lease_expires_at <= now() OR lease_token = :token)
+       AND (NOT :on_schedule::boolean OR (enabled AND next_check_at <= :slot))
+       AND NOT EXISTS (SELECT 1 FROM existing WHERE status NOT IN ('retrying', 'failed'))
+    RETURNING id
+)
+SELECT
+    EXISTS (SELECT 1 FROM target) AS target_exists,
+    (SELECT enabled FROM target) AS enabled,
+    (SELECT next_check_at FROM target) AS next_check_at,
+    EXISTS (SELECT 1 FROM claimed) AS claimed,
+    -- The latest observation, whichever check made it: each change is reported once. Its
+    -- validators make the fetch conditional; the newest snapshot is the text it saw.
+    (SELECT to_jsonb(p) FROM (
+        SELECT result_hash, etag, last_modified, rules FROM source_checks
+         WHERE target_id = :target_id AND status IN ('unchanged', 'changed')
+           AND work_id <> :work_id
+         ORDER BY checked_at DESC LIMIT 1) p) AS previous,
+    (SELECT snapshot FROM source_checks
+      WHERE target_id = :target_id AND snapshot IS NOT NULL AND work_id <> :work_id
+      ORDER BY checked_at DESC LIMIT 1) AS previous_snapshot,
+    (SELECT to_jsonb(existing) FROM existing) AS existing;
+
+-- name: commit
+-- Record an attempt's outcome and, for a final outcome of the due slot (:advance), move the
+-- schedule to the first grid point after the database's now() (or Temporal's time for the
+-- attempt, :temporal_now, if later: the time-skipping test server runs ahead of every real
+-- clock; never a worker's clock) and release the lease: all in one statement, all
+-- conditional on still holding the lease. `FOR UPDATE` waits for a concurrent lease change
+-- and re-checks the token, so a stale attempt whose lease was taken over matches nothing and
+-- writes nothing. A row that is already final is left alone (the DO UPDATE's WHERE), and
+-- then nothing else happens either. Each grid point the schedule passes gets a `skipped`
+-- row; each is at or before the clock that decided, so none is in the future.
+WITH lease AS (
+    SELECT id FROM monitor_targets WHERE id = :target_id AND lease_token = :token FOR UPDATE
+), recorded AS (
+    INSERT INTO source_checks AS c (work_id, target_id, scheduled_for, kind, checked_at, status,
+        attempt_count, result_hash, previous_hash, http_status, body_bytes, error_message,
+        etag, last_modified, snapshot, excerpt, rules, next_attempt_at)
+    SELECT :work_id::text, id, :slot::timestamptz, :kind::text, now(), :status::text, 1,
+           :result_hash::text, :previous_hash::text, :http_status::integer,
+           :body_bytes::integer, :error_message::text, :etag::text, :last_modified::text,
+           :snapshot::bytea, :excerpt::text, :rules::text, now() + :next_attempt_in::interval
+      FROM lease
+    ON CONFLICT (work_id) DO UPDATE
+       SET checked_at = excluded.checked_at, status = excluded.status,
+           attempt_count = c.attempt_count + 1, result_hash = excluded.result_hash,
+           previous_hash = excluded.previous_hash, http_status = excluded.http_status,
+           body_bytes = excluded.body_bytes, error_message = excluded.error_message,
+           etag = excluded.etag, last_modified = excluded.last_modified,
+           snapshot = excluded.snapshot, excerpt = excluded.excerpt, rules = excluded.rules,
+           next_attempt_at = excluded.next_attempt_at
+     WHERE c.status IN ('retrying', 'failed', 'skipped')  -- a real result replaces a placeholder
+    RETURNING work_id, scheduled_for, kind, status, checked_at, attempt_count, result_hash,
+              previous_hash, error_message, next_attempt_at
+), pruned AS (
+    -- Keep the newest :snapshots_kept snapshots of the target (this new one included).
+    UPDATE source_checks SET snapshot = NULL
+     WHERE target_id = :target_id AND snapshot IS NOT NULL AND :snapshot::bytea IS NOT NULL
+       AND EXISTS (SELECT 1 FROM recorded)
+       AND work_id NOT IN (
+           SELECT work_id FROM source_checks
+            WHERE target_id = :target_id AND snapshot IS NOT NULL
+            ORDER BY checked_at DESC LIMIT :snapshots_kept::integer - 1)
+), moved AS (
+    UPDATE monitor_targets
+       SET lease_token = NULL, lease_expires_at = NULL,
+           next_check_at = CASE WHEN :advance::boolean
+                                THEN grid_after(anchor, interval_seconds,
+                                                greatest(now(), :temporal_now::timestamptz,
+                                                         :slot::timestamptz))
+                                ELSE next_check_at END,
+           failure_streak = CASE WHEN :advance::boolean THEN 0 ELSE failure_streak END,
+           updated_at = now()
+     WHERE id = :target_id AND lease_token = :token AND EXISTS (SELECT 1 FROM recorded)
+    RETURNING id, anchor, interval_seconds, next_check_at
+), skipped AS (
+    INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at, status,
+        error_message)
+    SELECT slot_work_id(m.id, s), m.id, s, 'scheduled', now(), 'skipped',
+           'not checked: came due before ' || :work_id || ' was final'
+      FROM moved m, grid_between(m.anchor, m.interval_seconds, :slot, m.next_check_at) s
+     WHERE :advance::boolean
+    ON CONFLICT DO NOTHING
+)
+SELECT recorded.*, (SELECT next_check_at FROM moved WHERE :advance::boolean) AS next_slot
+  FROM recorded;
+
+-- name: release
+-- Only the holder can release: an old attempt cannot clear a newer attempt's lease.
+UPDATE monitor_targets SET lease_token = NULL, lease_expires_at = NULL
+ WHERE id = :target_id AND lease_token = :token;
+
+-- name: extend_lease
+-- Heartbeat: push the lease forward while a slow fetch is still making progress. Only the
+-- holder can; zero rows means the lease was taken over and the fetch should stop.
+UPDATE monitor_targets SET lease_expires_at = now() + :lease::interval
+ WHERE id = :target_id AND lease_token = :token;
+
+-- name: record_failed
+-- Finalise a slot whose check gave up: keep the attempts' row as `failed` (or write one if
+-- no attempt got that far), advance the schedule (:advance) if it still points at or
+-- before this slot, with a skipped row per slot it passes, and clear the (expired) lease so
+-- the attempt that held it can never complete the row later. Waits for nobody: a live lease
+-- means an attempt is still running, so this refuses (no row).
+WITH target AS (
+    SELECT id, next_check_at <= :slot AND :advance::boolean AS advance FROM monitor_targets
+     WHERE id = :target_id AND (lease_token IS NULL OR lease_expires_at <= now())
+       FOR UPDATE
+), recorded AS (
+    INSERT INTO source_checks AS c (work_id, target_id, scheduled_for, kind, checked_at,
+        status, attempt_count, error_message)
+    SELECT :work_id::text, id, :slot::timestamptz, :kind::text, now(), 'failed', 1,
+           :error_message::text
+      FROM target
+    ON CONFLICT (work_id) DO UPDATE
+       SET status = 'failed', error_message = excluded.error_message, next_attempt_at = NULL
+     WHERE c.status IN ('retrying', 'failed')
+    RETURNING work_id, scheduled_for, kind, status, checked_at, attempt_count, result_hash,
+              previous_hash, error_message, next_attempt_at
+), moved AS (
+    UPDATE monitor_targets t
+       SET lease_token = NULL, lease_expires_at = NULL, updated_at = now(),
+           next_check_at = CASE WHEN target.advance
+                                THEN grid_after(anchor, interval_seconds,
+                                                greatest(now(), :temporal_now::timestamptz,
+                                                         :slot::timestamptz))
+                                ELSE next_check_at END,
+           failure_streak = CASE WHEN target.advance AND EXISTS (SELECT 1 FROM recorded)
+                                 THEN failure_streak + 1 ELSE failure_streak END
+      FROM target WHERE t.id = target.id
+    RETURNING t.id, anchor, interval_seconds, next_check_at, target.advance
+), skipped AS (
+    INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at, status,
+        error_message)
+    SELECT slot_work_id(m.id, s), m.id, s, 'scheduled', now(), 'skipped',
+           'not checked: came due before ' || :work_id || ' gave up'
+      FROM moved m, grid_between(m.anchor, m.interval_seconds, :slot, m.next_check_at) s
+     WHERE m.advance
+    ON CONFLICT DO NOTHING
+)
+SELECT recorded.*, (SELECT next_check_at FROM moved WHERE :advance::boolean) AS next_slot
+  FROM recorded;
+
+-- name: advance_past_final
+-- A re-run of a final slot finds the schedule still at or before it (a sync wrote the
+-- workflow's slot back): move the schedule on as the commit would have, with a skipped row
+-- for each slot the jump passes. Returns where the schedule stands either way.
+WITH moved AS (
+    UPDATE monitor_targets
+       SET next_check_at = grid_after(anchor, interval_seconds,
+                                      greatest(now(), :temporal_now::timestamptz, :slot)),
+           updated_at = now()
+     WHERE id = :target_id AND next_check_at <= :slot
+    RETURNING id, anchor, interval_seconds, next_check_at
+), skipped AS (
+    INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at, status,
+        error_message)
+    SELECT slot_work_id(m.id, s), m.id, s, 'scheduled', now(), 'skipped',
+           'not checked: the schedule was behind'
+      FROM moved m, grid_between(m.anchor, m.interval_seconds, :slot, m.next_check_at) s
+    ON CONFLICT DO NOTHING
+)
+SELECT COALESCE((SELECT next_check_at FROM moved),
+                (SELECT next_check_at FROM monitor_targets WHERE id = :target_id));
+
+-- name: register_target
+-- A registration creates the target with the grid it proposes, or adopts the grid and the
+-- pending slot already recorded (a reset to the first workflow task, a target started
+-- again). Only a different interval changes the grid, as a reconfigure does: the pending
+-- slot stays and later slots use the new interval. `xmax = 0` tells an insert from an
+-- update.
+INSERT INTO monitor_targets AS t (id, url, interval_seconds, enabled, unhealthy_after,
+    anchor, next_check_at)
+VALUES (:target_id, :url, :interval_seconds, :enabled, :unhealthy_after, :anchor, :next_slot)
+ON CONFLICT (id) DO UPDATE
+   SET url = excluded.url, interval_seconds = excluded.interval_seconds,
+       enabled = excluded.enabled, unhealthy_after = excluded.unhealthy_after,
+       anchor = CASE WHEN t.interval_seconds = excluded.interval_seconds THEN t.anchor
+                     ELSE t.next_check_at END,
+       updated_at = now()
+RETURNING anchor, next_check_at, xmax = 0 AS created;
+
+-- name: sync_target
+-- The workflow's view, mirrored. The grid stays unless the interval changed (a
+-- reconfigure): then it is re-anchored at the pending slot. A missing row (deleted, a
+-- restored database) is written again on the workflow's grid, whose pending slot is one of
+-- its points.
+INSERT INTO monitor_targets AS t (id, url, interval_seconds, enabled, unhealthy_after,
+    anchor, next_check_at)
+VALUES (:target_id, :url, :interval_seconds, :enabled, :unhealthy_after, :next_slot,
+        :next_slot)
+ON CONFLICT (id) DO UPDATE
+   SET url = excluded.url, interval_seconds = excluded.interval_seconds,
+       enabled = excluded.enabled, next_check_at = excluded.next_check_at,
+       unhealthy_after = excluded.unhealthy_after,
+       anchor = CASE WHEN t.interval_seconds = excluded.interval_seconds THEN t.anchor
+                     ELSE excluded.next_check_at END,
+       updated_at = now();
+
+-- name: insert_skipped
+-- Slots the workflow found due and never checked (before a pause took effect, or before its
+-- first task ran), by Temporal's clock: one skipped row each.
+INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at, status,
+    error_message)
+SELECT slot_work_id(:target_id, s), :target_id, s, 'scheduled', now(), 'skipped', :reason
+  FROM unnest(:slots::timestamptz[]) AS s
+ON CONFLICT DO NOTHING;
+
+-- name: sync_channels
+-- Channels follow the config: new ones are added (keeping the secret of one that exists),
+-- dropped ones deleted. Deliveries already recorded stay.
+WITH wanted AS (
+    SELECT * FROM unnest(:channel_ids::text[], :kinds::text[], :destinations::text[],
+                         :secrets::text[]) AS w(channel_id, kind, destination, secret)
+), dropped AS (
+    DELETE FROM channels
+     WHERE target_id = :target_id AND channel_id NOT IN (SELECT channel_id FROM wanted)
+)
+INSERT INTO channels (target_id, channel_id, kind, destination, secret)
+SELECT :target_id, channel_id, kind, destination, secret FROM wanted
+ON CONFLICT (target_id, channel_id) DO NOTHING;
+
+-- name: unnotified_changes
+-- Changes between two slots with a channel (that existed when the change was recorded) that
+-- has neither sent nor given up: the run that recorded them is not the one asking, so
+-- nobody else will tell the channels.
+SELECT work_id, scheduled_for, kind, status, checked_at, attempt_count, result_hash,
+       previous_hash, error_message, next_attempt_at
+  FROM source_checks c
+ WHERE c.target_id = :target_id AND c.kind = 'scheduled' AND c.status = 'changed'
+   AND c.scheduled_for > :after AND c.scheduled_for < :before
+   AND EXISTS (
+       SELECT 1 FROM channels ch
+        WHERE ch.target_id = c.target_id AND ch.created_at <= c.checked_at AND NOT EXISTS (
+            SELECT 1 FROM deliveries d
+             WHERE d.work_id = c.work_id AND d.channel_id = ch.channel_id
+               AND d.notice = 'changed' AND d.status IN ('sent', 'failed')))
+ ORDER BY c.scheduled_for;
+
+-- name: delete_target
+-- Its checks, channels and deliveries go with it (foreign keys, ON DELETE CASCADE).
+DELETE FROM monitor_targets WHERE id = :target_id;
+
+-- name: target_exists
+SELECT EXISTS (SELECT 1 FROM monitor_targets WHERE id = :target_id);
+
+-- name: stored_check
+SELECT work_id, scheduled_for, kind, status, checked_at, attempt_count, result_hash,
+       previous_hash, error_message, next_attempt_at
+  FROM source_checks WHERE work_id = :work_id;
+
+-- name: check_target
+SELECT target_id FROM source_checks WHERE work_id = :work_id;
+
+-- name: list_targets
+SELECT t.id, t.url, t.interval_seconds, t.enabled, t.next_check_at,
+       t.failure_streak >= t.unhealthy_after AS unhealthy,
+       c.status AS last_status
+  FROM monitor_targets t
+  LEFT JOIN LATERAL (
+      SELECT status FROM source_checks
+       WHERE target_id = t.id AND status <> 'skipped' ORDER BY checked_at DESC LIMIT 1
+  ) c ON true
+ ORDER BY t.id;
+
+-- name: check_history
+SELECT work_id, scheduled_for, kind, status, checked_at, attempt_count, result_hash,
+       previous_hash, error_message, next_attempt_at
+  FROM source_checks
+ WHERE target_id = :target_id ORDER BY scheduled_for DESC LIMIT :limit;
+
+-- name: failed_checks
+-- Dead letters and slots still being retried, newest first.
+SELECT work_id, scheduled_for, kind, status, checked_at, attempt_count, result_hash,
+       previous_hash, error_message, next_attempt_at
+  FROM source_checks
+ WHERE status IN ('retrying', 'failed') AND (:target_id::text IS NULL OR target_id = :target_id)
+ ORDER BY scheduled_for DESC LIMIT :limit;
+
+-- name: target_channels
+SELECT channel_id, kind, destination, secret, disabled_reason FROM channels
+ WHERE target_id = :target_id ORDER BY kind, destination;
+
+-- name: target_deliveries
+SELECT work_id, notice, channel_id, status, attempt_count, last_error, sent_at
+  FROM deliveries WHERE target_id = :target_id
+ ORDER BY created_at DESC, channel_id LIMIT :limit;
+
+-- name: snapshots_for_diff
+-- A change's snapshot and the one before it (the newest change if no work id).
+WITH chosen AS (
+    SELECT work_id, checked_at, snapshot FROM source_checks
+     WHERE target_id = :target_id AND status = 'changed' AND snapshot IS NOT NULL
+       AND (:work_id::text IS NULL OR work_id = :work_id)
+     ORDER BY checked_at DESC LIMIT 1
+)
+SELECT c.work_id, c.snapshot, p.work_id AS previous_work_id, p.snapshot AS previous_snapshot
+  FROM chosen c
+  LEFT JOIN LATERAL (
+      SELECT work_id, snapshot FROM source_checks
+       WHERE target_id = :target_id AND snapshot IS NOT NULL AND checked_at < c.checked_at
+       ORDER BY checked_at DESC LIMIT 1
+  ) p ON true;
+
+-- name: claim_delivery
+-- Take the delivery for this attempt: create its row on first sight, and refuse if it was
+-- sent already or another attempt is sending right now. Returns the channel to send to,
+-- and the database's clock for the webhook's timestamp (receivers refuse one far from
+-- theirs, Standard Webhooks allow five minutes, so it never comes from a worker's clock).
+WITH taken AS (
+    INSERT INTO deliveries AS d
+        (work_id, channel_id, notice, target_id, message_id, sending_until)
+    SELECT :work_id, :channel_id, :notice, :target_id, :message_id,
+           now() + :sending_lease::interval
+     WHERE EXISTS (SELECT 1 FROM monitor_targets WHERE id = :target_id)  -- not removed
+    ON CONFLICT (work_id, channel_id, notice) DO UPDATE SET sending_until = excluded.sending_until
+     WHERE d.status <> 'sent' AND (d.sending_until IS NULL OR d.sending_until < now())
+    RETURNING status
+)
+SELECT
+    COALESCE(
+        (SELECT status FROM taken),
+        (SELECT status FROM deliveries
+          WHERE work_id = :work_id AND channel_id = :channel_id AND notice = :notice)
+    ) AS status,
+    EXISTS (SELECT 1 FROM taken) AS taken,
+    (SELECT excerpt FROM source_checks WHERE work_id = :work_id) AS excerpt,
+    now() AS now,
+    c.kind, c.destination, c.secret, c.disabled_reason
+  FROM (SELECT 1) AS one
+  LEFT JOIN channels c ON c.target_id = :target_id AND c.channel_id = :channel_id;
+
+-- name: record_delivery
+UPDATE deliveries
+   SET status = :status, attempt_count = attempt_count + :attempts, last_error = :last_error,
+       sent_at = CASE WHEN :status = 'sent' THEN now() END, sending_until = NULL
+ WHERE work_id = :work_id AND channel_id = :channel_id AND notice = :notice
+   AND status <> 'sent'
+RETURNING status, attempt_count;
+
+-- name: select_delivery
+SELECT status, attempt_count FROM deliveries
+ WHERE work_id = :work_id AND channel_id = :channel_id AND notice = :notice;
+
+-- name: disable_channel
+UPDATE channels SET disabled_reason = :reason
+ WHERE target_id = :target_id AND channel_id = :channel_id;
