@@ -143,7 +143,12 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
 
 
 class GuardedTransport(httpx.AsyncHTTPTransport):
-    """httpx's own transport with its pool rebuilt on the guarded backend."""
+    """httpx's own transport with its pool rebuilt on the guarded backend.
+
+    `_pool` is httpx's private attribute (httpx has no public way to pass a network
+    backend). If an upgrade stops using it, requests bypass the guard and
+    `test_the_connection_goes_to_the_address_that_was_checked` fails: its host resolves only
+    through the guard."""
 
     def __init__(self, policy: AddressPolicy) -> None:
         super().__init__(trust_env=False)

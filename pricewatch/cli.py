@@ -7,6 +7,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from datetime import UTC, datetime
 from functools import wraps
+from importlib.metadata import version
 from typing import Annotated, Any, ParamSpec
 from urllib.parse import urlsplit
 
@@ -32,6 +33,23 @@ app = typer.Typer(
 )
 
 P = ParamSpec("P")
+
+
+def print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"pricewatch {version('pricewatch')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=print_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """Watch pages on a schedule; record one result per due slot; say when they change."""
+
 
 BAD_INPUT = 2
 UNAVAILABLE = 1

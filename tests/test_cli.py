@@ -2,6 +2,7 @@
 an unreachable Temporal is one line and exit 1, never a traceback."""
 
 import importlib
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -135,3 +136,9 @@ def test_config_prints_the_effective_settings_with_secrets_masked() -> None:
     assert "secret" not in done.stdout
     assert "PRICEWATCH_MIN_INTERVAL" in done.stdout and "PT15M" in done.stdout
     assert "postgresql://pw:********@db:5432/pricewatch" in done.stdout
+
+
+def test_version(tmp_path: Path) -> None:
+    result = run("--version", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"pricewatch {importlib.metadata.version('pricewatch')}"

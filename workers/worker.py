@@ -85,7 +85,9 @@ class InlineActivations(concurrent.futures.ThreadPoolExecutor):
             except BaseException as err:  # the SDK gets it, as from a thread
                 future.set_exception(err)
             finally:
-                # An activation leaves no running loop behind it (it ran its own).
+                # An activation leaves no running loop behind it (it ran its own). A private
+                # asyncio call, as in the SDK's debug mode; `tests/test_worker.py` runs a
+                # worker this way and fails if it stops working.
                 asyncio._set_running_loop(loop)
 
         loop.call_soon(activate)
