@@ -7,8 +7,6 @@ one-row-per-slot record in Postgres make every execution after the first a no-op
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import time
 import uuid
 from datetime import datetime, timedelta
@@ -22,6 +20,7 @@ from activities import snapshots, store
 from activities.fetch import INLINE_WORK_BYTES, FetchError, Page, Request, fetch_page
 from activities.metrics import count, observe_seconds
 from activities.normalise import Extraction
+from pricewatch.decisions import comparable, compare, final_result, retry_delay, rules_fingerprint
 from pricewatch.models import (
     CheckInput,
     CheckResult,
@@ -63,17 +62,14 @@ def temporal_now(check: CheckInput) -> datetime | None:
 
 def next_attempt_in(err: FetchError) -> timedelta | None:
     """How long until Temporal runs this check again, by the retry policy it runs under;
-    None if it will not (a permanent error, or the last attempt)."""
+    None if it will not (a permanent error, or the last attempt). A local first attempt is
+    retried by the workflow under CHECK_RETRY (unless the target allows one attempt only:
+    then its row reads `retrying` for the moment until the workflow records it failed)."""
     info = activity.info()
     policy = CHECK_RETRY if info.is_local else info.retry_policy
     if not err.transient or policy is None:
         return None
-    if not info.is_local and 0 < policy.maximum_attempts <= info.attempt:
-        return None
-    if err.retry_after is not None:
-        return err.retry_after
-    delay = policy.initial_interval * policy.backoff_coefficient ** (info.attempt - 1)
-    return min(delay, policy.maximum_interval or delay)
+    return retry_delay(policy, info.attempt, err.retry_after)
 
 
 def execution_id() -> str:
@@ -144,7 +140,7 @@ class CheckActivities:
                 type=TARGET_OUT_OF_SYNC,
                 non_retryable=True,
             )
-        if (stored := claim.final(retrying=check.retry)) is not None:
+        if stored := final_result(claim.existing, claim.next_slot, retrying=check.retry):
             activity.logger.info(
                 "slot already recorded, not fetched again", extra=_ids(check, token)
             )
@@ -158,13 +154,15 @@ class CheckActivities:
             lateness = (activity.info().started_time - check.slot).total_seconds()
             observe_seconds("pricewatch_lateness", "attempt start minus due slot", lateness)
 
-        claim = claim.under_rules(rules_fingerprint(check))
+        rules = rules_fingerprint(check.selector, check.ignore, check.json_pointer)
+        if not comparable(claim.previous_rules, rules):
+            claim = claim.without_previous()
         committed = False
         try:
             fetch_started = time.monotonic()
             try:
                 page = await self._fetch_holding_lease(check, token, claim)
-                outcome = await _outcome_of(claim, page, rules_fingerprint(check))
+                outcome = await _outcome_of(claim, page, rules)
             except FetchError as err:
                 kind = "transient" if err.transient else "permanent"
                 count("pricewatch_fetch_failures", "failed fetch attempts", kind=kind)
@@ -333,10 +331,10 @@ class CheckActivities:
         )
 
     def _claim_refused(self, check: CheckInput, claim: store.Claim) -> ApplicationError:
-        if check.on_schedule and claim.next_check_at and claim.next_check_at > check.slot:
+        if check.on_schedule and claim.next_slot and claim.next_slot > check.slot:
             return ApplicationError(
                 f"{check.work_id} is no longer due: the schedule is at "
-                f"{claim.next_check_at.isoformat()}",
+                f"{claim.next_slot.isoformat()}",
                 type=SLOT_NOT_DUE,
                 non_retryable=True,
             )
@@ -350,22 +348,18 @@ def _ids(check: CheckInput, token: str) -> dict[str, str]:
     return {"target_id": check.target_id, "work_id": check.work_id, "execution_id": token}
 
 
-def rules_fingerprint(check: CheckInput) -> str:
-    """What the hash depends on besides the page: the extraction rules."""
-    rules = json.dumps([check.selector, check.ignore, check.json_pointer])
-    return hashlib.sha256(rules.encode()).hexdigest()[:16]
-
-
 async def _outcome_of(claim: store.Claim, page: Page, rules: str) -> store.Outcome:
     """`_outcome`, in a thread only when it has real work: a big page, or a change (the
     excerpt diffs the previous snapshot, which can be much bigger than the page)."""
-    status = _compare(claim.previous_hash, page.sha256) if page.sha256 else None
+    status = compare(claim.previous_hash, page.sha256) if page.sha256 else None
     if page.size <= INLINE_WORK_BYTES and status is not CheckStatus.CHANGED:
-        return _outcome(claim, page, rules)
-    return await asyncio.to_thread(_outcome, claim, page, rules)
+        return _outcome(claim, page, rules, status)
+    return await asyncio.to_thread(_outcome, claim, page, rules, status)
 
 
-def _outcome(claim: store.Claim, page: Page, rules: str) -> store.Outcome:
+def _outcome(
+    claim: store.Claim, page: Page, rules: str, status: CheckStatus | None
+) -> store.Outcome:
     """A 304 is the page as it was; a new state (the baseline, a change) keeps a snapshot
     and, for a change, an excerpt of what changed."""
     if page.not_modified:
@@ -381,8 +375,7 @@ def _outcome(claim: store.Claim, page: Page, rules: str) -> store.Outcome:
             last_modified=page.last_modified or claim.previous_last_modified,
             rules=rules,
         )
-    assert page.sha256 is not None and page.text is not None
-    status = _compare(claim.previous_hash, page.sha256)
+    assert page.sha256 is not None and page.text is not None and status is not None
     new_state = status is CheckStatus.CHANGED or claim.previous_hash is None
     change = None
     if status is CheckStatus.CHANGED and claim.previous_snapshot is not None:
@@ -399,10 +392,3 @@ def _outcome(claim: store.Claim, page: Page, rules: str) -> store.Outcome:
         excerpt=change,
         rules=rules,
     )
-
-
-def _compare(previous_hash: str | None, new_hash: str) -> CheckStatus:
-    """The first good check is the baseline: it is `unchanged` and alerts nobody."""
-    if previous_hash is None or previous_hash == new_hash:
-        return CheckStatus.UNCHANGED
-    return CheckStatus.CHANGED

@@ -30,7 +30,7 @@ SKIPPED_EARLY = "not checked: was due before the workflow could take it (late st
 class Claim:
     target_exists: bool
     enabled: bool | None
-    next_check_at: datetime | None
+    next_slot: datetime | None
     claimed: bool
     previous_hash: str | None
     existing: CheckResult | None
@@ -39,30 +39,12 @@ class Claim:
     previous_snapshot: bytes | None = None
     previous_rules: str | None = None
 
-    def under_rules(self, rules: str) -> "Claim":
-        """The claim as seen by a check under `rules`: if the last observation was made
-        under other rules, there is nothing comparable before it (a new baseline)."""
-        if self.previous_hash is None or self.previous_rules == rules:
-            return self
+    def without_previous(self) -> "Claim":
+        """The claim with nothing to compare against: the next check is a new baseline."""
         return replace(
             self, previous_hash=None, previous_etag=None, previous_last_modified=None,
             previous_snapshot=None,
         )  # fmt: skip
-
-    def final(self, *, retrying: bool = False) -> CheckResult | None:
-        """The stored result if this slot needs no more work (a retry re-runs a failed one)."""
-        if self.existing is None:
-            return None
-        if self.existing.status not in (CheckStatus.RETRYING, CheckStatus.FAILED):
-            return self.existing
-        if retrying:
-            return None
-        schedule_moved_on = self.next_check_at is not None and (
-            self.next_check_at > self.existing.scheduled_for
-        )
-        if self.existing.kind is CheckKind.SCHEDULED and schedule_moved_on:
-            return self.existing
-        return None
 
 
 @dataclass(frozen=True)
@@ -109,7 +91,7 @@ async def claim(
     return Claim(
         target_exists=row["target_exists"],
         enabled=row["enabled"],
-        next_check_at=row["next_check_at"],
+        next_slot=row["next_slot"],
         claimed=row["claimed"],
         previous_hash=previous.get("result_hash"),
         existing=CheckResult.model_validate_json(existing) if existing else None,
@@ -221,12 +203,12 @@ async def register_target(
         else:
             found = await QUERIES["unnotified_changes"].fetch(
                 conn, target_id=config.target_id, after=datetime.min.replace(tzinfo=UTC),
-                before=row["next_check_at"],
+                before=row["next_slot"],
             )  # fmt: skip
             unnotified = [_result(change) for change in found]
     return Registration(
         anchor=row["anchor"],
-        next_slot=row["next_check_at"],
+        next_slot=row["next_slot"],
         created=row["created"],
         unnotified=unnotified,
     )

@@ -25,15 +25,15 @@ from workers.worker import WorkerTuning, address_policy, keep_session
 CLAIM_DUE = """
 WITH due AS (
     SELECT id FROM monitor_targets
-     WHERE enabled AND next_check_at <= now()
+     WHERE enabled AND next_slot <= now()
        AND (lease_token IS NULL OR lease_expires_at <= now())
-     ORDER BY next_check_at LIMIT $2
+     ORDER BY next_slot LIMIT $2
        FOR UPDATE SKIP LOCKED
 )
 UPDATE monitor_targets t
    SET lease_token = $1 || t.id, lease_expires_at = now() + $3::interval
   FROM due WHERE t.id = due.id
-RETURNING t.id, t.url, t.interval_seconds, t.next_check_at, t.lease_token,
+RETURNING t.id, t.url, t.interval_seconds, t.next_slot, t.lease_token,
     (SELECT result_hash FROM source_checks c
       WHERE c.target_id = t.id AND c.status <> 'failed'
       ORDER BY checked_at DESC LIMIT 1) AS previous_hash
@@ -43,7 +43,7 @@ POLL_EVERY = 0.05
 
 
 async def check(pool: asyncpg.Pool, http: httpx.AsyncClient, row: asyncpg.Record) -> None:
-    slot: datetime = row["next_check_at"]
+    slot: datetime = row["next_slot"]
     previous: str | None = row["previous_hash"]
     try:
         page = await fetch_page(http, Request(row["url"]))

@@ -231,7 +231,7 @@ async def list_targets() -> None:
         every = format_duration(parse_duration(f"{row['interval_seconds']}s"))
         last = row["last_status"] or "-"
         typer.echo(
-            f"{row['id']:<24} {state:<16} every {every:<8} next {format_slot(row['next_check_at'])}"
+            f"{row['id']:<24} {state:<16} every {every:<8} next {format_slot(row['next_slot'])}"
             f"  last {last:<9} {row['url']}"
         )
 

@@ -73,7 +73,7 @@ async def test_a_zombie_attempt_writes_nothing_after_a_newer_attempt_committed(
     target = await pool.fetchrow("SELECT * FROM monitor_targets")
     assert target is not None
     assert target["lease_token"] is None and target["lease_expires_at"] is None
-    assert target["next_check_at"] > SLOT
+    assert target["next_slot"] > SLOT
 
 
 async def test_a_long_fetch_heartbeats_and_extends_its_lease(

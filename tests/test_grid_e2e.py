@@ -102,7 +102,7 @@ async def assert_on_the_grid(pool: asyncpg.Pool, target_id: str) -> asyncpg.Reco
     skipped = [r for r in rows if r["status"] == "skipped"]
     future = [r["work_id"] for r in skipped if r["scheduled_for"] > r["checked_at"]]
     assert not future, f"skipped rows for slots not yet due: {future[:3]}"
-    assert target["next_check_at"] <= await pool.fetchval("SELECT now()") + 2 * interval
+    assert target["next_slot"] <= await pool.fetchval("SELECT now()") + 2 * interval
     return target
 
 

@@ -145,7 +145,7 @@ async def test_a_rerun_of_a_final_slot_moves_a_schedule_left_behind_and_records_
             CheckActivities(pool, http).check_slot, check
         )
     assert result.already_recorded and result.next_slot == slot + 4 * hour
-    assert await pool.fetchval("SELECT next_check_at FROM monitor_targets") == slot + 4 * hour
+    assert await pool.fetchval("SELECT next_slot FROM monitor_targets") == slot + 4 * hour
     statuses = await pool.fetch("SELECT scheduled_for, status FROM source_checks ORDER BY 1")
     assert [(r["scheduled_for"], r["status"]) for r in statuses] == [
         (slot + k * hour, "skipped") for k in range(4)

@@ -13,6 +13,7 @@ import pytest
 
 from activities import store
 from activities.migrate import migrate, migration_files
+from pricewatch.decisions import final_result
 from pricewatch.models import CheckKind, CheckResult, CheckStatus, TargetConfig
 from pricewatch.slots import work_id
 
@@ -33,6 +34,11 @@ async def target(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Pool]:
     """The pool, with one enabled target due at T0."""
     await store.sync_target(pool, CONFIG, next_slot=T0, enabled=True)
     yield pool
+
+
+def final(claimed: store.Claim) -> CheckResult | None:
+    """The stored result if the slot needs no more work (the check's own decision)."""
+    return final_result(claimed.existing, claimed.next_slot)
 
 
 def wid(slot: datetime = T0, kind: CheckKind = CheckKind.SCHEDULED) -> str:
@@ -94,7 +100,7 @@ async def record_failed(
 
 async def target_row(pool: asyncpg.Pool) -> asyncpg.Record:
     row = await pool.fetchrow(
-        "SELECT next_check_at, lease_token, lease_expires_at FROM monitor_targets WHERE id = $1",
+        "SELECT next_slot, lease_token, lease_expires_at FROM monitor_targets WHERE id = $1",
         TARGET,
     )
     assert row is not None
@@ -109,7 +115,7 @@ async def test_claim_and_commit_record_one_row_and_advance(target: asyncpg.Pool)
     """The happy path: one row, the schedule moves on and the lease is free again."""
     claimed = await claim(target, "a")
     assert (claimed.target_exists, claimed.claimed, claimed.existing) == (True, True, None)
-    assert claimed.next_check_at == T0
+    assert claimed.next_slot == T0
 
     result = await commit(target, "a")
 
@@ -134,7 +140,7 @@ async def test_completed_slot_is_final_and_not_claimed_again(target: asyncpg.Poo
     again = await claim(target, "b")
 
     assert not again.claimed
-    stored = again.final()
+    stored = final(again)
     assert stored is not None
     assert (stored.work_id, stored.result_hash) == (wid(), HASH)
     assert (await target_row(target))["lease_token"] is None
@@ -220,7 +226,7 @@ async def test_failed_attempts_share_one_row_until_success(target: asyncpg.Pool)
         token = f"try-{attempt}"
         claimed = await claim(target, token)
         assert claimed.claimed
-        assert claimed.final() is None
+        assert final(claimed) is None
         failed = await commit(target, token, FAILED, advance=False)
         assert failed is not None
         assert (failed.status, failed.attempt_count) == (CheckStatus.FAILED, attempt)
@@ -236,9 +242,9 @@ async def test_failed_attempts_share_one_row_until_success(target: asyncpg.Pool)
         None,
     )
     assert len(await check_rows(target)) == 1
-    final = (await claim(target, "try-4")).final()
-    assert final is not None
-    assert (final.status, final.attempt_count) == (CheckStatus.UNCHANGED, 3)
+    stored = final(await claim(target, "try-4"))
+    assert stored is not None
+    assert (stored.status, stored.attempt_count) == (CheckStatus.UNCHANGED, 3)
 
 
 async def test_record_failed_finalises_the_slot(target: asyncpg.Pool) -> None:
@@ -252,10 +258,10 @@ async def test_record_failed_finalises_the_slot(target: asyncpg.Pool) -> None:
     assert (result.status, result.attempt_count) == (CheckStatus.FAILED, 1)
     assert (result.error_message, result.next_slot) == ("gave up after 5 attempts", T0 + HOUR)
     assert len(await check_rows(target)) == 1
-    assert (await target_row(target))["next_check_at"] == T0 + HOUR
+    assert (await target_row(target))["next_slot"] == T0 + HOUR
     later = await claim(target, "late-retry")
     assert not later.claimed
-    stored = later.final()
+    stored = final(later)
     assert stored is not None
     assert stored.status is CheckStatus.FAILED
 
@@ -274,7 +280,7 @@ async def test_a_late_commit_records_the_slots_it_skipped(target: asyncpg.Pool) 
     ]
     assert rows[1]["work_id"] == wid(T0 + HOUR) and rows[1]["result_hash"] is None
     assert "came due before acme:2036-08-07T08:00:00Z was final" in rows[1]["error_message"]
-    assert (await claim(target, "b", slot=T0 + HOUR)).final() is not None  # final: never fetched
+    assert final(await claim(target, "b", slot=T0 + HOUR)) is not None  # final: never fetched
     later = await claim(target, "c", slot=T0 + 3 * HOUR)
     assert later.claimed and later.previous_hash == HASH
 
@@ -310,12 +316,12 @@ async def test_stale_slot_cannot_be_claimed(target: asyncpg.Pool) -> None:
 
     stale = await claim(target, "late", slot=T0)
 
-    assert (stale.claimed, stale.next_check_at, stale.final()) == (False, T0 + HOUR, None)
+    assert (stale.claimed, stale.next_slot, final(stale)) == (False, T0 + HOUR, None)
     assert (await target_row(target))["lease_token"] is None
 
 
 async def test_manual_check_leaves_the_schedule_alone(target: asyncpg.Pool) -> None:
-    """check-now records its own row and never moves next_check_at."""
+    """check-now records its own row and never moves next_slot."""
     manual_slot = T0 + timedelta(minutes=17, microseconds=250)
     assert (await claim(target, "m", slot=manual_slot, kind=CheckKind.MANUAL)).claimed
 
@@ -415,14 +421,14 @@ async def test_the_grid_migration_keeps_existing_rows_and_their_meaning(
             before = await conn.fetch("SELECT * FROM source_checks ORDER BY scheduled_for")
 
             assert (await migrate(conn))[0] == "0005_grid"
-            target = await conn.fetchrow("SELECT anchor, next_check_at FROM monitor_targets")
+            target = await conn.fetchrow("SELECT anchor, next_slot FROM monitor_targets")
             after = await conn.fetch("SELECT * FROM source_checks ORDER BY scheduled_for")
         finally:
             await conn.close()
     finally:
         await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         await admin.close()
-    assert target is not None and target["anchor"] == target["next_check_at"] == T0 + HOUR
+    assert target is not None and target["anchor"] == target["next_slot"] == T0 + HOUR
     assert [r["status"] for r in after] == ["failed", "retrying"]
     for old, new in zip(before, after, strict=True):
         kept = [k for k in old.keys() if k != "status"]  # noqa: SIM118 (a Record)

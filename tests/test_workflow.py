@@ -125,7 +125,7 @@ async def test_days_of_cadence_one_row_per_slot_and_one_change(
     assert status.next_slot == slots[-1] + HOUR
     target = await pool.fetchrow("SELECT * FROM monitor_targets WHERE id = $1", config.target_id)
     assert target is not None
-    assert target["next_check_at"] == status.next_slot
+    assert target["next_slot"] == status.next_slot
     assert target["lease_token"] is None
 
 

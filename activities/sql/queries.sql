@@ -10,7 +10,7 @@
 -- slot (not a manual check or a retry), only while the target is enabled and not yet past
 -- this slot: a stale attempt for a slot the schedule left behind never claims.
 WITH target AS (
-    SELECT enabled, next_check_at FROM monitor_targets WHERE id = :target_id
+    SELECT enabled, next_slot FROM monitor_targets WHERE id = :target_id
 ), existing AS (
     SELECT work_id, scheduled_for, kind, status, checked_at, attempt_count, result_hash,
            previous_hash, error_message, next_attempt_at
@@ -20,14 +20,14 @@ WITH target AS (
        SET lease_token = :token, lease_expires_at = now() + :lease::interval
      WHERE id = :target_id
        AND (lease_token IS NULL OR lease_expires_at <= now() OR lease_token = :token)
-       AND (NOT :on_schedule::boolean OR (enabled AND next_check_at <= :slot))
+       AND (NOT :on_schedule::boolean OR (enabled AND next_slot <= :slot))
        AND NOT EXISTS (SELECT 1 FROM existing WHERE status NOT IN ('retrying', 'failed'))
     RETURNING id
 )
 SELECT
     EXISTS (SELECT 1 FROM target) AS target_exists,
     (SELECT enabled FROM target) AS enabled,
-    (SELECT next_check_at FROM target) AS next_check_at,
+    (SELECT next_slot FROM target) AS next_slot,
     EXISTS (SELECT 1 FROM claimed) AS claimed,
     -- The latest observation, whichever check made it: each change is reported once. Its
     -- validators make the fetch conditional; the newest snapshot is the text it saw.
@@ -85,25 +85,25 @@ WITH lease AS (
 ), moved AS (
     UPDATE monitor_targets
        SET lease_token = NULL, lease_expires_at = NULL,
-           next_check_at = CASE WHEN :advance::boolean
+           next_slot = CASE WHEN :advance::boolean
                                 THEN grid_after(anchor, interval_seconds,
                                                 greatest(now(), :temporal_now::timestamptz,
                                                          :slot::timestamptz))
-                                ELSE next_check_at END,
+                                ELSE next_slot END,
            failure_streak = CASE WHEN :advance::boolean THEN 0 ELSE failure_streak END,
            updated_at = now()
      WHERE id = :target_id AND lease_token = :token AND EXISTS (SELECT 1 FROM recorded)
-    RETURNING id, anchor, interval_seconds, next_check_at
+    RETURNING id, anchor, interval_seconds, next_slot
 ), skipped AS (
     INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at, status,
         error_message)
     SELECT slot_work_id(m.id, s), m.id, s, 'scheduled', now(), 'skipped',
            'not checked: came due before ' || :work_id || ' was final'
-      FROM moved m, grid_between(m.anchor, m.interval_seconds, :slot, m.next_check_at) s
+      FROM moved m, grid_between(m.anchor, m.interval_seconds, :slot, m.next_slot) s
      WHERE :advance::boolean
     ON CONFLICT DO NOTHING
 )
-SELECT recorded.*, (SELECT next_check_at FROM moved WHERE :advance::boolean) AS next_slot
+SELECT recorded.*, (SELECT next_slot FROM moved WHERE :advance::boolean) AS next_slot
   FROM recorded;
 
 -- name: release
@@ -124,7 +124,7 @@ UPDATE monitor_targets SET lease_expires_at = now() + :lease::interval
 -- the attempt that held it can never complete the row later. Waits for nobody: a live lease
 -- means an attempt is still running, so this refuses (no row).
 WITH target AS (
-    SELECT id, next_check_at <= :slot AND :advance::boolean AS advance FROM monitor_targets
+    SELECT id, next_slot <= :slot AND :advance::boolean AS advance FROM monitor_targets
      WHERE id = :target_id AND (lease_token IS NULL OR lease_expires_at <= now())
        FOR UPDATE
 ), recorded AS (
@@ -141,25 +141,25 @@ WITH target AS (
 ), moved AS (
     UPDATE monitor_targets t
        SET lease_token = NULL, lease_expires_at = NULL, updated_at = now(),
-           next_check_at = CASE WHEN target.advance
+           next_slot = CASE WHEN target.advance
                                 THEN grid_after(anchor, interval_seconds,
                                                 greatest(now(), :temporal_now::timestamptz,
                                                          :slot::timestamptz))
-                                ELSE next_check_at END,
+                                ELSE next_slot END,
            failure_streak = CASE WHEN target.advance AND EXISTS (SELECT 1 FROM recorded)
                                  THEN failure_streak + 1 ELSE failure_streak END
       FROM target WHERE t.id = target.id
-    RETURNING t.id, anchor, interval_seconds, next_check_at, target.advance
+    RETURNING t.id, anchor, interval_seconds, next_slot, target.advance
 ), skipped AS (
     INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at, status,
         error_message)
     SELECT slot_work_id(m.id, s), m.id, s, 'scheduled', now(), 'skipped',
            'not checked: came due before ' || :work_id || ' gave up'
-      FROM moved m, grid_between(m.anchor, m.interval_seconds, :slot, m.next_check_at) s
+      FROM moved m, grid_between(m.anchor, m.interval_seconds, :slot, m.next_slot) s
      WHERE m.advance
     ON CONFLICT DO NOTHING
 )
-SELECT recorded.*, (SELECT next_check_at FROM moved WHERE :advance::boolean) AS next_slot
+SELECT recorded.*, (SELECT next_slot FROM moved WHERE :advance::boolean) AS next_slot
   FROM recorded;
 
 -- name: advance_past_final
@@ -168,21 +168,21 @@ SELECT recorded.*, (SELECT next_check_at FROM moved WHERE :advance::boolean) AS 
 -- for each slot the jump passes. Returns where the schedule stands either way.
 WITH moved AS (
     UPDATE monitor_targets
-       SET next_check_at = grid_after(anchor, interval_seconds,
+       SET next_slot = grid_after(anchor, interval_seconds,
                                       greatest(now(), :temporal_now::timestamptz, :slot)),
            updated_at = now()
-     WHERE id = :target_id AND next_check_at <= :slot
-    RETURNING id, anchor, interval_seconds, next_check_at
+     WHERE id = :target_id AND next_slot <= :slot
+    RETURNING id, anchor, interval_seconds, next_slot
 ), skipped AS (
     INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at, status,
         error_message)
     SELECT slot_work_id(m.id, s), m.id, s, 'scheduled', now(), 'skipped',
            'not checked: the schedule was behind'
-      FROM moved m, grid_between(m.anchor, m.interval_seconds, :slot, m.next_check_at) s
+      FROM moved m, grid_between(m.anchor, m.interval_seconds, :slot, m.next_slot) s
     ON CONFLICT DO NOTHING
 )
-SELECT COALESCE((SELECT next_check_at FROM moved),
-                (SELECT next_check_at FROM monitor_targets WHERE id = :target_id));
+SELECT COALESCE((SELECT next_slot FROM moved),
+                (SELECT next_slot FROM monitor_targets WHERE id = :target_id));
 
 -- name: register_target
 -- A registration creates the target with the grid it proposes, or adopts the grid and the
@@ -191,15 +191,15 @@ SELECT COALESCE((SELECT next_check_at FROM moved),
 -- slot stays and later slots use the new interval. `xmax = 0` tells an insert from an
 -- update.
 INSERT INTO monitor_targets AS t (id, url, interval_seconds, enabled, unhealthy_after,
-    anchor, next_check_at)
+    anchor, next_slot)
 VALUES (:target_id, :url, :interval_seconds, :enabled, :unhealthy_after, :anchor, :next_slot)
 ON CONFLICT (id) DO UPDATE
    SET url = excluded.url, interval_seconds = excluded.interval_seconds,
        enabled = excluded.enabled, unhealthy_after = excluded.unhealthy_after,
        anchor = CASE WHEN t.interval_seconds = excluded.interval_seconds THEN t.anchor
-                     ELSE t.next_check_at END,
+                     ELSE t.next_slot END,
        updated_at = now()
-RETURNING anchor, next_check_at, xmax = 0 AS created;
+RETURNING anchor, next_slot, xmax = 0 AS created;
 
 -- name: sync_target
 -- The workflow's view, mirrored. The grid stays unless the interval changed (a
@@ -207,15 +207,15 @@ RETURNING anchor, next_check_at, xmax = 0 AS created;
 -- restored database) is written again on the workflow's grid, whose pending slot is one of
 -- its points.
 INSERT INTO monitor_targets AS t (id, url, interval_seconds, enabled, unhealthy_after,
-    anchor, next_check_at)
+    anchor, next_slot)
 VALUES (:target_id, :url, :interval_seconds, :enabled, :unhealthy_after, :next_slot,
         :next_slot)
 ON CONFLICT (id) DO UPDATE
    SET url = excluded.url, interval_seconds = excluded.interval_seconds,
-       enabled = excluded.enabled, next_check_at = excluded.next_check_at,
+       enabled = excluded.enabled, next_slot = excluded.next_slot,
        unhealthy_after = excluded.unhealthy_after,
        anchor = CASE WHEN t.interval_seconds = excluded.interval_seconds THEN t.anchor
-                     ELSE excluded.next_check_at END,
+                     ELSE excluded.next_slot END,
        updated_at = now();
 
 -- name: insert_skipped
@@ -274,7 +274,7 @@ SELECT work_id, scheduled_for, kind, status, checked_at, attempt_count, result_h
 SELECT target_id FROM source_checks WHERE work_id = :work_id;
 
 -- name: list_targets
-SELECT t.id, t.url, t.interval_seconds, t.enabled, t.next_check_at,
+SELECT t.id, t.url, t.interval_seconds, t.enabled, t.next_slot,
        t.failure_streak >= t.unhealthy_after AS unhealthy,
        c.status AS last_status
   FROM monitor_targets t

@@ -588,7 +588,7 @@ FAULTS: dict[str, Callable[[Chaos], Awaitable[None]]] = {
 # Slots of the fault window not yet final, and changes whose notices are not settled.
 SETTLED = """
 SELECT (SELECT count(*) FROM monitor_targets
-         WHERE next_check_at <= $1 OR NOT enabled)
+         WHERE next_slot <= $1 OR NOT enabled)
      + (SELECT count(*) FROM source_checks c JOIN channels ch USING (target_id)
           LEFT JOIN deliveries d
             ON d.work_id = c.work_id AND d.channel_id = ch.channel_id AND d.notice = 'changed'

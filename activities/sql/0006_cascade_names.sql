@@ -6,3 +6,6 @@ ALTER TABLE channels ADD CONSTRAINT channels_target_fkey
     FOREIGN KEY (target_id) REFERENCES monitor_targets (id) ON DELETE CASCADE;
 ALTER TABLE deliveries ADD CONSTRAINT deliveries_target_fkey
     FOREIGN KEY (target_id) REFERENCES monitor_targets (id) ON DELETE CASCADE;
+
+-- One name per concept: the schedule's pending slot is `next_slot` in code, SQL and docs.
+ALTER TABLE monitor_targets RENAME COLUMN next_check_at TO next_slot;
