@@ -52,6 +52,36 @@ def latest_due_slot(anchor: datetime, interval: timedelta, now: datetime) -> dat
     return anchor + ((now - anchor) // interval) * interval
 
 
+def due_before_first_task(
+    anchor: datetime, interval: timedelta, started: datetime, slot: datetime
+) -> list[datetime]:
+    """Slots before `slot` that came due after the workflow was `started` but before its
+    first task ran (that task sat on a worker that died): they were due, so they get skipped
+    rows. A start in the past does not make the slots before the start due."""
+    first = anchor  # the first grid point at or after the start
+    if anchor < started:
+        first = next_slot(anchor, interval, started - timedelta.resolution)
+    passed = [first, *slots_between(first, slot, interval)]
+    return [s for s in passed if s < slot]
+
+
+def due_before_pause(
+    slot: datetime,
+    paused_at: datetime | None,
+    resumed: datetime,
+    interval: timedelta,
+    checking: datetime | None = None,
+) -> list[datetime]:
+    """Slots from `slot` that were overdue when a pause took effect (it can arrive late, e.g.
+    while a worker was down), up to the slot a resume continues at: they were due, so they
+    get skipped rows. The slot being checked (`checking`) gets its own row from its check."""
+    if paused_at is None:
+        return []
+    until = min(resumed, paused_at + timedelta.resolution)
+    passed = [slot, *slots_between(slot, until, interval)]
+    return [s for s in passed if s <= paused_at and s < resumed and s != checking]
+
+
 def work_id(target_id: str, slot: datetime) -> str:
     """The business identity of one check: the same for every execution of the slot."""
     return f"{target_id}:{format_slot(slot)}"

@@ -28,6 +28,7 @@ from pricewatch.models import (
 )
 from pricewatch.slots import work_id
 from tests.conftest import MailSink, PageServer, Start, WebhookReceiver
+from tests.test_e2e import wait_for
 from tests.test_notify import add_target, anchor_of, deliveries, delivery, watched
 from tests.test_workflow import rows, running_worker
 from workers.worker import WorkerTuning
@@ -172,6 +173,8 @@ async def test_a_change_in_a_slot_a_resume_skips_is_still_told(
     ):
         handle = await start(config, start_at=anchor, min_interval_seconds=1)
         assert (await handle.query(MonitorTarget.status)).next_slot == anchor
+        # Registered: the row the old run's check needs.
+        await wait_for(pool, "SELECT count(*) FROM monitor_targets")
     changed = work_id(target_id, anchor)  # what the run the reset left behind recorded
     await pool.execute(
         "INSERT INTO source_checks (work_id, target_id, scheduled_for, checked_at, status,"

@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 from pricewatch.durations import format_duration, parse_duration
 from pricewatch.slots import (
+    due_before_first_task,
+    due_before_pause,
     first_slot,
     format_slot,
     latest_due_slot,
@@ -212,3 +214,23 @@ def test_targets_added_together_fall_due_at_different_instants() -> None:
     anchors = {spread_anchor(f"shop-{n}", T0) for n in range(1000)}
     assert len(anchors) > 600  # distinct milliseconds (a birthday spread, not a queue)
     assert min(anchors) >= T0 and max(anchors) < T0 + timedelta(seconds=1)
+
+
+def test_slots_due_before_the_first_task_ran() -> None:
+    """Started at T0 + 10 min on an hourly grid anchored at T0; the first task ran at
+    T0 + 3h 10min and checks T0 + 3h: T0 + 1h and T0 + 2h came due in between."""
+    started = T0 + timedelta(minutes=10)
+    assert due_before_first_task(T0, HOUR, started, T0 + 3 * HOUR) == [T0 + HOUR, T0 + 2 * HOUR]
+    assert due_before_first_task(T0, HOUR, T0, T0) == []  # on time: nothing passed
+    # A start in the past (anchor long before the start) makes nothing before the start due.
+    assert due_before_first_task(T0 - 100 * HOUR, HOUR, T0, T0 + HOUR) == [T0]
+
+
+def test_slots_overdue_when_a_late_pause_took_effect() -> None:
+    """The schedule stood at T0; the pause took effect at T0 + 2h 30min; the resume goes
+    on at T0 + 5h. T0..T0 + 2h were due (except the one being checked); later ones were not."""
+    paused_at, resumed = T0 + 2.5 * HOUR, T0 + 5 * HOUR
+    assert due_before_pause(T0, paused_at, resumed, HOUR) == [T0, T0 + HOUR, T0 + 2 * HOUR]
+    assert due_before_pause(T0, paused_at, resumed, HOUR, checking=T0) == [T0 + HOUR, T0 + 2 * HOUR]
+    assert due_before_pause(T0, None, resumed, HOUR) == []
+    assert due_before_pause(T0, T0 - HOUR, T0, HOUR) == []  # paused before the slot came

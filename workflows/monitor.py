@@ -9,14 +9,12 @@ the replay of running histories.
 
 import asyncio
 import contextlib
-import dataclasses
 from datetime import datetime, timedelta
-from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, FailureError
-from temporalio.exceptions import TimeoutError as ActivityTimeout
+from temporalio.exceptions import ApplicationError
+
+from workflows import calls
 
 # Models are passed through so that the workflow and the converter share one class per
 # model (a sandbox re-import would make pydantic reject its own instances). Everything here
@@ -27,14 +25,11 @@ with workflow.unsafe.imports_passed_through():
         CheckKind,
         CheckResult,
         CheckStatus,
-        DeliveryFailureInput,
         DeliveryInput,
         MonitorState,
         MonitorStatus,
         Notice,
-        RecordFailureInput,
         RegisterTargetInput,
-        Registration,
         RemoveTargetInput,
         RetryRequest,
         SyncTargetInput,
@@ -50,34 +45,16 @@ with workflow.unsafe.imports_passed_through():
         Signal,
         Update,
     )
-    from pricewatch.policy import (
-        BOOKKEEPING_RETRY,
-        BOOKKEEPING_TIMEOUT,
-        CHECK_LEASE,
-        CHECK_RETRY,
-        CHECK_TIMEOUT,
-        DELIVERY_RETRY,
-        DELIVERY_TIMEOUT,
-        HEARTBEAT_TIMEOUT,
-        INVALID_TARGET,
-        LEASE_HELD,
-        TARGET_OUT_OF_SYNC,
-    )
+    from pricewatch.policy import INVALID_TARGET, TARGET_OUT_OF_SYNC
     from pricewatch.slots import (
+        due_before_first_task,
+        due_before_pause,
         first_slot,
         format_slot,
         latest_due_slot,
         next_slot,
-        slots_between,
         spread_anchor,
     )
-
-# Registration needs the database (it holds the grid): while it is away past the bookkeeping
-# retries, the workflow waits this long and asks again.
-REGISTER_AGAIN_AFTER = timedelta(minutes=5)
-# How a check fails: a normal activity's error arrives wrapped in an ActivityError, a local
-# activity's as the activity's own error (or the timeout).
-CHECK_FAILED = (ActivityError, ApplicationError, ActivityTimeout)
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -104,7 +81,7 @@ class MonitorTarget:
         while True:
             if self._removing:
                 await asyncio.gather(*self._deliveries)
-                removed = await self._bookkeep(
+                removed = await calls.bookkeep(
                     Activity.REMOVE_TARGET,
                     RemoveTargetInput(target_id=self.state.config.target_id),
                     f"remove {self.state.config.target_id}",
@@ -170,31 +147,12 @@ class MonitorTarget:
         if self.state.paused:
             self.state.paused = False
             resumed = first_slot(self._slot(), self.state.config.interval, workflow.now())
-            self.state.unrecorded_skips += self._due_before_pause(resumed)
+            self.state.unrecorded_skips += due_before_pause(
+                self._slot(), self.state.paused_at, resumed, self.state.config.interval,
+                checking=self._checking,
+            )  # fmt: skip
             self.state.next_slot, self.state.paused_at = resumed, None
             self._mark_mirror_stale()
-
-    def _due_before_first_task(self, anchor: datetime, slot: datetime) -> list[datetime]:
-        """Slots before `slot` that came due after the workflow was started but before its
-        first task ran (that task sat on a worker that died): they were due, so they get
-        skipped rows. A start in the past does not make the slots before the start due."""
-        started = workflow.info().workflow_start_time
-        interval = self.state.config.interval
-        # The first grid point at or after the start.
-        first = anchor
-        if anchor < started:
-            first = next_slot(anchor, interval, started - timedelta.resolution)
-        passed = [first, *slots_between(first, slot, interval)]
-        return [s for s in passed if s < slot]
-
-    def _due_before_pause(self, resumed: datetime) -> list[datetime]:
-        slot, paused_at = self._slot(), self.state.paused_at
-        if paused_at is None:
-            return []
-        until = min(resumed, paused_at + timedelta.resolution)
-        passed = [slot, *slots_between(slot, until, self.state.config.interval)]
-        # The slot being checked gets its own row from its check.
-        return [s for s in passed if s <= paused_at and s < resumed and s != self._checking]
 
     @workflow.signal(name=Signal.REMOVE)
     def remove(self) -> None:
@@ -272,25 +230,14 @@ class MonitorTarget:
             anchor=anchor,
             next_slot=proposed,
             enabled=not self.state.paused,
-            skipped=self._due_before_first_task(anchor, proposed),
+            skipped=due_before_first_task(
+                anchor, self.state.config.interval, workflow.info().workflow_start_time, proposed
+            ),
         )
         workflow.upsert_search_attributes(
             [TARGET_SEARCH_ATTRIBUTE.value_set(self.state.config.target_id)]
         )
-        while True:
-            try:
-                registration = await workflow.execute_activity(
-                    Activity.REGISTER_TARGET,
-                    request,
-                    result_type=Registration,
-                    start_to_close_timeout=BOOKKEEPING_TIMEOUT,
-                    retry_policy=BOOKKEEPING_RETRY,
-                    summary=f"register {self.state.config.target_id}",
-                )
-                break
-            except ActivityError as err:
-                workflow.logger.error("register failed: %s", _reason(err))
-                await workflow.sleep(REGISTER_AGAIN_AFTER)
+        registration = await calls.register(request)
         self.state.next_slot = registration.next_slot
         for change in registration.unnotified:
             self._notify(change, None)
@@ -302,7 +249,7 @@ class MonitorTarget:
         A failed sync is not retried in a loop: the next check finds the mirror out of
         sync and asks for another sync then."""
         skipped = list(self.state.unrecorded_skips)
-        synced = await self._bookkeep(
+        synced = await calls.bookkeep(
             Activity.SYNC_TARGET,
             SyncTargetInput(
                 config=self.state.config,
@@ -312,10 +259,8 @@ class MonitorTarget:
             ),
             f"sync {self.state.config.target_id}",
         )
-        if synced:
-            self.state.unrecorded_skips = self.state.unrecorded_skips[
-                len(skipped) :
-            ]  # only appended to
+        if synced:  # only ever appended to: drop what was written
+            del self.state.unrecorded_skips[: len(skipped)]
         if synced and skipped:
             await self._notify_changes_among(skipped)
         return synced
@@ -326,18 +271,7 @@ class MonitorTarget:
         query = UnnotifiedQuery(
             target_id=self.state.config.target_id, first=min(skipped), last=max(skipped)
         )
-        try:
-            changes = await workflow.execute_activity(
-                Activity.UNNOTIFIED_CHANGES,
-                query,
-                result_type=list[CheckResult],
-                start_to_close_timeout=BOOKKEEPING_TIMEOUT,
-                retry_policy=BOOKKEEPING_RETRY,
-                summary=f"unnotified changes {self.state.config.target_id}",
-            )
-        except ActivityError as err:
-            workflow.logger.error("could not look for unnotified changes: %s", _reason(err))
-            return
+        changes = await calls.unnotified_changes(query)
         for change in changes:
             self._notify(change, None)
 
@@ -424,28 +358,9 @@ class MonitorTarget:
                     result=result,
                     failure_streak=self.state.failure_streak,
                 )
-                task = asyncio.create_task(self._deliver(delivery))
+                task = asyncio.create_task(calls.deliver(delivery))
                 self._deliveries.add(task)
                 task.add_done_callback(self._deliveries.discard)
-
-    async def _deliver(self, delivery: DeliveryInput) -> None:
-        """One channel; its failure is recorded and never touches the check or the others."""
-        summary = f"notify {delivery.channel_id} {delivery.notice.value} {delivery.result.work_id}"
-        try:
-            await workflow.execute_activity(
-                Activity.DELIVER_NOTICE,
-                delivery,
-                start_to_close_timeout=DELIVERY_TIMEOUT,
-                retry_policy=DELIVERY_RETRY,
-                summary=summary,
-            )
-        except ActivityError as err:
-            workflow.logger.warning("%s gave up: %s", summary, _reason(err))
-            await self._bookkeep(
-                Activity.RECORD_DELIVERY_FAILED,
-                DeliveryFailureInput(delivery=delivery, error_message=_reason(err)),
-                f"record failed {summary}",
-            )
 
     @property
     def _unhealthy(self) -> bool:
@@ -453,92 +368,22 @@ class MonitorTarget:
 
     async def _check(self, check: CheckInput) -> CheckResult | None:
         """Run the check; if it gives up, dead-letter the slot. None only if even that failed."""
+        max_attempts = self.state.config.max_attempts
         try:
             try:
-                result = await self._check_slot(check)
-            except CHECK_FAILED as err:
-                if _error_type(err) != TARGET_OUT_OF_SYNC or not await self._sync():
+                result = await calls.check_slot(check, max_attempts)
+            except calls.CHECK_FAILED as err:
+                if calls.error_type(err) != TARGET_OUT_OF_SYNC or not await self._sync():
                     raise
-                result = await self._check_slot(check)
-        except CHECK_FAILED as err:
-            workflow.logger.warning("check %s gave up: %s", check.work_id, _reason(err))
-            failure = RecordFailureInput(check=self._asked_now(check), error_message=_reason(err))
-            try:
-                result = await workflow.execute_activity(
-                    Activity.RECORD_FAILED_SLOT,
-                    failure,
-                    result_type=CheckResult,
-                    start_to_close_timeout=BOOKKEEPING_TIMEOUT,
-                    retry_policy=BOOKKEEPING_RETRY,
-                    summary=f"record failed {check.work_id}",
-                )
-            except ActivityError as record_err:
-                workflow.logger.error(
-                    "could not record %s as failed: %s", check.work_id, _reason(record_err)
-                )
+                result = await calls.check_slot(check, max_attempts)
+        except calls.CHECK_FAILED as err:
+            if (recorded := await calls.record_failed(check, err)) is None:
                 return None
+            result = recorded
         if result.status is not CheckStatus.SKIPPED:
             self.state.last_result = result
             self.state.checks_completed += 1
         return result
-
-    async def _check_slot(self, check: CheckInput) -> CheckResult:
-        """The first attempt runs as a local activity in the workflow task the slot's timer
-        woke; if it fails and may be retried, the rest run as a normal activity after the
-        same backoff, with heartbeats and the retry policy's remaining attempts."""
-        retry = dataclasses.replace(CHECK_RETRY, maximum_attempts=self.state.config.max_attempts)
-        summary = f"{'retry' if check.retry else 'check'} {check.work_id}"
-        result: CheckResult
-        try:
-            result = await workflow.execute_local_activity(
-                Activity.CHECK_SLOT,
-                self._asked_now(check),
-                result_type=CheckResult,
-                start_to_close_timeout=CHECK_TIMEOUT,
-                retry_policy=RetryPolicy(maximum_attempts=1),
-                summary=summary,
-            )
-            return result
-        except CHECK_FAILED as err:
-            backoff = _first_retry_delay(err)
-            if backoff is None or retry.maximum_attempts == 1:
-                raise
-        await workflow.sleep(backoff, summary=f"back off {check.work_id}")
-        retry = dataclasses.replace(
-            retry,
-            initial_interval=retry.initial_interval * retry.backoff_coefficient,
-            maximum_attempts=retry.maximum_attempts - 1,
-        )
-        result = await workflow.execute_activity(
-            Activity.CHECK_SLOT,
-            self._asked_now(check),
-            result_type=CheckResult,
-            start_to_close_timeout=CHECK_TIMEOUT,
-            heartbeat_timeout=HEARTBEAT_TIMEOUT,
-            retry_policy=retry,
-            summary=summary,
-        )
-        return result
-
-    @staticmethod
-    def _asked_now(check: CheckInput) -> CheckInput:
-        """The check as asked for now: it carries Temporal's time to the activity."""
-        return check.model_copy(update={"asked_at": workflow.now()})
-
-    async def _bookkeep(self, activity: Activity, arg: Any, summary: str) -> bool:
-        """Run a bookkeeping activity; report failure instead of failing the workflow."""
-        try:
-            await workflow.execute_activity(
-                activity,
-                arg,
-                start_to_close_timeout=BOOKKEEPING_TIMEOUT,
-                retry_policy=BOOKKEEPING_RETRY,
-                summary=summary,
-            )
-        except ActivityError as err:
-            workflow.logger.error("%s failed: %s", summary, _reason(err))
-            return False
-        return True
 
     def _config_problem(self, config: TargetConfig) -> str | None:
         if config.interval_seconds < self.state.min_interval_seconds:
@@ -561,34 +406,3 @@ class MonitorTarget:
             workflow.info().is_continue_as_new_suggested()
             or self._checks_this_run >= self.state.max_checks_per_run
         )
-
-
-def _first_retry_delay(err: FailureError) -> timedelta | None:
-    """How long the check's retry policy would wait after this first attempt; None if it
-    would not retry."""
-    cause = _cause(err)
-    if isinstance(cause, ApplicationError):
-        if cause.non_retryable or cause.type in (CHECK_RETRY.non_retryable_error_types or ()):
-            return None
-        if cause.next_retry_delay is not None:
-            return cause.next_retry_delay
-        if cause.type == LEASE_HELD:
-            # An attempt that died mid-check (the replay runs the first attempt again)
-            # holds the lease until it lapses: retrying sooner would only burn an attempt.
-            return max(CHECK_RETRY.initial_interval, CHECK_LEASE)
-    return CHECK_RETRY.initial_interval
-
-
-def _cause(err: FailureError) -> BaseException | None:
-    """The activity's own error (see CHECK_FAILED)."""
-    return err.cause if isinstance(err, ActivityError) else err
-
-
-def _error_type(err: FailureError) -> str | None:
-    cause = _cause(err)
-    return cause.type if isinstance(cause, ApplicationError) else None
-
-
-def _reason(err: FailureError) -> str:
-    """What actually went wrong (the HTTP status, the timeout), not the activity wrapper."""
-    return str(_cause(err) or err)

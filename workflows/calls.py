@@ -1,0 +1,208 @@
+"""The workflow's calls to its activities, each with its timeout, retry policy and summary
+(what the Temporal UI shows), and how their failures read. Workflow code: deterministic, no
+I/O; activities are called by name (`pricewatch.names.Activity`)."""
+
+import dataclasses
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+from temporalio.exceptions import TimeoutError as ActivityTimeout
+
+with workflow.unsafe.imports_passed_through():
+    from pricewatch.models import (
+        CheckInput,
+        CheckResult,
+        DeliveryFailureInput,
+        DeliveryInput,
+        RecordFailureInput,
+        RegisterTargetInput,
+        Registration,
+        UnnotifiedQuery,
+    )
+    from pricewatch.names import Activity
+    from pricewatch.policy import (
+        BOOKKEEPING_RETRY,
+        BOOKKEEPING_TIMEOUT,
+        CHECK_LEASE,
+        CHECK_RETRY,
+        CHECK_TIMEOUT,
+        DELIVERY_RETRY,
+        DELIVERY_TIMEOUT,
+        HEARTBEAT_TIMEOUT,
+        LEASE_HELD,
+    )
+
+# Registration needs the database (it holds the grid): while it is away past the bookkeeping
+# retries, the workflow waits this long and asks again.
+REGISTER_AGAIN_AFTER = timedelta(minutes=5)
+# How a check fails: a normal activity's error arrives wrapped in an ActivityError, a local
+# activity's as the activity's own error (or the timeout).
+CHECK_FAILED = (ActivityError, ApplicationError, ActivityTimeout)
+
+
+async def register(request: RegisterTargetInput) -> Registration:
+    """Record the target's grid, or adopt the recorded one; waits for the database."""
+    while True:
+        try:
+            registration: Registration = await workflow.execute_activity(
+                Activity.REGISTER_TARGET,
+                request,
+                result_type=Registration,
+                start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                retry_policy=BOOKKEEPING_RETRY,
+                summary=f"register {request.config.target_id}",
+            )
+            return registration
+        except ActivityError as err:
+            workflow.logger.error("register failed: %s", reason(err))
+            await workflow.sleep(REGISTER_AGAIN_AFTER)
+
+
+async def check_slot(check: CheckInput, max_attempts: int) -> CheckResult:
+    """The first attempt runs as a local activity in the workflow task the slot's timer
+    woke (6 history events per check); if it fails and may be retried, the rest run as a
+    normal activity after the same backoff, with heartbeats and the retry policy's remaining
+    attempts. Raises one of CHECK_FAILED when the check gives up."""
+    retry = dataclasses.replace(CHECK_RETRY, maximum_attempts=max_attempts)
+    summary = f"{'retry' if check.retry else 'check'} {check.work_id}"
+    result: CheckResult
+    try:
+        result = await workflow.execute_local_activity(
+            Activity.CHECK_SLOT,
+            asked_now(check),
+            result_type=CheckResult,
+            start_to_close_timeout=CHECK_TIMEOUT,
+            retry_policy=RetryPolicy(maximum_attempts=1),
+            summary=summary,
+        )
+        return result
+    except CHECK_FAILED as err:
+        backoff = first_retry_delay(err)
+        if backoff is None or retry.maximum_attempts == 1:
+            raise
+    await workflow.sleep(backoff, summary=f"back off {check.work_id}")
+    retry = dataclasses.replace(
+        retry,
+        initial_interval=retry.initial_interval * retry.backoff_coefficient,
+        maximum_attempts=retry.maximum_attempts - 1,
+    )
+    result = await workflow.execute_activity(
+        Activity.CHECK_SLOT,
+        asked_now(check),
+        result_type=CheckResult,
+        start_to_close_timeout=CHECK_TIMEOUT,
+        heartbeat_timeout=HEARTBEAT_TIMEOUT,
+        retry_policy=retry,
+        summary=summary,
+    )
+    return result
+
+
+async def record_failed(check: CheckInput, error: FailureError) -> CheckResult | None:
+    """Dead-letter a slot whose check gave up; None if even that failed (Postgres gone)."""
+    workflow.logger.warning("check %s gave up: %s", check.work_id, reason(error))
+    try:
+        result: CheckResult = await workflow.execute_activity(
+            Activity.RECORD_FAILED_SLOT,
+            RecordFailureInput(check=asked_now(check), error_message=reason(error)),
+            result_type=CheckResult,
+            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+            retry_policy=BOOKKEEPING_RETRY,
+            summary=f"record failed {check.work_id}",
+        )
+        return result
+    except ActivityError as err:
+        workflow.logger.error("could not record %s as failed: %s", check.work_id, reason(err))
+        return None
+
+
+async def unnotified_changes(query: UnnotifiedQuery) -> list[CheckResult]:
+    try:
+        changes: list[CheckResult] = await workflow.execute_activity(
+            Activity.UNNOTIFIED_CHANGES,
+            query,
+            result_type=list[CheckResult],
+            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+            retry_policy=BOOKKEEPING_RETRY,
+            summary=f"unnotified changes {query.target_id}",
+        )
+        return changes
+    except ActivityError as err:
+        workflow.logger.error("could not look for unnotified changes: %s", reason(err))
+        return []
+
+
+async def deliver(delivery: DeliveryInput) -> None:
+    """One notice to one channel; its failure is recorded and never touches the check or
+    the other channels."""
+    summary = f"notify {delivery.channel_id} {delivery.notice.value} {delivery.result.work_id}"
+    try:
+        await workflow.execute_activity(
+            Activity.DELIVER_NOTICE,
+            delivery,
+            start_to_close_timeout=DELIVERY_TIMEOUT,
+            retry_policy=DELIVERY_RETRY,
+            summary=summary,
+        )
+    except ActivityError as err:
+        workflow.logger.warning("%s gave up: %s", summary, reason(err))
+        await bookkeep(
+            Activity.RECORD_DELIVERY_FAILED,
+            DeliveryFailureInput(delivery=delivery, error_message=reason(err)),
+            f"record failed {summary}",
+        )
+
+
+async def bookkeep(activity: Activity, arg: Any, summary: str) -> bool:
+    """Run a bookkeeping activity; report failure instead of failing the workflow."""
+    try:
+        await workflow.execute_activity(
+            activity,
+            arg,
+            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+            retry_policy=BOOKKEEPING_RETRY,
+            summary=summary,
+        )
+    except ActivityError as err:
+        workflow.logger.error("%s failed: %s", summary, reason(err))
+        return False
+    return True
+
+
+def asked_now(check: CheckInput) -> CheckInput:
+    """The check as asked for now: it carries Temporal's time to the activity."""
+    return check.model_copy(update={"asked_at": workflow.now()})
+
+
+def first_retry_delay(err: FailureError) -> timedelta | None:
+    """How long the check's retry policy would wait after this first attempt; None if it
+    would not retry."""
+    failure = cause(err)
+    if isinstance(failure, ApplicationError):
+        if failure.non_retryable or failure.type in (CHECK_RETRY.non_retryable_error_types or ()):
+            return None
+        if failure.next_retry_delay is not None:
+            return failure.next_retry_delay
+        if failure.type == LEASE_HELD:
+            # An attempt that died mid-check (the replay runs the first attempt again)
+            # holds the lease until it lapses: retrying sooner would only burn an attempt.
+            return max(CHECK_RETRY.initial_interval, CHECK_LEASE)
+    return CHECK_RETRY.initial_interval
+
+
+def cause(err: FailureError) -> BaseException | None:
+    """The activity's own error (see CHECK_FAILED)."""
+    return err.cause if isinstance(err, ActivityError) else err
+
+
+def error_type(err: FailureError) -> str | None:
+    failure = cause(err)
+    return failure.type if isinstance(failure, ApplicationError) else None
+
+
+def reason(err: FailureError) -> str:
+    """What actually went wrong (the HTTP status, the timeout), not the activity wrapper."""
+    return str(cause(err) or err)
