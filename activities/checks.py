@@ -16,11 +16,12 @@ import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import snapshots, store
-from activities.fetch import INLINE_WORK_BYTES, FetchError, Page, Request, fetch_page
+from activities import store
+from activities.fetch import FetchError, Page, Request, fetch_page
 from activities.metrics import count, observe_seconds
 from activities.normalise import Extraction
-from pricewatch.decisions import comparable, compare, final_result, retry_delay, rules_fingerprint
+from activities.outcomes import outcome_of
+from pricewatch.decisions import comparable, final_result, retry_delay, rules_fingerprint
 from pricewatch.models import (
     CheckInput,
     CheckResult,
@@ -162,7 +163,7 @@ class CheckActivities:
             fetch_started = time.monotonic()
             try:
                 page = await self._fetch_holding_lease(check, token, claim)
-                outcome = await _outcome_of(claim, page, rules)
+                outcome = await outcome_of(claim, page, rules)
             except FetchError as err:
                 kind = "transient" if err.transient else "permanent"
                 count("pricewatch_fetch_failures", "failed fetch attempts", kind=kind)
@@ -346,49 +347,3 @@ class CheckActivities:
 def _ids(check: CheckInput, token: str) -> dict[str, str]:
     """The ids every log line of a check carries (see the JSON log format)."""
     return {"target_id": check.target_id, "work_id": check.work_id, "execution_id": token}
-
-
-async def _outcome_of(claim: store.Claim, page: Page, rules: str) -> store.Outcome:
-    """`_outcome`, in a thread only when it has real work: a big page, or a change (the
-    excerpt diffs the previous snapshot, which can be much bigger than the page)."""
-    status = compare(claim.previous_hash, page.sha256) if page.sha256 else None
-    if page.size <= INLINE_WORK_BYTES and status is not CheckStatus.CHANGED:
-        return _outcome(claim, page, rules, status)
-    return await asyncio.to_thread(_outcome, claim, page, rules, status)
-
-
-def _outcome(
-    claim: store.Claim, page: Page, rules: str, status: CheckStatus | None
-) -> store.Outcome:
-    """A 304 is the page as it was; a new state (the baseline, a change) keeps a snapshot
-    and, for a change, an excerpt of what changed."""
-    if page.not_modified:
-        if claim.previous_hash is None:
-            raise FetchError("HTTP 304 to a request that named no version", transient=False)
-        return store.Outcome(
-            status=CheckStatus.UNCHANGED,
-            result_hash=claim.previous_hash,
-            previous_hash=claim.previous_hash,
-            http_status=304,
-            body_bytes=0,
-            etag=page.etag or claim.previous_etag,
-            last_modified=page.last_modified or claim.previous_last_modified,
-            rules=rules,
-        )
-    assert page.sha256 is not None and page.text is not None and status is not None
-    new_state = status is CheckStatus.CHANGED or claim.previous_hash is None
-    change = None
-    if status is CheckStatus.CHANGED and claim.previous_snapshot is not None:
-        change = snapshots.excerpt(snapshots.decompress(claim.previous_snapshot), page.text)
-    return store.Outcome(
-        status=status,
-        result_hash=page.sha256,
-        previous_hash=claim.previous_hash,
-        http_status=page.status_code,
-        body_bytes=page.size,
-        etag=page.etag,
-        last_modified=page.last_modified,
-        snapshot=snapshots.compress(page.text) if new_state else None,
-        excerpt=change,
-        rules=rules,
-    )

@@ -19,9 +19,10 @@ from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError
 
 from activities.guard import BlockedAddress
+from pricewatch import render
 from pricewatch.client import Added, BadInput, Pricewatch, valid_id
 from pricewatch.durations import format_duration, parse_duration
-from pricewatch.models import Channel, ChannelKind, CheckResult, MonitorStatus, TargetConfig
+from pricewatch.models import Channel, ChannelKind, CheckResult, TargetConfig
 from pricewatch.settings import Settings
 from pricewatch.slots import format_slot
 
@@ -118,40 +119,7 @@ def parse_start_at(text: str | None) -> datetime | None:
 
 
 def print_result(result: CheckResult) -> None:
-    typer.echo(describe(result))
-
-
-def describe(result: CheckResult) -> str:
-    """One line per check; a slot still being retried says so, and when it tries again."""
-    line = f"{result.work_id}  {result.status.value:<9} attempts={result.attempt_count}"
-    if result.result_hash:
-        line += f"  sha256={result.result_hash[:12]}"
-    if result.next_attempt_at:
-        line += f"  next attempt not before {format_slot(result.next_attempt_at)}"
-    if result.error_message:
-        line += f"  error={result.error_message}"
-    return line
-
-
-def print_status(status: MonitorStatus, retrying: list[CheckResult], link: str) -> None:
-    config = status.config
-    typer.echo(f"target:     {config.target_id}")
-    typer.echo(f"url:        {config.url}")
-    typer.echo(f"every:      {format_duration(config.interval)}")
-    typer.echo(f"state:      {'paused' if status.paused else 'active'}")
-    health = f"unhealthy ({status.failure_streak} failed slots in a row)"
-    typer.echo(f"health:     {health if status.unhealthy else 'healthy'}")
-    next_slot = format_slot(status.next_slot) if status.next_slot else "-"
-    typer.echo(f"next slot:  {next_slot}")
-    typer.echo(f"checks:     {status.checks_completed}")
-    for result in retrying:
-        typer.echo(f"now:        {describe(result)}")
-    if status.last_result:
-        typer.echo("last:       ", nl=False)
-        print_result(status.last_result)
-    else:
-        typer.echo("last:       (no check yet)")
-    typer.echo(f"history:    {link}")
+    typer.echo(render.check(result))
 
 
 IdArg = Annotated[str, typer.Argument(help="Target id (a slug, e.g. hetzner-cloud-pricing).")]
@@ -225,15 +193,7 @@ async def list_targets() -> None:
         typer.echo("no targets: add one with `pricewatch add <id> <url> --every 24h`")
         return
     for row in rows:
-        state = ("active" if row["enabled"] else "paused") + (
-            ",unhealthy" if row["unhealthy"] else ""
-        )
-        every = format_duration(parse_duration(f"{row['interval_seconds']}s"))
-        last = row["last_status"] or "-"
-        typer.echo(
-            f"{row['id']:<24} {state:<16} every {every:<8} next {format_slot(row['next_slot'])}"
-            f"  last {last:<9} {row['url']}"
-        )
+        typer.echo(render.target(row))
 
 
 @app.command()
@@ -243,7 +203,7 @@ async def status(target_id: IdArg) -> None:
     async with pricewatch() as client:
         result = await client.status(target_id)
         retrying = await client.retrying(target_id)
-        print_status(result, retrying, client.ui_link(target_id))
+        typer.echo("\n".join(render.status(result, retrying, client.ui_link(target_id))))
 
 
 @app.command()
@@ -273,14 +233,7 @@ async def channels(
     if not rows:
         typer.echo(f"no channels for {target_id!r}: add them with --webhook / --email")
     for row in rows:
-        secret = row["secret"] or ""
-        shown = secret if reveal or not secret else "whsec_" + "*" * 8
-        line = f"{row['channel_id']:<18} {row['kind']:<8} {row['destination']}"
-        if secret:
-            line += f"  secret={shown}"
-        if row["disabled_reason"]:
-            line += f"  DISABLED ({row['disabled_reason']})"
-        typer.echo(line)
+        typer.echo(render.channel(row, reveal))
 
 
 @app.command()
@@ -295,13 +248,7 @@ async def deliveries(
     if not rows:
         typer.echo("no deliveries yet")
     for row in rows:
-        line = (
-            f"{row['work_id']}  {row['notice']:<9} {row['channel_id']:<18} "
-            f"{row['status']:<7} attempts={row['attempt_count']}"
-        )
-        if row["last_error"] and row["status"] != "sent":
-            line += f"  error={row['last_error']}"
-        typer.echo(line)
+        typer.echo(render.delivery(row))
 
 
 @app.command()
@@ -330,7 +277,7 @@ async def failures(
     if not results:
         typer.echo("no failed slots")
     for result in results:
-        typer.echo(f"{describe(result)}  at={format_slot(result.checked_at)}")
+        typer.echo(f"{render.check(result)}  at={format_slot(result.checked_at)}")
 
 
 @app.command()

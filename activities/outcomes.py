@@ -1,0 +1,55 @@
+"""What one fetch found, ready to commit: the status against the last observation, and for
+a new state (the baseline, a change) a compressed snapshot and an excerpt of the change."""
+
+import asyncio
+
+from activities import snapshots, store
+from activities.fetch import INLINE_WORK_BYTES, FetchError, Page
+from pricewatch.decisions import compare
+from pricewatch.models import CheckStatus
+
+
+async def outcome_of(claim: store.Claim, page: Page, rules: str) -> store.Outcome:
+    """`outcome`, in a thread only when it has real work: a big page, or a change (the
+    excerpt diffs the previous snapshot, which can be much bigger than the page)."""
+    status = compare(claim.previous_hash, page.sha256) if page.sha256 else None
+    if page.size <= INLINE_WORK_BYTES and status is not CheckStatus.CHANGED:
+        return outcome(claim, page, rules, status)
+    return await asyncio.to_thread(outcome, claim, page, rules, status)
+
+
+def outcome(
+    claim: store.Claim, page: Page, rules: str, status: CheckStatus | None
+) -> store.Outcome:
+    """A 304 is the page as it was; a new state (the baseline, a change) keeps a snapshot
+    and, for a change, an excerpt of what changed."""
+    if page.not_modified:
+        if claim.previous_hash is None:
+            raise FetchError("HTTP 304 to a request that named no version", transient=False)
+        return store.Outcome(
+            status=CheckStatus.UNCHANGED,
+            result_hash=claim.previous_hash,
+            previous_hash=claim.previous_hash,
+            http_status=304,
+            body_bytes=0,
+            etag=page.etag or claim.previous_etag,
+            last_modified=page.last_modified or claim.previous_last_modified,
+            rules=rules,
+        )
+    assert page.sha256 is not None and page.text is not None and status is not None
+    new_state = status is CheckStatus.CHANGED or claim.previous_hash is None
+    change = None
+    if status is CheckStatus.CHANGED and claim.previous_snapshot is not None:
+        change = snapshots.excerpt(snapshots.decompress(claim.previous_snapshot), page.text)
+    return store.Outcome(
+        status=status,
+        result_hash=page.sha256,
+        previous_hash=claim.previous_hash,
+        http_status=page.status_code,
+        body_bytes=page.size,
+        etag=page.etag,
+        last_modified=page.last_modified,
+        snapshot=snapshots.compress(page.text) if new_state else None,
+        excerpt=change,
+        rules=rules,
+    )
