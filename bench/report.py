@@ -1,7 +1,10 @@
 """The benchmark's output: one table row per design plus the ratios, or the same as JSON."""
 
 import json
+import subprocess
 from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
 
 from bench.measure import ROLES, Result
 
@@ -91,11 +94,27 @@ def _ratio(number: float | None) -> str:
 
 
 def as_json(results: list[Result], workload: dict[str, object]) -> str:
+    """The run, dated and with the commit it measured (`python -m bench.figures` tables it)."""
     return json.dumps(
         {
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "commit": _commit(),
             "workload": workload,
             "designs": [asdict(result) for result in results],
             "ratios": ratios(results),
         },
         indent=2,
     )
+
+
+def _commit() -> str | None:
+    """The checkout's commit (with `+` if it has uncommitted changes), if it is one."""
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "describe", "--always", "--dirty=+"], cwd=repo, capture_output=True,
+            text=True, check=True, timeout=10,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head or None
