@@ -172,6 +172,21 @@ class CheckInput(Model):
     """Temporal's time when the workflow asked for this check. The schedule moves on from the
     later of it and the database's now(): never from a worker's clock."""
 
+    @classmethod
+    def of(
+        cls,
+        config: "TargetConfig",
+        slot: datetime,
+        kind: CheckKind = CheckKind.SCHEDULED,
+        retry: bool = False,
+    ) -> "CheckInput":
+        """The check of `slot` under the target's config as it is now."""
+        return cls(
+            target_id=config.target_id, url=config.url, slot=slot, kind=kind, retry=retry,
+            selector=config.selector, ignore=config.ignore, json_pointer=config.json_pointer,
+            user_agent=config.user_agent,
+        )  # fmt: skip
+
     @property
     def on_schedule(self) -> bool:
         """Whether this check is the target's due slot: it moves the schedule when final."""

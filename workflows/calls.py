@@ -15,6 +15,7 @@ with workflow.unsafe.imports_passed_through():
     from pricewatch.models import (
         CheckInput,
         CheckResult,
+        CheckStatus,
         DeliveryFailureInput,
         DeliveryInput,
         RecordFailureInput,
@@ -170,6 +171,20 @@ async def bookkeep(activity: Activity, arg: Any, summary: str) -> bool:
         workflow.logger.error("%s failed: %s", summary, reason(err))
         return False
     return True
+
+
+def unrecorded(check: CheckInput) -> CheckResult:
+    """A failed result for a check that could not even be dead-lettered (Postgres gone past
+    every retry): still reported to the caller and counted for health."""
+    return CheckResult(
+        work_id=check.work_id,
+        scheduled_for=check.slot,
+        kind=check.kind,
+        status=CheckStatus.FAILED,
+        checked_at=workflow.now(),
+        attempt_count=1,
+        error_message="could not be recorded: the database was unreachable",
+    )
 
 
 def asked_now(check: CheckInput) -> CheckInput:

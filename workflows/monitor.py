@@ -179,13 +179,15 @@ class MonitorTarget:
     @workflow.update(name=Update.CHECK_NOW)
     async def check_now(self) -> CheckResult:
         """An extra check with its own identity (a manual work id); the grid is untouched."""
-        return await self._extra_check(self._check_input(workflow.now(), kind=CheckKind.MANUAL))
+        return await self._extra_check(
+            CheckInput.of(self.state.config, workflow.now(), CheckKind.MANUAL)
+        )
 
     @workflow.update(name=Update.RETRY_SLOT)
     async def retry_slot(self, request: RetryRequest) -> CheckResult:
         """Re-run one failed slot now, on its own row; a slot that succeeded meanwhile is
         returned as recorded, not fetched again. The schedule is untouched."""
-        check = self._check_input(request.scheduled_for, kind=request.kind, retry=True)
+        check = CheckInput.of(self.state.config, request.scheduled_for, request.kind, retry=True)
         return await self._extra_check(check)
 
     @retry_slot.validator
@@ -275,28 +277,13 @@ class MonitorTarget:
         for change in changes:
             self._notify(change, None)
 
-    def _check_input(
-        self, slot: datetime, kind: CheckKind = CheckKind.SCHEDULED, retry: bool = False
-    ) -> CheckInput:
-        return CheckInput(
-            target_id=self.state.config.target_id,
-            url=self.state.config.url,
-            slot=slot,
-            kind=kind,
-            retry=retry,
-            selector=self.state.config.selector,
-            ignore=self.state.config.ignore,
-            json_pointer=self.state.config.json_pointer,
-            user_agent=self.state.config.user_agent,
-        )
-
     async def _run_scheduled_check(self, slot: datetime) -> None:
-        check = self._check_input(slot)
+        check = CheckInput.of(self.state.config, slot)
         self._checking = slot
         result = await self._check(check)
         self._checking = None
         health_notice = self._count_failures(result)
-        self._notify(result or self._unrecorded(check), health_notice)
+        self._notify(result or calls.unrecorded(check), health_notice)
         if result is not None and result.unnotified:
             for change in result.unnotified:
                 self._notify(change, None)
@@ -310,24 +297,11 @@ class MonitorTarget:
         self._checks_this_run += 1
 
     async def _run_extra_check(self, check: CheckInput) -> None:
-        result = await self._check(check) or self._unrecorded(check)
+        result = await self._check(check) or calls.unrecorded(check)
         self.state.pending_checks.remove(check)
         self._notify(result, None)
         self._extra_results[check.work_id] = result
         self._checks_this_run += 1
-
-    def _unrecorded(self, check: CheckInput) -> CheckResult:
-        """A failed result for a check that could not even be dead-lettered (Postgres gone
-        past every retry): still reported to the caller and counted for health."""
-        return CheckResult(
-            work_id=check.work_id,
-            scheduled_for=check.slot,
-            kind=check.kind,
-            status=CheckStatus.FAILED,
-            checked_at=workflow.now(),
-            attempt_count=1,
-            error_message="could not be recorded: the database was unreachable",
-        )
 
     def _count_failures(self, result: CheckResult | None) -> Notice | None:
         """Track failed slots in a row; when the target turns (un)healthy, tell the UI and
