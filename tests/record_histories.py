@@ -6,11 +6,13 @@ server, Postgres, page server and worker in a temp dir, drives one target throug
 message (pause, resume, check-now, reconfigure, a permanent failure, a transient one
 retried as a normal activity, continue-as-new) with a
 webhook channel told of its changes, and
-writes each run's history to tests/histories/.
+writes each run's history to tests/histories/<version>/, the package's version: from 1.0 on
+every release keeps its histories there and every later release must replay them.
 """
 
 import asyncio
 import tempfile
+from importlib.metadata import version
 from pathlib import Path
 
 from aiohttp import web
@@ -35,7 +37,7 @@ from workers.worker import (
 )
 from workflows.monitor import MonitorTarget
 
-HISTORIES = Path(__file__).parent / "histories"
+HISTORIES = Path(__file__).parent / "histories" / version("pricewatch")
 TASK_QUEUE = "record-histories"
 
 
@@ -107,7 +109,7 @@ async def main() -> None:
                 database_url, smtp_settings(Settings()), LOOPBACK
             ) as activities:
                 run_ids = await drive(client, activities, f"http://127.0.0.1:{page_port}/")
-            HISTORIES.mkdir(exist_ok=True)
+            HISTORIES.mkdir(parents=True, exist_ok=True)
             for index, run_id in enumerate(dict.fromkeys(run_ids)):
                 history = await client.get_workflow_handle(
                     "pricewatch-recorded", run_id=run_id

@@ -2,7 +2,9 @@
 
 A change to the workflow's command sequence (a new activity, a timer shape, a different
 wait) makes these fail, which is the point: running histories would break the same way.
-Re-record with `python -m tests.record_histories` only for changes that are safe.
+From 1.0 on such a change goes behind `workflow.patched`, and every release records its own
+histories (`python -m tests.record_histories` writes tests/histories/<version>/) beside the
+earlier releases' ones, which stay.
 """
 
 from datetime import UTC, datetime
@@ -17,9 +19,9 @@ from pricewatch.models import MonitorState, TargetConfig
 from pricewatch.temporal import DATA_CONVERTER, SharedPydanticPayloadConverter
 from workflows.monitor import MonitorTarget
 
-HISTORIES = {
-    p.name: p.read_text() for p in sorted((Path(__file__).parent / "histories").glob("*.json"))
-}
+# Each release's histories, under tests/histories/<version>/: all of them must replay.
+ROOT = Path(__file__).parent / "histories"
+HISTORIES = {str(p.relative_to(ROOT)): p.read_text() for p in sorted(ROOT.glob("*/*.json"))}
 
 
 def test_histories_are_committed() -> None:
