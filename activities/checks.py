@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import asyncpg
@@ -82,6 +83,15 @@ def execution_id() -> str:
     return f"{token}/local-{uuid.uuid4().hex[:12]}" if info.is_local else token
 
 
+@contextlib.contextmanager
+def refused_config_is_final() -> Iterator[None]:
+    """The table refuses this config; asking again will not change its mind."""
+    try:
+        yield
+    except (asyncpg.IntegrityConstraintViolationError, asyncpg.DataError) as err:
+        raise ApplicationError(str(err), type=INVALID_TARGET, non_retryable=True) from err
+
+
 class CheckActivities:
     def __init__(
         self, pool: asyncpg.Pool, http: httpx.AsyncClient, snapshots_kept: int = 50
@@ -93,7 +103,7 @@ class CheckActivities:
     @activity.defn(name=Activity.SYNC_TARGET)
     async def sync_target(self, sync: SyncTargetInput) -> None:
         """Mirror the workflow's config and schedule into `monitor_targets`."""
-        try:
+        with refused_config_is_final():
             await store.sync_target(
                 self.pool,
                 sync.config,
@@ -101,14 +111,11 @@ class CheckActivities:
                 enabled=sync.enabled,
                 skipped=sync.skipped,
             )
-        except (asyncpg.IntegrityConstraintViolationError, asyncpg.DataError) as err:
-            # The table refuses this config; asking again will not change its mind.
-            raise ApplicationError(str(err), type=INVALID_TARGET, non_retryable=True) from err
 
     @activity.defn(name=Activity.REGISTER_TARGET)
     async def register_target(self, registration: RegisterTargetInput) -> Registration:
         """Record the target's grid at its first registration; adopt it at every later one."""
-        try:
+        with refused_config_is_final():
             return await store.register_target(
                 self.pool,
                 registration.config,
@@ -117,8 +124,6 @@ class CheckActivities:
                 enabled=registration.enabled,
                 skipped=registration.skipped,
             )
-        except (asyncpg.IntegrityConstraintViolationError, asyncpg.DataError) as err:
-            raise ApplicationError(str(err), type=INVALID_TARGET, non_retryable=True) from err
 
     @activity.defn(name=Activity.CHECK_SLOT)
     async def check_slot(self, check: CheckInput) -> CheckResult:

@@ -4,7 +4,6 @@ first registration recorded, with one row per due slot and one notice per change
 
 import asyncio
 import json
-import os
 import tempfile
 from collections.abc import Iterator
 from datetime import timedelta
@@ -18,10 +17,11 @@ from temporalio.client import Client
 
 from pricewatch.temporal import DATA_CONVERTER, workflow_id
 from tests.conftest import PageServer, WebhookReceiver
-from tests.test_e2e import cli, wait_for, worker_process
+from tests.test_e2e import cli, env, wait_for, worker_process
 from workers.embedded import find_binary, free_port, start_temporal_dev_server, stop_process
 
 pytestmark = pytest.mark.e2e
+__all__ = ["env"]  # the end-to-end fixture, on this module's own dev server
 
 INTERVAL = timedelta(seconds=1)
 
@@ -37,18 +37,6 @@ def temporal_address() -> Iterator[str]:
             yield f"127.0.0.1:{port}"
         finally:
             stop_process(server)
-
-
-@pytest.fixture
-def env(temporal_address: str, database_url: str, task_queue: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "TEMPORAL_ADDRESS": temporal_address,
-        "PRICEWATCH_DATABASE_URL": database_url,
-        "PRICEWATCH_TASK_QUEUE": task_queue,
-        "PRICEWATCH_MIN_INTERVAL": "1s",  # test-only: real seconds instead of 15 minutes
-        "PRICEWATCH_ALLOW_NETWORKS": "127.0.0.1/32",
-    }
 
 
 async def temporal(env: dict[str, str], *args: str) -> str:
