@@ -46,7 +46,7 @@ def rows(run: dict[str, Any]) -> list[str]:
     what = f"{workload['targets']} / {workload['interval']} s, {workload['seconds']:g} s"
     if workload.get("workers", 1) > 1:
         what += f", {workload['workers']} workers"
-    when = f"{run.get('date', '?')[:10]} `{run.get('commit', '?')[:7]}`"
+    when = f"{run.get('date', '?')[:10]} `{run.get('commit', '?')}`"
     return [
         f"| {when} | {what} | {design['design']} | "
         + " | ".join(cell(design, keys) for _, keys in COLUMNS)
