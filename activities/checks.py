@@ -44,6 +44,7 @@ from pricewatch.policy import (
     SLOT_NOT_DUE,
     TARGET_OUT_OF_SYNC,
     TRANSIENT_FETCH_ERROR,
+    expected_failure,
 )
 
 # A fetch heartbeats (and extends its lease) this often (see HEARTBEAT_TIMEOUT).
@@ -141,9 +142,9 @@ class CheckActivities:
         if not claim.target_exists or (check.on_schedule and not claim.enabled):
             # The mirror disagrees with the workflow (row deleted, restored database, a
             # lost sync): the workflow re-syncs and tries again.
-            raise ApplicationError(
+            raise expected_failure(
                 f"target {check.target_id} is missing or paused in the database",
-                type=TARGET_OUT_OF_SYNC,
+                TARGET_OUT_OF_SYNC,
                 non_retryable=True,
             )
         if stored := final_result(claim.existing, claim.next_slot, retrying=check.retry):
@@ -155,7 +156,9 @@ class CheckActivities:
             return await self._already_recorded(check, stored)
         if not claim.claimed:
             count("pricewatch_lease_conflicts", "claims refused: leased or not due")
-            raise self._claim_refused(check, claim)
+            refusal = self._claim_refused(check, claim)
+            activity.logger.info("claim refused: %s", refusal, extra=_ids(check, token))
+            raise refusal
         if check.on_schedule and activity.info().attempt == 1:
             lateness = (activity.info().started_time - check.slot).total_seconds()
             observe_seconds("pricewatch_lateness", "attempt start minus due slot", lateness)
@@ -172,11 +175,11 @@ class CheckActivities:
             except FetchError as err:
                 kind = "transient" if err.transient else "permanent"
                 count("pricewatch_fetch_failures", "failed fetch attempts", kind=kind)
-                activity.logger.warning("fetch failed: %s", err, extra=_ids(check, token))
+                activity.logger.info("fetch failed: %s", err, extra=_ids(check, token))
                 committed = await self._record_attempt_failure(check, token, err)
-                raise ApplicationError(
+                raise expected_failure(
                     str(err),
-                    type=TRANSIENT_FETCH_ERROR if err.transient else PERMANENT_FETCH_ERROR,
+                    TRANSIENT_FETCH_ERROR if err.transient else PERMANENT_FETCH_ERROR,
                     non_retryable=not err.transient,
                     next_retry_delay=err.retry_after,
                 ) from err
@@ -231,8 +234,8 @@ class CheckActivities:
                 if not await store.extend_lease(
                     self.pool, target_id=check.target_id, token=token, lease=CHECK_LEASE
                 ):
-                    raise ApplicationError(
-                        f"lost the lease on {check.target_id} while fetching", type=LEASE_HELD
+                    raise expected_failure(
+                        f"lost the lease on {check.target_id} while fetching", LEASE_HELD
                     )
         finally:
             if not fetch.done():
@@ -261,14 +264,14 @@ class CheckActivities:
         if stored is not None and stored.status not in (CheckStatus.RETRYING, CheckStatus.FAILED):
             return await self._already_recorded(check, stored)
         if not await store.target_exists(self.pool, check.target_id):
-            raise ApplicationError(
+            raise expected_failure(
                 f"target {check.target_id} is not in the database",
-                type=TARGET_OUT_OF_SYNC,
+                TARGET_OUT_OF_SYNC,
                 non_retryable=True,
             )
-        raise ApplicationError(
+        raise expected_failure(
             f"target {check.target_id} is leased by a running attempt; will try again",
-            type=LEASE_HELD,
+            LEASE_HELD,
         )
 
     @activity.defn(name=Activity.UNNOTIFIED_CHANGES)
@@ -313,10 +316,9 @@ class CheckActivities:
                 "commit fenced: another attempt recorded the slot first", extra=_ids(check, token)
             )
             return await self._already_recorded(check, stored)
-        raise ApplicationError(
-            f"lost the lease on {check.target_id} before committing {check.work_id}",
-            type=LEASE_HELD,
-        )
+        message = f"lost the lease on {check.target_id} before committing {check.work_id}"
+        activity.logger.info(message, extra=_ids(check, token))
+        raise expected_failure(message, LEASE_HELD)
 
     async def _already_recorded(self, check: CheckInput, stored: CheckResult) -> CheckResult:
         """The stored result, where the schedule stands (moved on, with skipped rows, if the
@@ -338,14 +340,14 @@ class CheckActivities:
 
     def _claim_refused(self, check: CheckInput, claim: store.Claim) -> ApplicationError:
         if check.on_schedule and claim.next_slot and claim.next_slot > check.slot:
-            return ApplicationError(
+            return expected_failure(
                 f"{check.work_id} is no longer due: the schedule is at "
                 f"{claim.next_slot.isoformat()}",
-                type=SLOT_NOT_DUE,
+                SLOT_NOT_DUE,
                 non_retryable=True,
             )
-        return ApplicationError(
-            f"target {check.target_id} is leased by another attempt", type=LEASE_HELD
+        return expected_failure(
+            f"target {check.target_id} is leased by another attempt", LEASE_HELD
         )
 
 

@@ -33,7 +33,11 @@ from pricewatch.models import (
     Notice,
 )
 from pricewatch.names import Activity
-from pricewatch.policy import PERMANENT_DELIVERY_ERROR, TRANSIENT_DELIVERY_ERROR
+from pricewatch.policy import (
+    PERMANENT_DELIVERY_ERROR,
+    TRANSIENT_DELIVERY_ERROR,
+    expected_failure,
+)
 from pricewatch.slots import format_slot
 
 # Longer than one attempt (10 s): a second execution of the same delivery waits it out.
@@ -119,8 +123,8 @@ class NotifyActivities:
         if row["disabled_reason"]:
             raise await self._give_up(delivery, f"channel disabled: {row['disabled_reason']}")
         if not row["taken"]:
-            raise ApplicationError(
-                "another attempt is sending this notice", type=TRANSIENT_DELIVERY_ERROR
+            raise expected_failure(
+                "another attempt is sending this notice", TRANSIENT_DELIVERY_ERROR
             )
         try:
             body = notice_body(delivery, row["excerpt"])
@@ -134,9 +138,9 @@ class NotifyActivities:
             count("pricewatch_deliveries", "notices by outcome", notice=delivery.notice.value,
                   kind=row["kind"], outcome="failed")  # fmt: skip
             await self._record(delivery, "failed", attempts=1, error=str(err))
-            raise ApplicationError(
+            raise expected_failure(
                 str(err),
-                type=TRANSIENT_DELIVERY_ERROR if err.transient else PERMANENT_DELIVERY_ERROR,
+                TRANSIENT_DELIVERY_ERROR if err.transient else PERMANENT_DELIVERY_ERROR,
                 non_retryable=not err.transient,
             ) from err
         await self._record(delivery, "sent", attempts=1, error=None)
@@ -161,7 +165,7 @@ class NotifyActivities:
 
     async def _give_up(self, delivery: DeliveryInput, reason: str) -> ApplicationError:
         await self._record(delivery, "failed", attempts=0, error=reason)
-        return ApplicationError(reason, type=PERMANENT_DELIVERY_ERROR, non_retryable=True)
+        return expected_failure(reason, PERMANENT_DELIVERY_ERROR, non_retryable=True)
 
     async def _record(
         self, delivery: DeliveryInput, status: str, *, attempts: int, error: str | None

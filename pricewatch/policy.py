@@ -2,8 +2,10 @@
 activities agree on. No I/O: the workflow imports it."""
 
 from datetime import timedelta
+from typing import Any
 
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 # Error types (ApplicationError.type) the retry policies and the workflow tell apart.
 PERMANENT_FETCH_ERROR = "PermanentFetchError"
@@ -14,6 +16,15 @@ LEASE_HELD = "LeaseHeld"
 SLOT_NOT_DUE = "SlotNotDue"
 PERMANENT_DELIVERY_ERROR = "PermanentDeliveryError"
 TRANSIENT_DELIVERY_ERROR = "TransientDeliveryError"
+
+
+def expected_failure(message: str, error_type: str, **options: Any) -> ApplicationError:
+    """An outcome the retry policies are there for (a page or receiver error, a lease held by
+    another attempt, a slot no longer due), not a fault: BENIGN, so the SDK logs it at debug
+    level without a traceback and leaves it out of its failure metrics."""
+    return ApplicationError(
+        message, type=error_type, category=ApplicationErrorCategory.BENIGN, **options
+    )
 
 # Longer than the heartbeat timeout (20 s), and renewed by every heartbeat: while Temporal
 # still considers an attempt alive, nobody else can take its lease. Shorter than that timeout

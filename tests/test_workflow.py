@@ -2,6 +2,7 @@
 activities against real Postgres and a real page server on 127.0.0.1."""
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -305,6 +306,34 @@ async def test_permanent_failure_is_recorded_once_and_the_schedule_moves_on(
     assert records[0]["attempt_count"] == 1
     assert "404" in records[0]["error_message"]
     assert page_server.hits[f"/{config.target_id}"] == 3, "a permanent error must not retry"
+
+
+async def test_expected_failures_log_one_line_not_a_traceback(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A 404 and a 503 are what the retry policy is for, not faults: the SDK logs them at
+    debug level (BENIGN), and the check says what happened in one line."""
+    client = time_skipping_env.client
+    gone, busy = new_target(page_server), new_target(page_server)
+    page_server.set(f"/{gone.target_id}", "gone", status=404)
+    page_server.set(f"/{busy.target_id}", "busy", status=503)
+    anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + HOUR
+    caplog.set_level(logging.INFO)
+    async with running_worker(client, task_queue, pool):
+        await start(gone, start_at=anchor)
+        await start(busy.model_copy(update={"max_attempts": 2}), start_at=anchor)
+        await time_skipping_env.sleep(timedelta(hours=1, minutes=5))
+    assert [r["status"] for r in await rows(pool, gone.target_id)] == ["failed"]
+    assert [r["status"] for r in await rows(pool, busy.target_id)] == ["failed"]
+    tracebacks = [r for r in caplog.records if r.exc_info and r.levelno >= logging.WARNING]
+    assert not tracebacks, [r.getMessage() for r in tracebacks]
+    fetch_lines = [r.getMessage() for r in caplog.records if "fetch failed" in r.getMessage()]
+    assert any("404" in line for line in fetch_lines) and any("503" in line for line in fetch_lines)
 
 
 async def test_transient_failure_retries_on_the_same_row(
