@@ -26,6 +26,7 @@ def expected_failure(message: str, error_type: str, **options: Any) -> Applicati
         message, type=error_type, category=ApplicationErrorCategory.BENIGN, **options
     )
 
+
 # Longer than the heartbeat timeout (20 s), and renewed by every heartbeat: while Temporal
 # still considers an attempt alive, nobody else can take its lease. Shorter than that timeout
 # plus the first retry's 30 s backoff: the next attempt after a crash finds the lease lapsed.
