@@ -33,7 +33,7 @@ from aiohttp import web
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
@@ -199,11 +199,7 @@ class Chaos:
         """Reset a running target to its run's first workflow task, as `temporal workflow
         reset --type FirstWorkflowTask` does: the run registers the target again."""
         for target in self.random.sample(self.targets, min(2, len(self.targets))):
-            handle = self.client.get_workflow_handle(workflow_id(target.config.target_id))
-            run_id = (await handle.describe()).run_id
-            history = await self.client.get_workflow_handle(
-                handle.id, run_id=run_id
-            ).fetch_history()
+            workflow, run_id, history = await self.current_run(target)
             first = next(
                 (
                     e.event_id
@@ -213,7 +209,7 @@ class Chaos:
                 None,
             )
             if first is not None:
-                await self._reset(handle.id, run_id, first, "chaos: reset to the first task")
+                await self._reset(workflow, run_id, first, "chaos: reset to the first task")
                 self._count("resets to the first task done")
 
     async def skewed_clock(self) -> None:
@@ -222,6 +218,13 @@ class Chaos:
         task = asyncio.create_task(self.workers.run_skewed(skew, self.random.uniform(15, 30)))
         self.background.append(task)
         self._count(f"skewed workers ({skew})")
+
+    async def current_run(self, target: Target) -> tuple[str, str, WorkflowHistory]:
+        """The target's workflow id, its current run and that run's history."""
+        handle = self.client.get_workflow_handle(workflow_id(target.config.target_id))
+        run_id = (await handle.describe()).run_id
+        history = await self.client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
+        return handle.id, run_id, history
 
     def _count(self, figure: str) -> None:
         self.report.figures[figure] = int(str(self.report.figures.get(figure, 0))) + 1
@@ -240,11 +243,7 @@ class Chaos:
     async def reset(self) -> None:
         """Reset a running target to the workflow task before its last completed check."""
         for target in self.random.sample(self.targets, min(2, len(self.targets))):
-            handle = self.client.get_workflow_handle(workflow_id(target.config.target_id))
-            run_id = (await handle.describe()).run_id
-            history = await self.client.get_workflow_handle(
-                handle.id, run_id=run_id
-            ).fetch_history()
+            workflow, run_id, history = await self.current_run(target)
             scheduled = {
                 e.event_id: e.activity_task_scheduled_event_attributes
                 for e in history.events
@@ -265,7 +264,7 @@ class Chaos:
             if not completed_checks:
                 continue
             await self._reset(
-                handle.id, run_id, completed_checks[-1], "chaos: reset to before a completed check"
+                workflow, run_id, completed_checks[-1], "chaos: reset to before a completed check"
             )
             self._count("resets done")
 
