@@ -329,6 +329,42 @@ async def remove(target_id: IdArg) -> None:
 
 
 @app.command()
+@command
+async def prune(
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what would go; delete nothing.")
+    ] = False,
+) -> None:
+    """Delete check rows past their retention now (the worker does it hourly)."""
+    async with pricewatch() as client:
+        kept = client.retention()
+        policy = (
+            f"unchanged, skipped and failed checks older than {format_duration(kept.keep_checks)}, "
+            f"changes older than {format_duration(kept.keep_changes)}"
+        )
+        if not dry_run:
+            deleted = await client.prune()
+            typer.echo(f"deleted {deleted} check rows: {policy}")
+            return
+        expired = await client.expired()
+    if not expired:
+        typer.echo(f"nothing to delete ({policy})")
+        return
+    total = sum(e.rows for e in expired)
+    typer.echo(f"would delete {total} check rows: {policy}")
+    for e in expired:
+        typer.echo(
+            f"  {e.status:<9} {e.rows:>10} rows of {e.targets} targets, "
+            f"checked {format_slot(e.oldest)} .. {format_slot(e.newest)}, "
+            f"with {e.deliveries} deliveries"
+        )
+    typer.echo(
+        "kept regardless: each target's latest observation and newest snapshot, slots being "
+        "retried, changes not yet told, and targets with a check in flight"
+    )
+
+
+@app.command()
 def config() -> None:
     """The effective settings (secrets masked) and where the Temporal client will connect."""
     with user_errors():

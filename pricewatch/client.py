@@ -20,6 +20,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities import store
 from activities.guard import AddressPolicy, check_url
 from activities.normalise import Extraction, validate_extraction
+from activities.retention import Expired, Retention, expired_summary, prune_pass
 from activities.snapshots import decompress, unified_diff
 from pricewatch.durations import format_duration
 from pricewatch.models import (
@@ -28,6 +29,7 @@ from pricewatch.models import (
     CheckStatus,
     MonitorState,
     MonitorStatus,
+    PruneProgress,
     RetryRequest,
     TargetConfig,
 )
@@ -231,3 +233,16 @@ class Pricewatch:
             row["work_id"],
         )
         return Change(work_id=row["work_id"], previous_work_id=row["previous_work_id"], diff=diff)
+
+    def retention(self) -> Retention:
+        return Retention(self.settings.check_retention, self.settings.change_retention)
+
+    async def expired(self) -> list[Expired]:
+        """What retention would delete now, by status."""
+        return await expired_summary(await self.pool(), self.retention())
+
+    async def prune(self) -> int:
+        """One retention pass now, as the hourly Schedule runs it; the rows deleted."""
+        pool = await self.pool()
+        done = await prune_pass(pool, self.retention(), PruneProgress())
+        return done.deleted

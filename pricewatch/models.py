@@ -338,3 +338,11 @@ class UnnotifiedQuery(Model):
     target_id: str
     first: UtcDatetime
     last: UtcDatetime
+
+
+class PruneProgress(Model):
+    """Where a retention pass stands: targets are pruned in id order, after `after`."""
+
+    after: str = ""
+    deleted: int = 0
+    done: bool = False

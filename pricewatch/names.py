@@ -7,6 +7,9 @@ from enum import StrEnum
 from temporalio.common import SearchAttributeKey
 
 WORKFLOW_TYPE = "MonitorTarget"
+RETENTION_WORKFLOW_TYPE = "PruneChecks"
+# The Temporal Schedule that runs retention, and the id of each run it starts.
+RETENTION_SCHEDULE_ID = "pricewatch-retention"
 TARGET_SEARCH_ATTRIBUTE = SearchAttributeKey.for_keyword("PricewatchTarget")
 UNHEALTHY_SEARCH_ATTRIBUTE = SearchAttributeKey.for_bool("PricewatchUnhealthy")
 
@@ -36,3 +39,4 @@ class Activity(StrEnum):
     REMOVE_TARGET = "remove_target"
     DELIVER_NOTICE = "deliver_notice"
     RECORD_DELIVERY_FAILED = "record_delivery_failed"
+    PRUNE_CHECKS = "prune_checks"

@@ -66,3 +66,20 @@ BOOKKEEPING_RETRY = RetryPolicy(
     maximum_interval=timedelta(minutes=1),
     maximum_attempts=20,
 )
+# Retention: one call prunes for about a minute (activities/retention.py), heartbeating
+# after each batch; a lost worker is noticed within the heartbeat timeout, and the next
+# attempt resumes from the last batch it reported. The Schedule starts a pass hourly and
+# skips a start while one still runs.
+PRUNE_TIMEOUT = timedelta(minutes=5)
+PRUNE_HEARTBEAT_TIMEOUT = timedelta(seconds=30)
+PRUNE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=10),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=5),
+    maximum_attempts=10,
+)
+PRUNE_EVERY = timedelta(hours=1)
+# What retention keeps by default: three months of routine checks, two years of changes
+# (PRICEWATCH_CHECK_RETENTION, PRICEWATCH_CHANGE_RETENTION).
+CHECK_RETENTION = timedelta(days=90)
+CHANGE_RETENTION = timedelta(days=730)

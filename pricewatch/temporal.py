@@ -6,7 +6,18 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType, IndexedValueType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    ScheduleUpdate,
+    WorkflowHandle,
+)
 from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
@@ -18,7 +29,14 @@ from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime
 
 from pricewatch.models import MonitorState
-from pricewatch.names import TARGET_SEARCH_ATTRIBUTE, UNHEALTHY_SEARCH_ATTRIBUTE, WORKFLOW_TYPE
+from pricewatch.names import (
+    RETENTION_SCHEDULE_ID,
+    RETENTION_WORKFLOW_TYPE,
+    TARGET_SEARCH_ATTRIBUTE,
+    UNHEALTHY_SEARCH_ATTRIBUTE,
+    WORKFLOW_TYPE,
+)
+from pricewatch.policy import PRUNE_EVERY
 
 # The marker the SDK records for a completed local activity.
 LOCAL_ACTIVITY_MARKER = "core_local_activity"
@@ -63,6 +81,25 @@ async def start_monitor(
         ),
         result_type=type(None),
     )
+
+
+async def ensure_retention_schedule(client: Client, task_queue: str) -> None:
+    """The hourly retention Schedule: every worker asks at start; the first creates it, the
+    others bring it up to date (this version's definition, their task queue). A pass still
+    running when the next is due is not doubled (overlap: skip)."""
+    schedule = Schedule(
+        action=ScheduleActionStartWorkflow(
+            RETENTION_WORKFLOW_TYPE, id=RETENTION_SCHEDULE_ID, task_queue=task_queue
+        ),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=PRUNE_EVERY)]),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+    )
+    try:
+        await client.create_schedule(RETENTION_SCHEDULE_ID, schedule)
+    except ScheduleAlreadyRunningError:
+        await client.get_schedule_handle(RETENTION_SCHEDULE_ID).update(
+            lambda _: ScheduleUpdate(schedule=schedule)
+        )
 
 
 async def register_search_attributes(client: Client) -> None:

@@ -15,12 +15,13 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, ScheduleActionStartWorkflow
 from temporalio.worker import Replayer
 
 from activities.notify import SmtpSettings
 from pricewatch.client import Added, BadInput, Pricewatch
 from pricewatch.models import TargetConfig
+from pricewatch.names import RETENTION_SCHEDULE_ID, RETENTION_WORKFLOW_TYPE
 from pricewatch.settings import Settings
 from pricewatch.temporal import DATA_CONVERTER, workflow_id
 from tests.conftest import MailSink, PageServer, WebhookReceiver
@@ -424,3 +425,39 @@ async def test_three_workers_share_the_work_and_each_slot_is_recorded_once(
     assert len({(r["target_id"], r["scheduled_for"]) for r in slots}) == len(slots)
     recorded = [output.count(b'"message": "recorded') for output in outputs]
     assert len(recorded) == 3 and all(n > 0 for n in recorded), recorded
+
+
+async def test_retention_runs_from_the_workers_schedule_and_the_cli(
+    env: dict[str, str], pool: asyncpg.Pool, temporal_address: str
+) -> None:
+    """The worker creates the hourly Schedule on its task queue; a triggered action prunes
+    through the `PruneChecks` workflow; `prune --dry-run` said beforehand what would go."""
+    await pool.execute(
+        "INSERT INTO monitor_targets (id, url, interval_seconds, anchor, next_slot) "
+        "VALUES ('old-pricing', 'https://example.com/', 3600, now(), now() + interval '1 hour')"
+    )
+    await pool.execute(
+        "INSERT INTO source_checks (work_id, target_id, scheduled_for, checked_at, status, "
+        "result_hash) SELECT 'old-pricing:' || n, 'old-pricing', now() - make_interval(days => n),"
+        " now() - make_interval(days => n), 'unchanged', 'h' FROM generate_series(1, 120) n"
+    )
+    code, out, err = await cli(env, "prune", "--dry-run")
+    assert code == 0, err
+    assert "would delete 31 check rows" in out and "unchanged" in out
+    assert await pool.fetchval("SELECT count(*) FROM source_checks") == 120
+
+    client = await Client.connect(temporal_address, data_converter=DATA_CONVERTER)
+    async with worker_process(env):
+        schedule = client.get_schedule_handle(RETENTION_SCHEDULE_ID)
+        action = (await schedule.describe()).schedule.action
+        assert isinstance(action, ScheduleActionStartWorkflow)
+        assert action.task_queue == env["PRICEWATCH_TASK_QUEUE"]
+        await schedule.trigger()
+        await wait_for(pool, "SELECT (count(*) = 89)::int FROM source_checks")
+        runs = [
+            w async for w in client.list_workflows(f"WorkflowType = '{RETENTION_WORKFLOW_TYPE}'")
+        ]
+        assert runs
+    code, out, err = await cli(env, "prune")
+    assert code == 0, err
+    assert out.startswith("deleted 0 check rows")

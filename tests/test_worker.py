@@ -14,6 +14,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from activities.checks import CheckActivities
 from activities.fetch import new_client
 from activities.notify import NotifyActivities
+from activities.retention import Retention, RetentionActivities
 from tests.conftest import LOOPBACK
 from tests.test_workflow import NO_SMTP
 from workers.worker import Activities, InlineActivations, WorkerTuning, build_worker
@@ -54,7 +55,11 @@ async def test_only_the_sandboxed_worker_keeps_the_sdks_threads(
     client: Client, pool: asyncpg.Pool
 ) -> None:
     async with new_client(LOOPBACK) as http:
-        activities = Activities(CheckActivities(pool, http), NotifyActivities(pool, http, NO_SMTP))
+        activities = Activities(
+            CheckActivities(pool, http),
+            NotifyActivities(pool, http, NO_SMTP),
+            RetentionActivities(pool, Retention()),
+        )
         shipped = build_worker(client, "tq-shipped", activities, WorkerTuning())
         sandboxed = build_worker(client, "tq-sandboxed", activities, WorkerTuning(sandboxed=True))
     assert isinstance(shipped.config()["workflow_task_executor"], InlineActivations)

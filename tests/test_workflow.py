@@ -23,6 +23,7 @@ from activities import store
 from activities.checks import CheckActivities
 from activities.fetch import new_client
 from activities.notify import NotifyActivities, SmtpSettings
+from activities.retention import Retention, RetentionActivities
 from pricewatch.models import (
     CheckKind,
     CheckResult,
@@ -50,7 +51,11 @@ async def running_worker(
     tuning: WorkerTuning = DEFAULT_TUNING,
 ) -> AsyncIterator[None]:
     async with new_client(LOOPBACK) as http:
-        activities = Activities(CheckActivities(pool, http), NotifyActivities(pool, http, smtp))
+        activities = Activities(
+            CheckActivities(pool, http),
+            NotifyActivities(pool, http, smtp),
+            RetentionActivities(pool, Retention()),
+        )
         async with build_worker(client, task_queue, activities, tuning):
             yield
 

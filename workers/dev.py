@@ -18,12 +18,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pricewatch.models import MonitorState, TargetConfig
 from pricewatch.settings import EMBEDDED_DATABASE_URL_FILE, Settings
 from pricewatch.slots import spread_anchor
-from pricewatch.temporal import connect, start_monitor
+from pricewatch.temporal import connect, ensure_retention_schedule, start_monitor
 from workers.embedded import start_embedded_postgres, start_temporal_dev_server, stop_process
 from workers.worker import (
     WorkerTuning,
     address_policy,
     build_worker,
+    retention_settings,
     smtp_settings,
     worker_activities,
 )
@@ -93,9 +94,11 @@ async def serve(settings: Settings, database_url: str, demo_url: str | None) -> 
             address_policy(settings),
             settings.snapshot_retention,
             tuning.pool_size,
+            retention_settings(settings),
         ) as activities,
         build_worker(client, settings.task_queue, activities, tuning),
     ):
+        await ensure_retention_schedule(client, settings.task_queue)
         if demo_url:
             config = TargetConfig(
                 target_id=DEMO_TARGET, url=demo_url, interval_seconds=DEMO_INTERVAL_SECONDS

@@ -19,10 +19,12 @@ from activities.fetch import new_client
 from activities.guard import AddressPolicy
 from activities.migrate import migrate
 from activities.notify import NotifyActivities, SmtpSettings
+from activities.retention import Retention, RetentionActivities
 from pricewatch.settings import Settings
-from pricewatch.temporal import connect
+from pricewatch.temporal import connect, ensure_retention_schedule
 from workers.observability import configure_logging, metrics_runtime, serve_health
 from workflows.monitor import MonitorTarget
+from workflows.retention import PruneChecks
 
 
 @dataclass(frozen=True)
@@ -94,10 +96,14 @@ class InlineActivations(concurrent.futures.ThreadPoolExecutor):
         return future
 
 
+DEFAULT_RETENTION = Retention()
+
+
 @dataclass(frozen=True)
 class Activities:
     checks: CheckActivities
     notify: NotifyActivities
+    retention: RetentionActivities
 
 
 def smtp_settings(settings: Settings) -> SmtpSettings:
@@ -110,6 +116,10 @@ def smtp_settings(settings: Settings) -> SmtpSettings:
         password=password,
         use_tls=settings.smtp_tls,
     )
+
+
+def retention_settings(settings: Settings) -> Retention:
+    return Retention(settings.check_retention, settings.change_retention)
 
 
 def address_policy(settings: Settings) -> AddressPolicy:
@@ -129,6 +139,7 @@ async def worker_activities(
     policy: AddressPolicy,
     snapshots_kept: int = 50,
     pool_size: int = 10,
+    retention: Retention = DEFAULT_RETENTION,
 ) -> AsyncIterator[Activities]:
     """The worker's one pool and one HTTP client, shared by all activities, closed on exit."""
     pool = await asyncpg.create_pool(
@@ -139,7 +150,9 @@ async def worker_activities(
             await migrate(conn)
         async with new_client(policy) as http:
             yield Activities(
-                CheckActivities(pool, http, snapshots_kept), NotifyActivities(pool, http, smtp)
+                CheckActivities(pool, http, snapshots_kept),
+                NotifyActivities(pool, http, smtp),
+                RetentionActivities(pool, retention),
             )
     finally:
         await pool.close()
@@ -152,7 +165,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[MonitorTarget],
+        workflows=[MonitorTarget, PruneChecks],
         activities=[
             checks.register_target,
             checks.sync_target,
@@ -162,6 +175,7 @@ def build_worker(
             checks.unnotified_changes,
             notify.deliver_notice,
             notify.record_delivery_failed,
+            activities.retention.prune_checks,
         ],
         graceful_shutdown_timeout=tuning.shutdown_grace,
         max_cached_workflows=tuning.max_cached_workflows,
@@ -189,7 +203,9 @@ async def run_worker(settings: Settings) -> None:
         address_policy(settings),
         settings.snapshot_retention,
         tuning.pool_size,
+        retention_settings(settings),
     ) as activities:
+        await ensure_retention_schedule(client, settings.task_queue)
         worker = build_worker(client, settings.task_queue, activities, tuning)
         pool = activities.checks.pool
 

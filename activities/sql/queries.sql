@@ -366,3 +366,37 @@ SELECT status, attempt_count FROM deliveries
 -- name: disable_channel
 UPDATE channels SET disabled_reason = :reason
  WHERE target_id = :target_id AND channel_id = :channel_id;
+
+-- name: prune_checks
+-- One small batch of retention, off the hot path: the next few targets after :after whose
+-- lease is free, locked (a claim on one of them waits for this statement; a target a check
+-- holds right now is skipped, `SKIP LOCKED`, and pruned on a later pass), and of each at
+-- most :rows_per_target expired rows, with their (settled) deliveries. `capped` says some
+-- target had more: another pass is worth it.
+WITH targets AS (
+    SELECT id FROM monitor_targets
+     WHERE id > :after AND (lease_token IS NULL OR lease_expires_at <= now())
+     ORDER BY id LIMIT :targets
+       FOR UPDATE SKIP LOCKED
+), doomed AS (
+    SELECT t.id AS target_id, e.work_id
+      FROM targets t,
+           LATERAL (SELECT work_id FROM expired_checks(t.id, :keep_checks, :keep_changes)
+                    LIMIT :rows_per_target) e
+), gone_deliveries AS (
+    DELETE FROM deliveries WHERE work_id IN (SELECT work_id FROM doomed)
+), gone AS (
+    DELETE FROM source_checks WHERE work_id IN (SELECT work_id FROM doomed) RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone) AS deleted,
+       (SELECT max(id) FROM targets) AS last_target,
+       EXISTS (SELECT 1 FROM doomed GROUP BY target_id
+                HAVING count(*) >= :rows_per_target) AS capped;
+
+-- name: expired_summary
+-- What retention would delete now, by status (`pricewatch prune --dry-run`).
+SELECT e.status, count(*) AS rows, min(e.checked_at) AS oldest, max(e.checked_at) AS newest,
+       count(DISTINCT e.target_id) AS targets,
+       sum((SELECT count(*) FROM deliveries d WHERE d.work_id = e.work_id)) AS deliveries
+  FROM monitor_targets t, LATERAL expired_checks(t.id, :keep_checks, :keep_changes) e
+ GROUP BY e.status ORDER BY e.status;
