@@ -5,7 +5,7 @@ history for a new feature: `python -m tests.record_histories`. It starts its own
 server, Postgres, page server and worker in a temp dir, drives one target through every
 message (pause, resume, check-now, reconfigure, a permanent failure, a transient one
 retried as a normal activity, continue-as-new) with a
-webhook channel told of its changes, and
+webhook channel told of its changes, then one retention pass (`PruneChecks`), and
 writes each run's history to tests/histories/<version>/, the package's version: from 1.0 on
 every release keeps its histories there and every later release must replay them.
 """
@@ -16,7 +16,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from aiohttp import web
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 
 from pricewatch.models import Channel, ChannelKind, CheckResult, MonitorState, TargetConfig
 from pricewatch.settings import Settings
@@ -36,9 +36,11 @@ from workers.worker import (
     worker_activities,
 )
 from workflows.monitor import MonitorTarget
+from workflows.retention import PruneChecks
 
 HISTORIES = Path(__file__).parent / "histories" / version("pricewatch")
 TASK_QUEUE = "record-histories"
+RETENTION_RECORDED = "pricewatch-retention-recorded"
 
 
 async def drive(client: Client, activities: Activities, page_url: str) -> list[str]:
@@ -73,7 +75,18 @@ async def drive(client: Client, activities: Activities, page_url: str) -> list[s
         run_ids.append(latest)
         await handle.signal(MonitorTarget.remove)
         await client.get_workflow_handle(handle.id).result()
+        # A retention pass, as the hourly Schedule starts one (nothing expired: a fresh
+        # database; the shape of the history is what replay checks).
+        prune = await client.start_workflow(
+            PruneChecks.run, id=RETENTION_RECORDED, task_queue=TASK_QUEUE
+        )
+        await prune.result()
     return [r for r in run_ids if r]
+
+
+def write(path: Path, history: WorkflowHistory) -> None:
+    path.write_text(history.to_json())
+    print(f"wrote {path} ({len(history.events)} events)")
 
 
 async def main() -> None:
@@ -114,9 +127,9 @@ async def main() -> None:
                 history = await client.get_workflow_handle(
                     "pricewatch-recorded", run_id=run_id
                 ).fetch_history()
-                path = HISTORIES / f"monitor_target_run{index + 1}.json"
-                path.write_text(history.to_json())
-                print(f"wrote {path} ({len(history.events)} events)")
+                write(HISTORIES / f"monitor_target_run{index + 1}.json", history)
+            prune = await client.get_workflow_handle(RETENTION_RECORDED).fetch_history()
+            write(HISTORIES / "prune_checks_run1.json", prune)
         finally:
             await runner.cleanup()
             stop_process(temporal)

@@ -18,6 +18,7 @@ from temporalio.worker import Replayer
 from pricewatch.models import MonitorState, TargetConfig
 from pricewatch.temporal import DATA_CONVERTER, SharedPydanticPayloadConverter
 from workflows.monitor import MonitorTarget
+from workflows.retention import PruneChecks
 
 # Each release's histories, under tests/histories/<version>/: all of them must replay.
 ROOT = Path(__file__).parent / "histories"
@@ -30,8 +31,8 @@ def test_histories_are_committed() -> None:
 
 @pytest.mark.parametrize("name", HISTORIES)
 async def test_recorded_history_replays(name: str) -> None:
-    history = WorkflowHistory.from_json("pricewatch-recorded", HISTORIES[name])
-    replayer = Replayer(workflows=[MonitorTarget], data_converter=DATA_CONVERTER)
+    history = WorkflowHistory.from_json(name, HISTORIES[name])
+    replayer = Replayer(workflows=[MonitorTarget, PruneChecks], data_converter=DATA_CONVERTER)
     await replayer.replay_workflow(history)
 
 
