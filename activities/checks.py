@@ -151,7 +151,7 @@ class CheckActivities:
             activity.logger.info(
                 "slot already recorded, not fetched again", extra=_ids(check, token)
             )
-            count("pricewatch_checks", "checks by outcome", target_id=check.target_id,
+            count("pricewatch_checks", "checks by outcome", kind=check.kind.value,
                   status=stored.status.value, outcome="already_recorded")  # fmt: skip
             return await self._already_recorded(check, stored)
         if not claim.claimed:
@@ -199,7 +199,7 @@ class CheckActivities:
             committed = result is not None
             if result is None:
                 return await self._lost_lease(check, token)
-            count("pricewatch_checks", "checks by outcome", target_id=check.target_id,
+            count("pricewatch_checks", "checks by outcome", kind=check.kind.value,
                   status=result.status.value, outcome="recorded")  # fmt: skip
             activity.logger.info("recorded %s", result.status.value, extra=_ids(check, token))
             return result

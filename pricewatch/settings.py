@@ -35,6 +35,9 @@ class Settings(BaseSettings):
     """Implicit TLS (port 465); otherwise STARTTLS is used when the server offers it."""
     snapshot_retention: int = Field(default=50, ge=2)
     """Snapshots (of the baseline and each change) kept per target; older ones are pruned."""
+    migrate: bool = True
+    """Workers apply pending migrations at start; `false` where a one-shot job runs
+    `pricewatch migrate` before the workers roll out."""
     check_retention: timedelta = Field(default=CHECK_RETENTION, ge=timedelta(days=1))
     """How long unchanged, skipped and failed check rows are kept (hourly pruning)."""
     change_retention: timedelta = Field(default=CHANGE_RETENTION, ge=timedelta(days=1))

@@ -417,6 +417,10 @@ async def test_three_workers_share_the_work_and_each_slot_is_recorded_once(
         status, exposition = await http_get(metrics, "/metrics")
         assert status == 200
         assert "pricewatch_checks" in exposition and "temporal_" in exposition
+        # Bounded labels only: the per-target story is the ledger's and the UI's.
+        checks = [line for line in exposition.splitlines() if line.startswith("pricewatch_checks")]
+        assert checks and not any("target_id" in line for line in checks)
+        assert any('kind="scheduled"' in line and 'outcome="recorded"' in line for line in checks)
         slots = await pool.fetch("SELECT target_id, scheduled_for FROM source_checks")
         for n in range(6):
             assert (await cli(env, "remove", f"e2e-shared-{n}"))[0] == 0

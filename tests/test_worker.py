@@ -15,9 +15,15 @@ from activities.checks import CheckActivities
 from activities.fetch import new_client
 from activities.notify import NotifyActivities
 from activities.retention import Retention, RetentionActivities
-from tests.conftest import LOOPBACK
+from tests.conftest import LOOPBACK, with_database
 from tests.test_workflow import NO_SMTP
-from workers.worker import Activities, InlineActivations, WorkerTuning, build_worker
+from workers.worker import (
+    Activities,
+    InlineActivations,
+    WorkerTuning,
+    build_worker,
+    worker_activities,
+)
 
 
 @workflow.defn(sandboxed=False)
@@ -64,3 +70,22 @@ async def test_only_the_sandboxed_worker_keeps_the_sdks_threads(
         sandboxed = build_worker(client, "tq-sandboxed", activities, WorkerTuning(sandboxed=True))
     assert isinstance(shipped.config()["workflow_task_executor"], InlineActivations)
     assert sandboxed.config()["workflow_task_executor"] is None
+
+
+async def test_a_worker_told_not_to_migrate_leaves_the_schema_alone(
+    postgres_server_url: str,
+) -> None:
+    """PRICEWATCH_MIGRATE=false: a one-shot job migrates; workers only connect."""
+    name = f"empty_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(postgres_server_url)
+    try:
+        await admin.execute(f"CREATE DATABASE {name}")
+        url = with_database(postgres_server_url, name)
+        ledger = "SELECT to_regclass('schema_migrations') IS NOT NULL"
+        async with worker_activities(url, NO_SMTP, LOOPBACK, migrate_schema=False) as activities:
+            assert not await activities.checks.pool.fetchval(ledger)
+        async with worker_activities(url, NO_SMTP, LOOPBACK) as activities:
+            assert await activities.checks.pool.fetchval(ledger)
+    finally:
+        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        await admin.close()

@@ -140,14 +140,17 @@ async def worker_activities(
     snapshots_kept: int = 50,
     pool_size: int = 10,
     retention: Retention = DEFAULT_RETENTION,
+    migrate_schema: bool = True,
 ) -> AsyncIterator[Activities]:
-    """The worker's one pool and one HTTP client, shared by all activities, closed on exit."""
+    """The worker's one pool and one HTTP client, shared by all activities, closed on exit.
+    Applies pending migrations first unless told not to (a one-shot job does it)."""
     pool = await asyncpg.create_pool(
         database_url, min_size=1, max_size=pool_size, reset=keep_session
     )
     try:
-        async with pool.acquire() as conn:
-            await migrate(conn)
+        if migrate_schema:
+            async with pool.acquire() as conn:
+                await migrate(conn)
         async with new_client(policy) as http:
             yield Activities(
                 CheckActivities(pool, http, snapshots_kept),
@@ -204,6 +207,7 @@ async def run_worker(settings: Settings) -> None:
         settings.snapshot_retention,
         tuning.pool_size,
         retention_settings(settings),
+        migrate_schema=settings.migrate,
     ) as activities:
         await ensure_retention_schedule(client, settings.task_queue)
         worker = build_worker(client, settings.task_queue, activities, tuning)
