@@ -29,7 +29,6 @@ from pricewatch.slots import format_slot
 app = typer.Typer(
     help="Watch pages on a schedule; record one result per due slot; say when they change.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
 )
 
@@ -62,6 +61,9 @@ def user_errors() -> Iterator[None]:
     or failing service exits 1."""
     try:
         yield
+    except BrokenPipeError:
+        # The reader left (`pricewatch failures | head`): click ends quietly (status 1).
+        raise
     except (BadInput, ValidationError, ValueError, BlockedAddress) as err:
         fail(_one_line(err), BAD_INPUT)
     except (RPCError, OSError, LookupError, TimeoutError, asyncpg.PostgresError) as err:

@@ -1,6 +1,7 @@
 """The real `pricewatch` console script: bad input is one line on stderr and exit 2,
 an unreachable Temporal is one line and exit 1, never a traceback."""
 
+import asyncio
 import importlib
 import importlib.metadata
 import os
@@ -142,3 +143,44 @@ def test_version(tmp_path: Path) -> None:
     result = run("--version", tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"pricewatch {importlib.metadata.version('pricewatch')}"
+
+
+async def test_a_reader_that_leaves_early_ends_the_output_quietly(
+    database_url: str, tmp_path: Path
+) -> None:
+    """`pricewatch failures | head`: no BrokenPipeError, no traceback, nothing on stderr."""
+    import asyncpg
+
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            "INSERT INTO monitor_targets (id, url, interval_seconds, anchor, next_slot) "
+            "VALUES ('acme', 'https://example.com/', 3600, now(), now())"
+        )
+        await conn.execute(
+            "INSERT INTO source_checks (work_id, target_id, scheduled_for, checked_at, status, "
+            "error_message) SELECT 'acme:' || n, 'acme', now() - make_interval(hours => n), "
+            "now(), 'failed', repeat('HTTP 503 Service Unavailable ', 4) "
+            "FROM generate_series(1, 5000) n"
+        )
+    finally:
+        await conn.close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "PRICEWATCH_"))}
+    env["PRICEWATCH_DATABASE_URL"] = database_url
+    errors = tmp_path / "stderr"
+    pipeline = await asyncio.create_subprocess_exec(
+        "bash", "-c",
+        f'"{PRICEWATCH}" failures --limit 5000 2>"{errors}" | head -1; echo "${{PIPESTATUS[0]}}"',
+        env=env, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(pipeline.communicate(), timeout=60)
+    first, status = out.decode().splitlines()
+    assert first.startswith("acme:")
+    assert errors.read_text() == ""
+    assert status == "1"
+
+
+def test_shell_completion_is_on(tmp_path: Path) -> None:
+    result = run("--show-completion", "bash", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "complete" in result.stdout and "pricewatch" in result.stdout
