@@ -19,7 +19,7 @@ from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError
 
 from activities.guard import BlockedAddress
-from pricewatch import render
+from pricewatch import render, views
 from pricewatch.client import Added, BadInput, Pricewatch, valid_id
 from pricewatch.durations import format_duration, parse_duration
 from pricewatch.models import Channel, ChannelKind, CheckResult, TargetConfig
@@ -125,6 +125,13 @@ def print_result(result: CheckResult) -> None:
 
 
 IdArg = Annotated[str, typer.Argument(help="Target id (a slug, e.g. hetzner-cloud-pricing).")]
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="JSON for scripts (schema: docs/schemas/<command>.json).")
+]
+
+
+def print_json(command: str, value: object) -> None:
+    typer.echo(views.dump(command, value))
 
 
 @app.command()
@@ -187,10 +194,12 @@ async def add(
 
 @app.command("list")
 @command
-async def list_targets() -> None:
+async def list_targets(as_json: JsonOpt = False) -> None:
     """List targets with their state, next slot and last result."""
     async with pricewatch() as client:
         rows = await client.targets()
+    if as_json:
+        return print_json("list", rows)
     if not rows:
         typer.echo("no targets: add one with `pricewatch add <id> <url> --every 24h`")
         return
@@ -200,12 +209,17 @@ async def list_targets() -> None:
 
 @app.command()
 @command
-async def status(target_id: IdArg) -> None:
+async def status(target_id: IdArg, as_json: JsonOpt = False) -> None:
     """Show paused/active, the next due slot, the last result and the Temporal UI link."""
     async with pricewatch() as client:
         result = await client.status(target_id)
         retrying = await client.retrying(target_id)
-        typer.echo("\n".join(render.status(result, retrying, client.ui_link(target_id))))
+        link = client.ui_link(target_id)
+    if as_json:
+        return print_json(
+            "status", views.StatusView(status=result, retrying=retrying, history_url=link)
+        )
+    typer.echo("\n".join(render.status(result, retrying, link)))
 
 
 @app.command()
@@ -213,10 +227,13 @@ async def status(target_id: IdArg) -> None:
 async def history(
     target_id: IdArg,
     limit: Annotated[int, typer.Option(min=1, max=10000, help="How many slots.")] = 20,
+    as_json: JsonOpt = False,
 ) -> None:
     """Recorded checks of a target, newest first: one row per due slot."""
     async with pricewatch() as client:
         results = await client.history(target_id, limit)
+    if as_json:
+        return print_json("history", results)
     if not results:
         raise BadInput(f"no recorded checks for {target_id!r}")
     for result in results:
@@ -228,14 +245,18 @@ async def history(
 async def channels(
     target_id: IdArg,
     reveal: Annotated[bool, typer.Option(help="Print webhook secrets in full.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """A target's notification channels; webhook secrets masked unless --reveal."""
     async with pricewatch() as client:
         rows = await client.channels(target_id)
+    shown = rows if reveal else [render.masked(row) for row in rows]
+    if as_json:
+        return print_json("channels", shown)
     if not rows:
         typer.echo(f"no channels for {target_id!r}: add them with --webhook / --email")
-    for row in rows:
-        typer.echo(render.channel(row, reveal))
+    for row in shown:
+        typer.echo(render.channel(row))
 
 
 @app.command()
@@ -243,10 +264,13 @@ async def channels(
 async def deliveries(
     target_id: IdArg,
     limit: Annotated[int, typer.Option(min=1, max=10000, help="How many deliveries.")] = 50,
+    as_json: JsonOpt = False,
 ) -> None:
     """Each notice per channel, newest first: sent, or failed with the last error."""
     async with pricewatch() as client:
         rows = await client.deliveries(target_id, limit)
+    if as_json:
+        return print_json("deliveries", rows)
     if not rows:
         typer.echo("no deliveries yet")
     for row in rows:
@@ -260,10 +284,13 @@ async def diff(
     work_id: Annotated[
         str | None, typer.Argument(help="A `changed` check (default: the newest).")
     ] = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """What changed: a unified diff of a change against the snapshot before it."""
     async with pricewatch() as client:
         change = await client.change(target_id, work_id)
+    if as_json:
+        return print_json("diff", change)
     typer.echo(change.diff)
 
 
@@ -272,10 +299,13 @@ async def diff(
 async def failures(
     target_id: Annotated[str | None, typer.Argument(help="Only this target.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=10000, help="How many slots.")] = 50,
+    as_json: JsonOpt = False,
 ) -> None:
     """Failed slots (dead letters) and slots still being retried, newest first."""
     async with pricewatch() as client:
         results = await client.failures(target_id, limit)
+    if as_json:
+        return print_json("failures", results)
     if not results:
         typer.echo("no failed slots")
     for result in results:
@@ -367,21 +397,28 @@ async def prune(
 
 
 @app.command()
-def config() -> None:
+def config(as_json: JsonOpt = False) -> None:
     """The effective settings (secrets masked) and where the Temporal client will connect."""
     with user_errors():
         effective = settings().model_dump(mode="json")
-        for key, value in sorted(effective.items()):
+        for key, value in effective.items():
             if "password" in key and value:
-                value = "********"
+                effective[key] = "********"
             elif key == "database_url" and value and urlsplit(value).password:
-                value = value.replace(f":{urlsplit(value).password}@", ":********@")
+                effective[key] = value.replace(f":{urlsplit(value).password}@", ":********@")
+        connect = ClientConfig.load_client_connect_config()
+        temporal = {
+            "TEMPORAL_ADDRESS": str(connect.get("target_host", "localhost:7233")),
+            "TEMPORAL_NAMESPACE": str(connect.get("namespace", "default")),
+            "TEMPORAL_API_KEY": "********" if connect.get("api_key") else "-",
+            "TEMPORAL_TLS": "on" if connect.get("tls") else "off",
+        }
+        if as_json:
+            return print_json("config", views.ConfigView(settings=effective, temporal=temporal))
+        for key, value in sorted(effective.items()):
             typer.echo(f"PRICEWATCH_{key.upper():<30} {value}")
-        temporal = ClientConfig.load_client_connect_config()
-        typer.echo(f"{'TEMPORAL_ADDRESS':<41} {temporal.get('target_host', 'localhost:7233')}")
-        typer.echo(f"{'TEMPORAL_NAMESPACE':<41} {temporal.get('namespace', 'default')}")
-        typer.echo(f"{'TEMPORAL_API_KEY':<41} {'********' if temporal.get('api_key') else '-'}")
-        typer.echo(f"{'TEMPORAL_TLS':<41} {'on' if temporal.get('tls') else 'off'}")
+        for key, value in temporal.items():
+            typer.echo(f"{key:<41} {value}")
 
 
 @app.command()

@@ -7,7 +7,6 @@ anything is contacted.
 """
 
 import asyncio
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from types import TracebackType
@@ -37,6 +36,7 @@ from pricewatch.names import Query, Signal, Update
 from pricewatch.settings import Settings
 from pricewatch.slots import spread_anchor
 from pricewatch.temporal import connect, start_monitor, workflow_id
+from pricewatch.views import ChangeView, ChannelView, DeliveryView, TargetSummary
 
 REMOVE_WAIT = timedelta(seconds=120)
 
@@ -49,15 +49,6 @@ class Added(StrEnum):
     ADDED = "added"
     UNCHANGED = "unchanged"
     RECONFIGURED = "reconfigured"
-
-
-@dataclass(frozen=True)
-class Change:
-    """A recorded change and the snapshot before it, as a unified diff."""
-
-    work_id: str
-    previous_work_id: str
-    diff: str
 
 
 def valid_id(target_id: str) -> str:
@@ -196,8 +187,8 @@ class Pricewatch:
 
     # Reading the record (Postgres) ---------------------------------------------------------
 
-    async def targets(self) -> list[asyncpg.Record]:
-        return await store.list_targets(await self.pool())
+    async def targets(self) -> list[TargetSummary]:
+        return [TargetSummary(**row) for row in await store.list_targets(await self.pool())]
 
     async def history(self, target_id: str, limit: int) -> list[CheckResult]:
         return await store.check_history(await self.pool(), valid_id(target_id), limit)
@@ -212,13 +203,15 @@ class Pricewatch:
         unsettled = await self.failures(target_id, limit=10)
         return [r for r in unsettled if r.status is CheckStatus.RETRYING]
 
-    async def channels(self, target_id: str) -> list[asyncpg.Record]:
-        return await store.target_channels(await self.pool(), valid_id(target_id))
+    async def channels(self, target_id: str) -> list[ChannelView]:
+        rows = await store.target_channels(await self.pool(), valid_id(target_id))
+        return [ChannelView(**row) for row in rows]
 
-    async def deliveries(self, target_id: str, limit: int) -> list[asyncpg.Record]:
-        return await store.target_deliveries(await self.pool(), valid_id(target_id), limit)
+    async def deliveries(self, target_id: str, limit: int) -> list[DeliveryView]:
+        rows = await store.target_deliveries(await self.pool(), valid_id(target_id), limit)
+        return [DeliveryView(**row) for row in rows]
 
-    async def change(self, target_id: str, work_id: str | None = None) -> Change:
+    async def change(self, target_id: str, work_id: str | None = None) -> ChangeView:
         """A change (default: the newest) against the snapshot before it."""
         row = await store.snapshots_for_diff(await self.pool(), valid_id(target_id), work_id)
         if row is None:
@@ -232,7 +225,9 @@ class Pricewatch:
             row["previous_work_id"],
             row["work_id"],
         )
-        return Change(work_id=row["work_id"], previous_work_id=row["previous_work_id"], diff=diff)
+        return ChangeView(
+            work_id=row["work_id"], previous_work_id=row["previous_work_id"], diff=diff
+        )
 
     def retention(self) -> Retention:
         return Retention(self.settings.check_retention, self.settings.change_retention)

@@ -1,17 +1,11 @@
 """How the CLI shows what the client returns: one line per record, plain text."""
 
 from datetime import timedelta
-from typing import Any, Protocol
 
 from pricewatch.durations import format_duration
 from pricewatch.models import CheckResult, MonitorStatus
 from pricewatch.slots import format_slot
-
-
-class Row(Protocol):
-    """A record read from Postgres (an asyncpg Record)."""
-
-    def __getitem__(self, key: str, /) -> Any: ...
+from pricewatch.views import ChannelView, DeliveryView, TargetSummary
 
 
 def check(result: CheckResult) -> str:
@@ -43,31 +37,37 @@ def status(status: MonitorStatus, retrying: list[CheckResult], link: str) -> lis
     return [*lines, f"last:       {last}", f"history:    {link}"]
 
 
-def target(row: Row) -> str:
-    state = ("active" if row["enabled"] else "paused") + (",unhealthy" if row["unhealthy"] else "")
-    every = format_duration(timedelta(seconds=row["interval_seconds"]))
-    last = row["last_status"] or "-"
+def target(row: TargetSummary) -> str:
+    state = ("active" if row.enabled else "paused") + (",unhealthy" if row.unhealthy else "")
+    every = format_duration(timedelta(seconds=row.interval_seconds))
+    last = row.last_status or "-"
     return (
-        f"{row['id']:<24} {state:<16} every {every:<8} next {format_slot(row['next_slot'])}"
-        f"  last {last:<9} {row['url']}"
+        f"{row.id:<24} {state:<16} every {every:<8} next {format_slot(row.next_slot)}"
+        f"  last {last:<9} {row.url}"
     )
 
 
-def channel(row: Row, reveal: bool) -> str:
-    secret = row["secret"] or ""
-    line = f"{row['channel_id']:<18} {row['kind']:<8} {row['destination']}"
-    if secret:
-        line += f"  secret={secret if reveal else 'whsec_' + '*' * 8}"
-    if row["disabled_reason"]:
-        line += f"  DISABLED ({row['disabled_reason']})"
+def masked(channel: ChannelView) -> ChannelView:
+    """The channel as shown without --reveal: the secret's prefix only."""
+    if channel.secret is None:
+        return channel
+    return channel.model_copy(update={"secret": "whsec_" + "*" * 8})
+
+
+def channel(row: ChannelView) -> str:
+    line = f"{row.channel_id:<18} {row.kind:<8} {row.destination}"
+    if row.secret:
+        line += f"  secret={row.secret}"
+    if row.disabled_reason:
+        line += f"  DISABLED ({row.disabled_reason})"
     return line
 
 
-def delivery(row: Row) -> str:
+def delivery(row: DeliveryView) -> str:
     line = (
-        f"{row['work_id']}  {row['notice']:<9} {row['channel_id']:<18} "
-        f"{row['status']:<7} attempts={row['attempt_count']}"
+        f"{row.work_id}  {row.notice:<9} {row.channel_id:<18} "
+        f"{row.status:<7} attempts={row.attempt_count}"
     )
-    if row["last_error"] and row["status"] != "sent":
-        line += f"  error={row['last_error']}"
+    if row.last_error and row.status != "sent":
+        line += f"  error={row.last_error}"
     return line

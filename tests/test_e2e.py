@@ -2,6 +2,7 @@
 a real page server on 127.0.0.1, and the CLI as a user runs it."""
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -11,6 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -19,6 +21,7 @@ from temporalio.client import Client, ScheduleActionStartWorkflow
 from temporalio.worker import Replayer
 
 from activities.notify import SmtpSettings
+from pricewatch import views
 from pricewatch.client import Added, BadInput, Pricewatch
 from pricewatch.models import TargetConfig
 from pricewatch.names import RETENTION_SCHEDULE_ID, RETENTION_WORKFLOW_TYPE
@@ -380,9 +383,30 @@ async def test_a_change_reaches_each_channel_once_through_real_processes(
         assert secret in out
         code, out, _ = await cli(env, "deliveries", "e2e-notify")
         assert code == 0 and out.count(" sent ") == 2
+        await every_json_output_parses(env, "e2e-notify", secret)
         assert (await cli(env, "remove", "e2e-notify"))[0] == 0
     assert len(webhook_receiver.received) == 1  # its signature was verified on arrival
     assert len(sink.messages) == 1
+
+
+async def every_json_output_parses(env: dict[str, str], target_id: str, secret: str) -> None:
+    """Each `--json` output is valid JSON of its documented shape (docs/schemas/)."""
+    outputs: dict[str, Any] = {}
+    for command in views.OUTPUTS:
+        args = [command] if command in ("list", "config", "failures") else [command, target_id]
+        code, out, err = await cli(env, *args, "--json")
+        assert code == 0, (command, err)
+        outputs[command] = views.OUTPUTS[command].validate_json(out)
+    assert [t.id for t in outputs["list"]] == [target_id]
+    assert outputs["status"].status.config.target_id == target_id
+    assert outputs["status"].history_url.endswith(f"/workflows/pricewatch-{target_id}")
+    assert any(c.status.value == "changed" for c in outputs["history"])
+    assert outputs["failures"] == []
+    assert {c.kind for c in outputs["channels"]} == {"webhook", "email"}
+    assert secret not in json.dumps([c.model_dump() for c in outputs["channels"]])
+    assert [d.status for d in outputs["deliveries"]] == ["sent", "sent"]
+    assert "EUR 4" in outputs["diff"].diff and "EUR 5" in outputs["diff"].diff
+    assert outputs["config"].settings["task_queue"] == env["PRICEWATCH_TASK_QUEUE"]
 
 
 async def http_get(address: str, path: str) -> tuple[int, str]:
