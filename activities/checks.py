@@ -7,6 +7,7 @@ one-row-per-slot record in Postgres make every execution after the first a no-op
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,8 +24,10 @@ from activities.metrics import count, observe_seconds
 from activities.normalise import Extraction
 from activities.outcomes import outcome_of
 from pricewatch.decisions import comparable, final_result, retry_delay, rules_fingerprint
+from pricewatch.durations import format_duration
 from pricewatch.models import (
     CheckInput,
+    CheckKind,
     CheckResult,
     CheckStatus,
     RecordFailureInput,
@@ -46,6 +49,10 @@ from pricewatch.policy import (
     TRANSIENT_FETCH_ERROR,
     expected_failure,
 )
+
+# One line per check attempt: its target, what became of it and how long it took. What
+# `pricewatch dev` prints; in JSON logs with `outcome` and `elapsed_ms` fields.
+CHECK_LOG = logging.getLogger("pricewatch.checks")
 
 # A fetch heartbeats (and extends its lease) this often (see HEARTBEAT_TIMEOUT).
 HEARTBEAT_EVERY = timedelta(seconds=5)
@@ -130,6 +137,7 @@ class CheckActivities:
     async def check_slot(self, check: CheckInput) -> CheckResult:
         """Claim, skip if done, fetch, hash, then commit the row and the schedule together."""
         token = execution_id()
+        started = time.monotonic()
         claim = await store.claim(
             self.pool,
             target_id=check.target_id,
@@ -148,16 +156,14 @@ class CheckActivities:
                 non_retryable=True,
             )
         if stored := final_result(claim.existing, claim.next_slot, retrying=check.retry):
-            activity.logger.info(
-                "slot already recorded, not fetched again", extra=_ids(check, token)
-            )
+            tell(check, token, "already recorded, not fetched again", started)
             count("pricewatch_checks", "checks by outcome", kind=check.kind.value,
                   status=stored.status.value, outcome="already_recorded")  # fmt: skip
             return await self._already_recorded(check, stored)
         if not claim.claimed:
             count("pricewatch_lease_conflicts", "claims refused: leased or not due")
             refusal = self._claim_refused(check, claim)
-            activity.logger.info("claim refused: %s", refusal, extra=_ids(check, token))
+            tell(check, token, f"not checked: {refusal.message}", started)
             raise refusal
         if check.on_schedule and activity.info().attempt == 1:
             lateness = (activity.info().started_time - check.slot).total_seconds()
@@ -175,8 +181,12 @@ class CheckActivities:
             except FetchError as err:
                 kind = "transient" if err.transient else "permanent"
                 count("pricewatch_fetch_failures", "failed fetch attempts", kind=kind)
-                activity.logger.info("fetch failed: %s", err, extra=_ids(check, token))
-                committed = await self._record_attempt_failure(check, token, err)
+                delay = next_attempt_in(err)
+                committed = await self._record_attempt_failure(check, token, err, delay)
+                then = (
+                    "slot failed" if delay is None else f"next attempt in {format_duration(delay)}"
+                )
+                tell(check, token, f"{err} ({kind}), {then}", started)
                 raise expected_failure(
                     str(err),
                     TRANSIENT_FETCH_ERROR if err.transient else PERMANENT_FETCH_ERROR,
@@ -198,10 +208,10 @@ class CheckActivities:
             )
             committed = result is not None
             if result is None:
-                return await self._lost_lease(check, token)
+                return await self._lost_lease(check, token, started)
             count("pricewatch_checks", "checks by outcome", kind=check.kind.value,
                   status=result.status.value, outcome="recorded")  # fmt: skip
-            activity.logger.info("recorded %s", result.status.value, extra=_ids(check, token))
+            tell(check, token, result.status.value, started)
             return result
         finally:
             if not committed:
@@ -289,11 +299,12 @@ class CheckActivities:
     async def remove_target(self, remove: RemoveTargetInput) -> None:
         await store.delete_target(self.pool, remove.target_id)
 
-    async def _record_attempt_failure(self, check: CheckInput, token: str, err: FetchError) -> bool:
+    async def _record_attempt_failure(
+        self, check: CheckInput, token: str, err: FetchError, delay: timedelta | None
+    ) -> bool:
         """Keep the attempt on the slot's one row (attempt_count + 1), as `retrying` with when
-        the next attempt comes, or `failed` if none will; never advance here. The workflow
-        decides when the slot is given up (`record_failed_slot`)."""
-        delay = next_attempt_in(err)
+        the next attempt (`delay`) comes, or `failed` if none will; never advance here. The
+        workflow decides when the slot is given up (`record_failed_slot`)."""
         status = CheckStatus.FAILED if delay is None else CheckStatus.RETRYING
         recorded = await store.commit(
             self.pool,
@@ -307,17 +318,15 @@ class CheckActivities:
         )
         return recorded is not None
 
-    async def _lost_lease(self, check: CheckInput, token: str) -> CheckResult:
+    async def _lost_lease(self, check: CheckInput, token: str, started: float) -> CheckResult:
         """The commit matched nothing: either another attempt finished the slot, or our
         lease was taken over. The first is success; the second must not pass silently."""
         stored = await store.stored_check(self.pool, check.work_id)
         if stored is not None and stored.status not in (CheckStatus.RETRYING, CheckStatus.FAILED):
-            activity.logger.info(
-                "commit fenced: another attempt recorded the slot first", extra=_ids(check, token)
-            )
+            tell(check, token, "not committed: another attempt recorded the slot first", started)
             return await self._already_recorded(check, stored)
         message = f"lost the lease on {check.target_id} before committing {check.work_id}"
-        activity.logger.info(message, extra=_ids(check, token))
+        tell(check, token, f"not committed: {message}", started)
         raise expected_failure(message, LEASE_HELD)
 
     async def _already_recorded(self, check: CheckInput, stored: CheckResult) -> CheckResult:
@@ -349,6 +358,16 @@ class CheckActivities:
         return expected_failure(
             f"target {check.target_id} is leased by another attempt", LEASE_HELD
         )
+
+
+def tell(check: CheckInput, token: str, outcome: str, started: float) -> None:
+    """The check's one line (see CHECK_LOG)."""
+    elapsed_ms = round((time.monotonic() - started) * 1000)
+    manual = " (manual)" if check.kind is CheckKind.MANUAL else ""
+    CHECK_LOG.info(
+        "%s%s %s %d ms", check.target_id, manual, outcome, elapsed_ms,
+        extra={**_ids(check, token), "outcome": outcome, "elapsed_ms": elapsed_ms},
+    )  # fmt: skip
 
 
 def _ids(check: CheckInput, token: str) -> dict[str, str]:

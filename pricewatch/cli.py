@@ -452,13 +452,16 @@ def dev(
     temporal_port: Annotated[int, typer.Option(help="Temporal dev server port.")] = 7233,
     ui_port: Annotated[int, typer.Option(help="Temporal UI port.")] = 8233,
     demo_port: Annotated[int, typer.Option(help="Demo pricing page port.")] = 8099,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="Every log line, not just one per check.")
+    ] = False,
 ) -> None:
     """Run the whole embedded stack in the foreground: Temporal, Postgres, a worker."""
     from workers.dev import DevPorts, run_dev
 
     with user_errors():
         ports = DevPorts(temporal=temporal_port, ui=ui_port, demo=demo_port)
-        run_dev(settings(), demo=demo, ports=ports)
+        run_dev(settings(), demo=demo, ports=ports, verbose=verbose)
 
 
 def main() -> None:

@@ -3,15 +3,18 @@ stack, checks the demo page, stops everything it started on Ctrl-C, and resumes 
 
 import asyncio
 import os
+import re
 import signal
 import socket
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import asyncpg
 import pytest
+from aiohttp import web
 
 from workers.embedded import free_port
 
@@ -20,7 +23,11 @@ PRICEWATCH = str(Path(sys.executable).parent / "pricewatch")
 
 
 @asynccontextmanager
-async def dev_stack(data_dir: Path, ports: dict[str, int]) -> AsyncIterator[None]:
+async def dev_stack(
+    data_dir: Path, ports: dict[str, int], console: list[str] | None = None
+) -> AsyncIterator[None]:
+    """`pricewatch dev --demo` until the block ends (then Ctrl-C); what it printed after
+    the worker started goes to `console`."""
     env = {**os.environ, "PRICEWATCH_DATA_DIR": str(data_dir)}
     env.pop("PRICEWATCH_DATABASE_URL", None)
     args = [f"--{name}-port={port}" for name, port in ports.items()]
@@ -39,7 +46,9 @@ async def dev_stack(data_dir: Path, ports: dict[str, int]) -> AsyncIterator[None
     finally:
         process.send_signal(signal.SIGINT)  # what Ctrl-C does
         async with asyncio.timeout(60):
-            await process.communicate()
+            out, _ = await process.communicate()
+    if console is not None:
+        console.extend(out.decode().splitlines())
     assert process.returncode == 0
 
 
@@ -83,3 +92,87 @@ async def test_dev_runs_the_demo_stops_cleanly_and_resumes(tmp_path: Path) -> No
     assert not running(postmaster), "Postgres still runs"
     async with dev_stack(tmp_path, ports):
         assert await until_rows(tmp_path, first_rows) > first_rows  # same target, same history
+
+
+async def failing_and_working_pages() -> web.AppRunner:
+    """A 200, a 404, a 503, a redirect loop and an oversized body, on 127.0.0.1."""
+
+    async def page(request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        if name == "gone":
+            return web.Response(status=404, text="gone")
+        if name == "busy":
+            return web.Response(status=503, text="busy")
+        if name == "loop":
+            raise web.HTTPFound("/loop")
+        if name == "big":
+            return web.Response(text="x" * (6 * 2**20), content_type="text/html")
+        return web.Response(text="<p>EUR 4.49</p>", content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/{name}", page)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    return runner
+
+
+CHECK_LINE = re.compile(
+    r"^\d\d:\d\d:\d\d (?P<target>[a-z0-9-]+)(?: \(manual\))? (?P<outcome>.+) \d+ ms$"
+)
+
+
+async def test_the_dev_console_prints_one_line_per_check_and_no_tracebacks(
+    tmp_path: Path,
+) -> None:
+    """Working and failing pages for half a minute: each check is one readable line, an
+    expected failure says what happened without a traceback, and nothing else is printed."""
+    ports = {"temporal": free_port(), "ui": free_port(), "demo": free_port()}
+    pages = await failing_and_working_pages()
+    page_port = free_port()
+    await web.TCPSite(pages, "127.0.0.1", page_port).start()
+    env = {**os.environ, "PRICEWATCH_DATA_DIR": str(tmp_path), "PRICEWATCH_MIN_INTERVAL": "1s",
+           "PRICEWATCH_ALLOW_NETWORKS": "127.0.0.1/32",
+           "TEMPORAL_ADDRESS": f"127.0.0.1:{ports['temporal']}"}  # fmt: skip
+    env.pop("PRICEWATCH_DATABASE_URL", None)
+    console: list[str] = []
+    try:
+        async with dev_stack(tmp_path, ports, console):
+            for name in ("ok", "gone", "busy", "loop", "big"):
+                add = await asyncio.create_subprocess_exec(
+                    PRICEWATCH, "add", f"dev-{name}", f"http://127.0.0.1:{page_port}/{name}",
+                    "--every", "3s", "--max-attempts", "2", env=env,
+                    stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+                )  # fmt: skip
+                _, err = await add.communicate()
+                assert add.returncode == 0, err
+            await asyncio.sleep(30)
+            url = (tmp_path / "postgres.url").read_text().strip()
+            conn = await asyncpg.connect(url)
+            try:
+                rows = await conn.fetch(
+                    "SELECT target_id, sum(attempt_count)::int FROM source_checks "
+                    "WHERE status <> 'skipped' GROUP BY target_id"
+                )
+                attempts: dict[str, int] = {row[0]: row[1] for row in rows}
+            finally:
+                await conn.close()
+    finally:
+        await pages.cleanup()
+    text = "\n".join(console)
+    assert "Traceback" not in text, text[-3000:]
+    lines = [line for line in console if line != "stopping..."]
+    checks = [m for line in lines if (m := CHECK_LINE.match(line))]
+    assert len(checks) == len(lines), [line for line in lines if not CHECK_LINE.match(line)]
+    by_target = Counter(m["target"] for m in checks)
+    for name in ("ok", "gone", "busy", "loop", "big"):
+        # Each attempt recorded so far has its line (one may be in flight at the stop);
+        # `busy` waits out a 30 s backoff after its first.
+        assert by_target[f"dev-{name}"] >= attempts[f"dev-{name}"] >= 1, (name, by_target)
+        assert name == "busy" or attempts[f"dev-{name}"] >= 3, (name, attempts)
+    outcomes = {m["target"]: m["outcome"] for m in checks}
+    assert outcomes["dev-ok"] in ("unchanged", "changed")
+    assert "404" in outcomes["dev-gone"] and "(permanent), slot failed" in outcomes["dev-gone"]
+    assert "redirect" in outcomes["dev-loop"] and "(permanent)" in outcomes["dev-loop"]
+    assert "larger than" in outcomes["dev-big"]
+    assert any("503" in m["outcome"] and "next attempt in" in m["outcome"]
+               for m in checks if m["target"] == "dev-busy")  # fmt: skip

@@ -337,8 +337,13 @@ async def test_expected_failures_log_one_line_not_a_traceback(
     assert [r["status"] for r in await rows(pool, busy.target_id)] == ["failed"]
     tracebacks = [r for r in caplog.records if r.exc_info and r.levelno >= logging.WARNING]
     assert not tracebacks, [r.getMessage() for r in tracebacks]
-    fetch_lines = [r.getMessage() for r in caplog.records if "fetch failed" in r.getMessage()]
-    assert any("404" in line for line in fetch_lines) and any("503" in line for line in fetch_lines)
+    lines = [r.getMessage() for r in caplog.records if r.name == "pricewatch.checks"]
+    assert any(
+        line.startswith(gone.target_id) and "404" in line and "(permanent), slot failed" in line
+        for line in lines
+    ), lines
+    assert any("503" in line and "(transient), next attempt in 30s" in line for line in lines)
+    assert any("503" in line and "(transient), slot failed" in line for line in lines)
 
 
 async def test_transient_failure_retries_on_the_same_row(

@@ -20,6 +20,7 @@ from pricewatch.settings import EMBEDDED_DATABASE_URL_FILE, Settings
 from pricewatch.slots import spread_anchor
 from pricewatch.temporal import connect, ensure_retention_schedule, start_monitor
 from workers.embedded import start_embedded_postgres, start_temporal_dev_server, stop_process
+from workers.observability import configure_dev_console
 from workers.worker import (
     WorkerTuning,
     address_policy,
@@ -80,7 +81,8 @@ def demo_page(port: int) -> Iterator[str]:
         server.server_close()
 
 
-async def serve(settings: Settings, database_url: str, demo_url: str | None) -> None:
+async def serve(settings: Settings, database_url: str, demo_url: str | None, verbose: bool) -> None:
+    configure_dev_console(verbose)
     client = await connect()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -114,12 +116,19 @@ async def serve(settings: Settings, database_url: str, demo_url: str | None) -> 
                 f"{DEMO_PRICE_PERIOD_SECONDS // 60} min)",
                 flush=True,
             )
-        print("worker:    running. Ctrl-C stops everything started here.", flush=True)
+        print(
+            "worker:    running; one line per check below"
+            + ("" if verbose else " (--verbose: every log line)")
+            + ". Ctrl-C stops everything started here.",
+            flush=True,
+        )
         await stop.wait()
     print("stopping...", flush=True)
 
 
-def run_dev(settings: Settings, *, demo: bool, ports: DevPorts = DevPorts()) -> None:
+def run_dev(
+    settings: Settings, *, demo: bool, ports: DevPorts = DevPorts(), verbose: bool = False
+) -> None:
     if not settings.allow_networks:
         settings = settings.model_copy(update={"allow_networks": DEV_ALLOW_NETWORKS})
     print(
@@ -158,4 +167,4 @@ def run_dev(settings: Settings, *, demo: bool, ports: DevPorts = DevPorts()) -> 
         )
         print(f"ui:        http://localhost:{ports.ui}", flush=True)
         demo_url = stack.enter_context(demo_page(ports.demo)) if demo else None
-        asyncio.run(serve(settings, database_url, demo_url))
+        asyncio.run(serve(settings, database_url, demo_url, verbose))

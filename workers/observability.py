@@ -14,7 +14,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 # Fields that activity and workflow loggers attach (`temporal_activity`/`temporal_workflow`)
 # and that pricewatch adds itself, lifted to the top level of each JSON line.
-CONTEXT_FIELDS = ("target_id", "work_id", "execution_id")
+CONTEXT_FIELDS = ("target_id", "work_id", "execution_id", "outcome", "elapsed_ms")
 
 
 class JsonFormatter(logging.Formatter):
@@ -50,6 +50,20 @@ def configure_logging(log_format: str) -> None:
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
     # httpx logs every request at INFO: a second line per check that says less than ours.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def configure_dev_console(verbose: bool) -> None:
+    """`pricewatch dev`: one line per check (`12:00:00 hetzner unchanged 183 ms`), and
+    otherwise only warnings and errors (real faults, with their tracebacks). Verbose: every
+    info line of the worker too."""
+    configure_logging("text")
+    logging.getLogger().setLevel(logging.INFO if verbose else logging.WARNING)
+    checks = logging.StreamHandler()
+    checks.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
+    check_log = logging.getLogger("pricewatch.checks")
+    check_log.handlers = [checks]
+    check_log.setLevel(logging.INFO)
+    check_log.propagate = False
 
 
 def metrics_runtime(address: str | None) -> Runtime | None:

@@ -104,7 +104,8 @@ async def check_slot(check: CheckInput, max_attempts: int) -> CheckResult:
 
 async def record_failed(check: CheckInput, error: FailureError) -> CheckResult | None:
     """Dead-letter a slot whose check gave up; None if even that failed (Postgres gone)."""
-    workflow.logger.warning("check %s gave up: %s", check.work_id, reason(error))
+    # Info: the check's own line already said why (a dead letter is an outcome, not a fault).
+    workflow.logger.info("check %s gave up: %s", check.work_id, reason(error))
     try:
         result: CheckResult = await workflow.execute_activity(
             Activity.RECORD_FAILED_SLOT,
