@@ -23,8 +23,9 @@ from pricewatch import render, views
 from pricewatch.client import Added, BadInput, Pricewatch, valid_id
 from pricewatch.durations import format_duration, parse_duration
 from pricewatch.models import Channel, ChannelKind, CheckResult, TargetConfig
+from pricewatch.policy import CHECK_TIMEOUT
 from pricewatch.settings import Settings
-from pricewatch.slots import format_slot
+from pricewatch.slots import format_slot, work_id
 
 app = typer.Typer(
     help="Watch pages on a schedule; record one result per due slot; say when they change.",
@@ -330,8 +331,11 @@ async def retry(
 async def pause(target_id: IdArg) -> None:
     """Stop future checks (a check already running finishes)."""
     async with pricewatch() as client:
+        checking = (await client.status(target_id)).checking
         await client.pause(target_id)
-    typer.echo(f"pausing {target_id}")
+    typer.echo(f"paused {target_id}: no more slots fall due until `pricewatch resume`")
+    if checking:
+        typer.echo(f"the check of {work_id(target_id, checking)} in flight still finishes")
 
 
 @app.command()
@@ -356,6 +360,14 @@ async def check_now(target_id: IdArg) -> None:
 async def remove(target_id: IdArg) -> None:
     """Stop watching a target and delete its recorded checks."""
     async with pricewatch() as client:
+        checking = (await client.status(target_id)).checking
+        if checking:
+            typer.echo(
+                f"stopping the check of {work_id(target_id, checking)} in flight: a backoff "
+                "ends now, an attempt at its next heartbeat (a first attempt finishes, at most "
+                f"{format_duration(CHECK_TIMEOUT)})"
+            )
+        typer.echo(f"removing {target_id}: waiting for its workflow to delete its rows ...")
         await client.remove(target_id)
     typer.echo(f"removed {target_id}")
 

@@ -245,6 +245,8 @@ class MonitorStatus(Model):
     checks_completed: int
     failure_streak: int = 0
     unhealthy: bool = False
+    checking: UtcDatetime | None = None
+    """The scheduled slot being checked right now (its attempts or their backoff), if any."""
 
 
 class Notice(StrEnum):

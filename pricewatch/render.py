@@ -32,6 +32,8 @@ def status(status: MonitorStatus, retrying: list[CheckResult], link: str) -> lis
         f"next slot:  {format_slot(status.next_slot) if status.next_slot else '-'}",
         f"checks:     {status.checks_completed}",
     ]
+    if status.checking:
+        lines.append(f"checking:   {format_slot(status.checking)} (in flight)")
     lines += [f"now:        {check(result)}" for result in retrying]
     last = check(status.last_result) if status.last_result else "(no check yet)"
     return [*lines, f"last:       {last}", f"history:    {link}"]

@@ -4,7 +4,7 @@ Run after a deliberate workflow change that keeps old histories valid, or to add
 history for a new feature: `python -m tests.record_histories`. It starts its own dev
 server, Postgres, page server and worker in a temp dir, drives one target through every
 message (pause, resume, check-now, reconfigure, a permanent failure, a transient one
-retried as a normal activity, continue-as-new) with a
+retried as a normal activity, continue-as-new, a removal during a backoff) with a
 webhook channel told of its changes, then one retention pass (`PruneChecks`), and
 writes each run's history to tests/histories/<version>/, the package's version: from 1.0 on
 every release keeps its histories there and every later release must replay them.
@@ -73,6 +73,11 @@ async def drive(client: Client, activities: Activities, page_url: str) -> list[s
         run_ids = [handle.result_run_id]
         latest = (await client.get_workflow_handle(handle.id).describe()).run_id
         run_ids.append(latest)
+        # A page that keeps failing, then a removal while its check backs off (1.1: the
+        # removal stops the check instead of waiting out its retries).
+        down = config.model_copy(update={"url": page_url + "down"})
+        await handle.execute_update(MonitorTarget.reconfigure, down)
+        await asyncio.sleep(2)
         await handle.signal(MonitorTarget.remove)
         await client.get_workflow_handle(handle.id).result()
         # A retention pass, as the hourly Schedule starts one (nothing expired: a fresh
@@ -99,6 +104,8 @@ async def main() -> None:
         busy_answered: list[str] = []
 
         async def page(request: web.Request) -> web.Response:
+            if request.path.endswith("down"):
+                return web.Response(status=503, text="down")
             if request.path.endswith("gone"):
                 return web.Response(status=404, text="gone")
             if request.path.endswith("busy") and not busy_answered:

@@ -331,7 +331,7 @@ async def test_a_slot_in_backoff_reads_retrying_until_it_gives_up(
         code, _, err = await cli(env, "add", "e2e-busy", page_server.url("/busy"), *every)
         assert code == 0, err
         await wait_for(pool, "SELECT count(*) FROM source_checks WHERE status = 'retrying'")
-        views = {
+        shown = {
             name: (await cli(env, *args))[1]
             for name, args in {
                 "history": ("history", "e2e-busy"),
@@ -340,10 +340,10 @@ async def test_a_slot_in_backoff_reads_retrying_until_it_gives_up(
                 "failures": ("failures",),
             }.items()
         }
-        for name, out in views.items():
+        for name, out in shown.items():
             assert "retrying" in out and "failed" not in out, f"{name}: {out}"
-        assert "next attempt not before" in views["history"] and "503" in views["history"]
-        assert "now:" in views["status"] and "attempts=1" in views["status"]
+        assert "next attempt not before" in shown["history"] and "503" in shown["history"]
+        assert "now:" in shown["status"] and "attempts=1" in shown["status"]
 
         await wait_for(pool, "SELECT count(*) FROM source_checks WHERE status = 'failed'")
         code, out, _ = await cli(env, "failures")
@@ -352,6 +352,29 @@ async def test_a_slot_in_backoff_reads_retrying_until_it_gives_up(
         code, out, _ = await cli(env, "history", "e2e-busy")
         assert " failed " in out and "retrying" not in out
         assert (await cli(env, "remove", "e2e-busy"))[0] == 0
+
+
+async def test_remove_during_a_backoff_says_what_it_stops_and_does_not_wait(
+    env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer
+) -> None:
+    """A check backing off for 30 s does not hold a removal up: `remove` says which check it
+    stops and returns within seconds; the page is not asked again."""
+    page_server.set("/down", "down", status=503)
+    every = ["--every", "24h", "--start-at", "2020-01-01T00:00:00Z"]
+    async with worker_process(env):
+        code, _, err = await cli(env, "add", "e2e-down", page_server.url("/down"), *every)
+        assert code == 0, err
+        await wait_for(pool, "SELECT count(*) FROM source_checks WHERE status = 'retrying'")
+        code, out, _ = await cli(env, "status", "e2e-down")
+        assert "checking:" in out
+        started = time.monotonic()
+        code, out, err = await cli(env, "remove", "e2e-down")
+        elapsed = time.monotonic() - started
+        assert code == 0, err
+        assert "stopping the check of e2e-down:" in out and "removed e2e-down" in out
+        assert elapsed < 15, f"remove took {elapsed:.0f} s: it waited out the backoff"
+    assert page_server.hits["/down"] == 1
+    assert await pool.fetchval("SELECT count(*) FROM monitor_targets") == 0
 
 
 async def test_a_change_reaches_each_channel_once_through_real_processes(

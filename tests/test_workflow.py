@@ -639,3 +639,40 @@ async def test_failing_slots_in_a_row_make_a_target_unhealthy_until_one_succeeds
         status = await handle.query(MonitorTarget.status)
         assert (status.failure_streak, status.unhealthy) == (0, False)
         assert [r["unhealthy"] for r in await store.list_targets(pool)] == [False]
+
+
+@pytest.mark.parametrize(
+    ("remove_after", "page_hits", "stopped_by"),
+    [
+        # The local first attempt failed; the workflow backs off on a timer for 30 s.
+        (timedelta(seconds=5), 1, EventType.EVENT_TYPE_TIMER_CANCELED),
+        # The second attempt (a normal activity) failed; the server backs off for 60 s.
+        (timedelta(seconds=45), 2, EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED),
+    ],
+)
+async def test_a_removal_does_not_wait_out_a_checks_backoff(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+    remove_after: timedelta,
+    page_hits: int,
+    stopped_by: "EventType.ValueType",
+) -> None:
+    client = time_skipping_env.client
+    config = new_target(page_server)
+    page_server.set(f"/{config.target_id}", "busy", status=503)
+    anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + HOUR
+    async with running_worker(client, task_queue, pool):
+        handle = await start(config, start_at=anchor)
+        await time_skipping_env.sleep(anchor - await time_skipping_env.get_current_time())
+        await time_skipping_env.sleep(remove_after)
+        assert page_server.hits[f"/{config.target_id}"] == page_hits
+        await handle.signal(MonitorTarget.remove)
+        await handle.result()
+        events = [e.event_type for e in (await handle.fetch_history()).events]
+    assert stopped_by in events
+    assert page_server.hits[f"/{config.target_id}"] == page_hits, "no attempt after the removal"
+    assert await rows(pool, config.target_id) == []
+    assert not await store.target_exists(pool, config.target_id)

@@ -2,7 +2,10 @@
 (what the Temporal UI shows), and how their failures read. Workflow code: deterministic, no
 I/O; activities are called by name (`pricewatch.names.Activity`)."""
 
+import asyncio
+import contextlib
 import dataclasses
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -62,11 +65,18 @@ async def register(request: RegisterTargetInput) -> Registration:
             await workflow.sleep(REGISTER_AGAIN_AFTER)
 
 
-async def check_slot(check: CheckInput, max_attempts: int) -> CheckResult:
+class CheckStopped(Exception):
+    """The target is being removed: its check stopped during a backoff, without a result."""
+
+
+async def check_slot(
+    check: CheckInput, max_attempts: int, stopped: Callable[[], bool]
+) -> CheckResult:
     """The first attempt runs as a local activity in the workflow task the slot's timer
     woke (6 history events per check); if it fails and may be retried, the rest run as a
     normal activity after the same backoff, with heartbeats and the retry policy's remaining
-    attempts. Raises one of CHECK_FAILED when the check gives up."""
+    attempts. Raises one of CHECK_FAILED when the check gives up, and CheckStopped if
+    `stopped()` turns true meanwhile (a removal does not wait out the retries)."""
     retry = dataclasses.replace(CHECK_RETRY, maximum_attempts=max_attempts)
     summary = f"{'retry' if check.retry else 'check'} {check.work_id}"
     result: CheckResult
@@ -84,13 +94,19 @@ async def check_slot(check: CheckInput, max_attempts: int) -> CheckResult:
         backoff = first_retry_delay(err)
         if backoff is None or retry.maximum_attempts == 1:
             raise
-    await workflow.sleep(backoff, summary=f"back off {check.work_id}")
+    # The same timer `workflow.sleep` would start, but a removal ends it.
+    with contextlib.suppress(TimeoutError):
+        await workflow.wait_condition(
+            stopped, timeout=backoff, timeout_summary=f"back off {check.work_id}"
+        )
+    if stopped():
+        raise CheckStopped
     retry = dataclasses.replace(
         retry,
         initial_interval=retry.initial_interval * retry.backoff_coefficient,
         maximum_attempts=retry.maximum_attempts - 1,
     )
-    result = await workflow.execute_activity(
+    attempts = workflow.start_activity(
         Activity.CHECK_SLOT,
         asked_now(check),
         result_type=CheckResult,
@@ -99,6 +115,13 @@ async def check_slot(check: CheckInput, max_attempts: int) -> CheckResult:
         retry_policy=retry,
         summary=summary,
     )
+    await workflow.wait_condition(lambda: attempts.done() or stopped())
+    if not attempts.done():
+        attempts.cancel()  # a backoff between attempts ends now; a fetch at its next beat
+        with contextlib.suppress(ActivityError, asyncio.CancelledError):
+            await attempts
+        raise CheckStopped
+    result = await attempts
     return result
 
 
@@ -174,9 +197,11 @@ async def bookkeep(activity: Activity, arg: Any, summary: str) -> bool:
     return True
 
 
-def unrecorded(check: CheckInput) -> CheckResult:
+def unrecorded(
+    check: CheckInput, why: str = "could not be recorded: the database was unreachable"
+) -> CheckResult:
     """A failed result for a check that could not even be dead-lettered (Postgres gone past
-    every retry): still reported to the caller and counted for health."""
+    every retry), or was stopped: still reported to the caller and counted for health."""
     return CheckResult(
         work_id=check.work_id,
         scheduled_for=check.slot,
@@ -184,7 +209,7 @@ def unrecorded(check: CheckInput) -> CheckResult:
         status=CheckStatus.FAILED,
         checked_at=workflow.now(),
         attempt_count=1,
-        error_message="could not be recorded: the database was unreachable",
+        error_message=why,
     )
 
 

@@ -57,6 +57,11 @@ with workflow.unsafe.imports_passed_through():
     )
 
 
+# 1.1: a removal stops a check that is backing off between attempts instead of waiting for
+# its retries to end. Histories recorded before it (no marker) replay the old way.
+REMOVE_STOPS_CHECK = "remove-stops-check"
+
+
 @workflow.defn(name=WORKFLOW_TYPE)
 class MonitorTarget:
     @workflow.init
@@ -69,6 +74,7 @@ class MonitorTarget:
         self._checks_this_run = 0
         self._checking: datetime | None = None  # the scheduled slot being checked
         self._removing = False
+        self._stop_checks = False  # set by a removal, from 1.1 on (REMOVE_STOPS_CHECK)
         self._woken = False
 
     @workflow.run
@@ -157,6 +163,7 @@ class MonitorTarget:
     @workflow.signal(name=Signal.REMOVE)
     def remove(self) -> None:
         self._removing = True
+        self._stop_checks = workflow.patched(REMOVE_STOPS_CHECK)
         self._woken = True
 
     @workflow.update(name=Update.RECONFIGURE)
@@ -216,6 +223,7 @@ class MonitorTarget:
             checks_completed=self.state.checks_completed,
             failure_streak=self.state.failure_streak,
             unhealthy=self._unhealthy,
+            checking=self._checking,
         )
 
     async def _register(self) -> None:
@@ -280,8 +288,12 @@ class MonitorTarget:
     async def _run_scheduled_check(self, slot: datetime) -> None:
         check = CheckInput.of(self.state.config, slot)
         self._checking = slot
-        result = await self._check(check)
-        self._checking = None
+        try:
+            result = await self._check(check)
+        except calls.CheckStopped:
+            return  # the target is being removed
+        finally:
+            self._checking = None
         health_notice = self._count_failures(result)
         self._notify(result or calls.unrecorded(check), health_notice)
         if result is not None and result.unnotified:
@@ -297,7 +309,10 @@ class MonitorTarget:
         self._checks_this_run += 1
 
     async def _run_extra_check(self, check: CheckInput) -> None:
-        result = await self._check(check) or calls.unrecorded(check)
+        try:
+            result = await self._check(check) or calls.unrecorded(check)
+        except calls.CheckStopped:
+            result = calls.unrecorded(check, "stopped: the target is being removed")
         self.state.pending_checks.remove(check)
         self._notify(result, None)
         self._extra_results[check.work_id] = result
@@ -345,11 +360,11 @@ class MonitorTarget:
         max_attempts = self.state.config.max_attempts
         try:
             try:
-                result = await calls.check_slot(check, max_attempts)
+                result = await calls.check_slot(check, max_attempts, self._checks_stopped)
             except calls.CHECK_FAILED as err:
                 if calls.error_type(err) != TARGET_OUT_OF_SYNC or not await self._sync():
                     raise
-                result = await calls.check_slot(check, max_attempts)
+                result = await calls.check_slot(check, max_attempts, self._checks_stopped)
         except calls.CHECK_FAILED as err:
             if (recorded := await calls.record_failed(check, err)) is None:
                 return None
@@ -358,6 +373,9 @@ class MonitorTarget:
             self.state.last_result = result
             self.state.checks_completed += 1
         return result
+
+    def _checks_stopped(self) -> bool:
+        return self._stop_checks
 
     def _config_problem(self, config: TargetConfig) -> str | None:
         if config.interval_seconds < self.state.min_interval_seconds:
