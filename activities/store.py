@@ -240,6 +240,7 @@ def _target(config: TargetConfig) -> dict[str, object]:
         "url": config.url,
         "interval_seconds": config.interval_seconds,
         "unhealthy_after": config.unhealthy_after,
+        "config": config.model_dump_json(),
     }
 
 
@@ -269,6 +270,19 @@ def new_webhook_secret() -> str:
 
 async def delete_target(pool: asyncpg.Pool, target_id: str) -> None:
     await QUERIES["delete_target"].execute(pool, target_id=target_id)
+
+
+async def target_configs(pool: asyncpg.Pool) -> dict[str, tuple[TargetConfig | None, bool]]:
+    """Each target's mirrored config (None until its first sync under 1.1) and whether it
+    is enabled (not paused)."""
+    rows = await QUERIES["target_configs"].fetch(pool)
+    return {
+        row["id"]: (
+            TargetConfig.model_validate_json(row["config"]) if row["config"] else None,
+            row["enabled"],
+        )
+        for row in rows
+    }
 
 
 async def target_exists(pool: asyncpg.Pool, target_id: str) -> bool:

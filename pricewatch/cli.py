@@ -4,23 +4,28 @@ import asyncio
 import contextlib
 import os
 import sys
+import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from datetime import UTC, datetime
 from functools import wraps
 from importlib.metadata import version
+from pathlib import Path
 from typing import Annotated, Any, ParamSpec
 from urllib.parse import urlsplit
 
 import asyncpg
 import typer
 from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import Progress
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError
 
 from activities.guard import BlockedAddress
-from pricewatch import render, views
-from pricewatch.client import Added, BadInput, Pricewatch, valid_id
+from pricewatch import manifest, render, views
+from pricewatch.client import Action, Added, BadInput, Pricewatch, valid_id
 from pricewatch.durations import format_duration, parse_duration
 from pricewatch.models import Channel, ChannelKind, CheckResult, TargetConfig
 from pricewatch.policy import CHECK_TIMEOUT
@@ -406,6 +411,63 @@ async def prune(
         "kept regardless: each target's latest observation and newest snapshot, slots being "
         "retried, changes not yet told, and targets with a check in flight"
     )
+
+
+PLAN_MARKS = {
+    Action.ADD: "+", Action.RECONFIGURE: "~", Action.PAUSE: "=", Action.RESUME: ">",
+    Action.REMOVE: "-",
+}  # fmt: skip
+
+
+@app.command()
+@command
+async def apply(
+    path: Annotated[Path, typer.Argument(help="A targets file (see `pricewatch export`).")],
+    prune: Annotated[
+        bool, typer.Option("--prune", help="Also remove targets the file does not name.")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the plan; change nothing.")
+    ] = False,
+) -> None:
+    """Make the targets what the file says: add, reconfigure, pause or resume (and with
+    --prune remove); every entry is validated before anything changes."""
+    entries = manifest.load(path)
+    async with pricewatch() as client:
+        for located in entries:
+            try:
+                await client.validate(located.config)
+            except (BadInput, BlockedAddress, ValueError) as err:
+                raise located.error(_one_line(err)) from err
+        steps = await client.plan(entries, prune)
+        for step in steps:
+            if step.action is not Action.UNCHANGED:
+                detail = "; ".join(step.changes)
+                typer.echo(f"{PLAN_MARKS[step.action]} {step.action.value} {step.target_id}"
+                           + (f" ({detail})" if detail else ""))  # fmt: skip
+        todo = [step for step in steps if step.action is not Action.UNCHANGED]
+        counts = Counter(step.action for step in steps)
+        summary = ", ".join(f"{counts[a]} to {a.value}" for a in PLAN_MARKS if counts[a])
+        unchanged = f"{counts[Action.UNCHANGED]} unchanged"
+        typer.echo(
+            f"plan: {summary}, {unchanged}" if summary else f"plan: nothing to do ({unchanged})"
+        )
+        if dry_run or not todo:
+            return
+        started = time.monotonic()
+        with Progress(console=Console(stderr=True), transient=True) as progress:
+            bar = progress.add_task("applying", total=len(todo))
+            await client.apply(todo, lambda _: progress.advance(bar))
+    typer.echo(f"applied {len(todo)} changes in {time.monotonic() - started:.1f} s")
+
+
+@app.command()
+@command
+async def export() -> None:
+    """Every target as a targets file: `pricewatch export > targets.yaml` round-trips."""
+    async with pricewatch() as client:
+        current = await client.current()
+    typer.echo(manifest.dump([current[t] for t in sorted(current)]), nl=False)
 
 
 @app.command()

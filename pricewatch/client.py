@@ -7,6 +7,8 @@ anything is contacted.
 """
 
 import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from types import TracebackType
@@ -22,6 +24,7 @@ from activities.normalise import Extraction, validate_extraction
 from activities.retention import Expired, Retention, expired_summary, prune_pass
 from activities.snapshots import decompress, unified_diff
 from pricewatch.durations import format_duration
+from pricewatch.manifest import Located
 from pricewatch.models import (
     ChannelKind,
     CheckResult,
@@ -32,7 +35,7 @@ from pricewatch.models import (
     RetryRequest,
     TargetConfig,
 )
-from pricewatch.names import Query, Signal, Update
+from pricewatch.names import WORKFLOW_TYPE, Query, Signal, Update
 from pricewatch.settings import Settings
 from pricewatch.slots import spread_anchor
 from pricewatch.temporal import connect, start_monitor, workflow_id
@@ -41,8 +44,41 @@ from pricewatch.views import ChangeView, ChannelView, DeliveryView, TargetSummar
 REMOVE_WAIT = timedelta(seconds=120)
 
 
+# Starts, updates and queries in flight at once when many targets are applied or read.
+CONCURRENCY = 32
+
+
 class BadInput(Exception):
     """The caller asked for something invalid or unknown: nothing was changed."""
+
+
+class Action(StrEnum):
+    ADD = "add"
+    RECONFIGURE = "reconfigure"
+    PAUSE = "pause"
+    RESUME = "resume"
+    REMOVE = "remove"
+    UNCHANGED = "unchanged"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One thing `apply` does to one target (`changes`: what a reconfigure changes)."""
+
+    action: Action
+    target_id: str
+    located: Located | None = None
+    changes: tuple[str, ...] = ()
+
+
+def changes(old: TargetConfig, new: TargetConfig) -> tuple[str, ...]:
+    """The fields that differ, as `field: old -> new`."""
+    before, after = old.model_dump(mode="json"), new.model_dump(mode="json")
+    return tuple(
+        f"{name}: {before[name]!r} -> {after[name]!r}"
+        for name in after
+        if before.get(name) != after[name]
+    )
 
 
 class Added(StrEnum):
@@ -114,6 +150,20 @@ class Pricewatch:
         reconfigure the running workflow. The grid's anchor is decided here, once: the
         first registration records it and every later start or reset adopts the recorded
         one."""
+        await self.validate(config)
+        try:
+            handle = await self.workflow(config.target_id)
+        except BadInput:
+            await self._start(config, start_at, paused=False)
+            return Added.ADDED
+        status = await handle.query(Query.STATUS, result_type=MonitorStatus)
+        if status.config == config:
+            return Added.UNCHANGED
+        await handle.execute_update(Update.RECONFIGURE, config, result_type=MonitorStatus)
+        return Added.RECONFIGURED
+
+    async def validate(self, config: TargetConfig) -> None:
+        """BadInput (or BlockedAddress) for what the workflow or the fetch would refuse."""
         rules = Extraction(
             selector=config.selector, ignore=config.ignore, json_pointer=config.json_pointer
         )
@@ -128,20 +178,98 @@ class Pricewatch:
         webhooks = [c.destination for c in config.channels if c.kind is ChannelKind.WEBHOOK]
         for url in [config.url, *webhooks]:
             await check_url(policy, url)
-        try:
-            handle = await self.workflow(config.target_id)
-        except BadInput:
-            anchor = start_at or spread_anchor(config.target_id, datetime.now(UTC))
-            state = MonitorState(
-                config=config, start_at=anchor, min_interval_seconds=int(minimum.total_seconds())
+
+    async def _start(self, config: TargetConfig, start_at: datetime | None, paused: bool) -> None:
+        anchor = start_at or spread_anchor(config.target_id, datetime.now(UTC))
+        minimum = int(self.settings.min_interval.total_seconds())
+        state = MonitorState(
+            config=config, start_at=anchor, paused=paused, min_interval_seconds=minimum
+        )
+        await start_monitor(await self.temporal(), state, self.settings.task_queue)
+
+    # Targets as a file ---------------------------------------------------------------------
+
+    async def running(self) -> set[str]:
+        """The targets whose workflow runs on this deployment's task queue (Temporal's
+        visibility: a second or so behind a start)."""
+        query = (
+            f"WorkflowType = '{WORKFLOW_TYPE}' AND ExecutionStatus = 'Running' "
+            f"AND TaskQueue = '{self.settings.task_queue}'"
+        )
+        temporal = await self.temporal()
+        return {
+            execution.id.removeprefix(workflow_id(""))
+            async for execution in temporal.list_workflows(query)
+        }
+
+    async def current(self) -> dict[str, tuple[TargetConfig, bool]]:
+        """Each running target's config and whether it is paused: the mirror's, or its
+        workflow's where the mirror has none yet."""
+        running = await self.running()
+        mirrored = await store.target_configs(await self.pool())
+        gate = asyncio.Semaphore(CONCURRENCY)
+
+        async def one(target_id: str) -> tuple[TargetConfig, bool]:
+            config, enabled = mirrored.get(target_id, (None, True))
+            if config is not None:
+                return config, not enabled
+            async with gate:
+                status = await self.status(target_id)
+            return status.config, status.paused
+
+        ids = sorted(running)
+        found = await asyncio.gather(*(one(target_id) for target_id in ids))
+        return dict(zip(ids, found, strict=True))
+
+    async def plan(self, entries: list[Located], prune: bool) -> list[Step]:
+        """What `apply` would do, target by target, without doing it."""
+        current = await self.current()
+        steps = []
+        for located in entries:
+            config, paused = located.config, located.entry.paused
+            if config.target_id not in current:
+                steps.append(Step(Action.ADD, config.target_id, located))
+                continue
+            had, was_paused = current[config.target_id]
+            changed = changes(had, config)
+            if changed:
+                steps.append(Step(Action.RECONFIGURE, config.target_id, located, changed))
+            if paused != was_paused:
+                action = Action.PAUSE if paused else Action.RESUME
+                steps.append(Step(action, config.target_id, located))
+            if not changed and paused == was_paused:
+                steps.append(Step(Action.UNCHANGED, config.target_id, located))
+        if prune:
+            wanted = {located.config.target_id for located in entries}
+            steps += [Step(Action.REMOVE, t) for t in sorted(set(current) - wanted)]
+        return steps
+
+    async def apply(self, steps: list[Step], done: Callable[[Step], None]) -> None:
+        """Carry the plan out, CONCURRENCY targets at a time; `done` after each step."""
+        gate = asyncio.Semaphore(CONCURRENCY)
+
+        async def one(step: Step) -> None:
+            async with gate:
+                await self._apply(step)
+            done(step)
+
+        await asyncio.gather(*(one(step) for step in steps))
+
+    async def _apply(self, step: Step) -> None:
+        located = step.located
+        if step.action is Action.ADD and located is not None:
+            await self._start(located.config, located.entry.start_at, located.entry.paused)
+        elif step.action is Action.RECONFIGURE and located is not None:
+            handle = await self.workflow(step.target_id)
+            await handle.execute_update(
+                Update.RECONFIGURE, located.config, result_type=MonitorStatus
             )
-            await start_monitor(await self.temporal(), state, self.settings.task_queue)
-            return Added.ADDED
-        status = await handle.query(Query.STATUS, result_type=MonitorStatus)
-        if status.config == config:
-            return Added.UNCHANGED
-        await handle.execute_update(Update.RECONFIGURE, config, result_type=MonitorStatus)
-        return Added.RECONFIGURED
+        elif step.action is Action.PAUSE:
+            await self.pause(step.target_id)
+        elif step.action is Action.RESUME:
+            await self.resume(step.target_id)
+        elif step.action is Action.REMOVE:
+            await self.remove(step.target_id)
 
     async def status(self, target_id: str) -> MonitorStatus:
         handle = await self.workflow(target_id)

@@ -512,3 +512,72 @@ async def test_retention_runs_from_the_workers_schedule_and_the_cli(
     code, out, err = await cli(env, "prune")
     assert code == 0, err
     assert out.startswith("deleted 0 check rows")
+
+
+async def test_apply_a_targets_file_plan_prune_dry_run_and_export_round_trip(
+    env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer, tmp_path: Path
+) -> None:
+    """`apply` validates every entry before it starts anything, applies a plan, and is then
+    idempotent; a changed file reconfigures, pauses and (with --prune) removes, its dry run
+    changes nothing; `export` writes a file that applies as a no-op."""
+    for name in ("a", "b", "c"):
+        page_server.set(f"/{name}", f"<p>{name}</p>")
+    url = page_server.url
+    targets = tmp_path / "targets.yaml"
+    targets.write_text(
+        "targets:\n"
+        f"  - {{id: apply-a, url: '{url('/a')}', every: 1h}}\n"
+        f"  - {{id: apply-b, url: '{url('/b')}', every: 1h, paused: true}}\n"
+        f"  - {{id: apply-c, url: '{url('/c')}', every: 1h, emails: [ops@example.com]}}\n"
+        "  - {id: apply-d, url: 'http://10.0.0.1/private', every: 1h}\n"
+    )
+    client = await Client.connect(env["TEMPORAL_ADDRESS"], data_converter=DATA_CONVERTER)
+
+    async def running() -> set[str]:
+        query = f"WorkflowType = 'MonitorTarget' AND TaskQueue = '{env['PRICEWATCH_TASK_QUEUE']}'"
+        return {w.id async for w in client.list_workflows(query) if w.status == 1}
+
+    code, out, err = await cli(env, "apply", str(targets))
+    assert code == 2 and f"{targets}:5: apply-d:" in err and "10.0.0.1" in err
+    assert await running() == set(), "a bad entry changes nothing"
+
+    targets.write_text("\n".join(targets.read_text().splitlines()[:-1]) + "\n")
+    async with worker_process(env):
+        code, out, err = await cli(env, "apply", str(targets))
+        assert code == 0, err
+        assert "+ add apply-a" in out and "plan: 3 to add, 0 unchanged" in out
+        await wait_for(pool, "SELECT (count(*) = 3)::int FROM monitor_targets")
+        code, out, _ = await cli(env, "apply", str(targets))
+        assert out.strip() == "plan: nothing to do (3 unchanged)"
+        code, out, _ = await cli(env, "status", "apply-b")
+        assert "state:      paused" in out
+
+        targets.write_text(
+            "targets:\n"
+            f"  - {{id: apply-a, url: '{url('/a')}', every: 2h, paused: true}}\n"
+            f"  - {{id: apply-b, url: '{url('/b')}', every: 1h}}\n"
+        )
+        code, out, _ = await cli(env, "apply", str(targets), "--prune", "--dry-run")
+        assert code == 0
+        assert "~ reconfigure apply-a (interval_seconds: 3600 -> 7200)" in out
+        assert "= pause apply-a" in out and "> resume apply-b" in out and "- remove apply-c" in out
+        assert "plan: 1 to reconfigure, 1 to pause, 1 to resume, 1 to remove, 0 unchanged" in out
+        assert {f"pricewatch-apply-{n}" for n in "abc"} == await running(), "a dry run"
+        code, out, err = await cli(env, "apply", str(targets), "--prune")
+        assert code == 0, err
+        assert "applied 4 changes" in out
+        assert await running() == {"pricewatch-apply-a", "pricewatch-apply-b"}
+        await wait_for(
+            pool, "SELECT count(*) FROM monitor_targets WHERE id = 'apply-a' AND NOT enabled"
+        )
+        code, out, _ = await cli(env, "apply", str(targets), "--prune")
+        assert out.strip() == "plan: nothing to do (2 unchanged)"
+
+        code, exported, _ = await cli(env, "export")
+        assert code == 0 and "every: 2h" in exported and "paused: true" in exported
+        again = tmp_path / "exported.yaml"
+        again.write_text(exported)
+        code, out, _ = await cli(env, "apply", str(again), "--prune")
+        assert out.strip() == "plan: nothing to do (2 unchanged)"
+        for target_id in ("apply-a", "apply-b"):
+            assert (await cli(env, "remove", target_id))[0] == 0

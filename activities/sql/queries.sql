@@ -191,11 +191,13 @@ SELECT COALESCE((SELECT next_slot FROM moved),
 -- slot stays and later slots use the new interval. `xmax = 0` tells an insert from an
 -- update.
 INSERT INTO monitor_targets AS t (id, url, interval_seconds, enabled, unhealthy_after,
-    anchor, next_slot)
-VALUES (:target_id, :url, :interval_seconds, :enabled, :unhealthy_after, :anchor, :next_slot)
+    anchor, next_slot, config)
+VALUES (:target_id, :url, :interval_seconds, :enabled, :unhealthy_after, :anchor, :next_slot,
+        :config::jsonb)
 ON CONFLICT (id) DO UPDATE
    SET url = excluded.url, interval_seconds = excluded.interval_seconds,
        enabled = excluded.enabled, unhealthy_after = excluded.unhealthy_after,
+       config = excluded.config,
        anchor = CASE WHEN t.interval_seconds = excluded.interval_seconds THEN t.anchor
                      ELSE t.next_slot END,
        updated_at = now()
@@ -207,13 +209,13 @@ RETURNING anchor, next_slot, xmax = 0 AS created;
 -- restored database) is written again on the workflow's grid, whose pending slot is one of
 -- its points.
 INSERT INTO monitor_targets AS t (id, url, interval_seconds, enabled, unhealthy_after,
-    anchor, next_slot)
+    anchor, next_slot, config)
 VALUES (:target_id, :url, :interval_seconds, :enabled, :unhealthy_after, :next_slot,
-        :next_slot)
+        :next_slot, :config::jsonb)
 ON CONFLICT (id) DO UPDATE
    SET url = excluded.url, interval_seconds = excluded.interval_seconds,
        enabled = excluded.enabled, next_slot = excluded.next_slot,
-       unhealthy_after = excluded.unhealthy_after,
+       unhealthy_after = excluded.unhealthy_after, config = excluded.config,
        anchor = CASE WHEN t.interval_seconds = excluded.interval_seconds THEN t.anchor
                      ELSE excluded.next_slot END,
        updated_at = now();
@@ -261,6 +263,10 @@ SELECT work_id, scheduled_for, kind, status, checked_at, attempt_count, result_h
 -- name: delete_target
 -- Its checks, channels and deliveries go with it (foreign keys, ON DELETE CASCADE).
 DELETE FROM monitor_targets WHERE id = :target_id;
+
+-- name: target_configs
+-- Every target's mirrored config and whether it is enabled (`apply` plans against it).
+SELECT id, enabled, config FROM monitor_targets ORDER BY id;
 
 -- name: target_exists
 SELECT EXISTS (SELECT 1 FROM monitor_targets WHERE id = :target_id);

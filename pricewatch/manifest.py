@@ -1,0 +1,183 @@
+"""Targets as a file (`pricewatch apply targets.yaml`, `pricewatch export`), for version
+control: one entry per target, in the words of `pricewatch add`'s options.
+
+    targets:
+      - id: hetzner
+        url: https://www.hetzner.com/cloud
+        every: 24h
+        webhooks: [https://hooks.example.com/pricing]
+        emails: [ops@example.com]
+        selector: "#pricing"
+        paused: false
+
+Every entry is read and validated before anything is started; an error names the file and
+the line of the entry (or of its bad field) and changes nothing.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from pricewatch.durations import format_duration, parse_duration
+from pricewatch.models import Channel, ChannelKind, TargetConfig
+
+DEFAULTS: dict[str, Any] = {
+    name: field.default for name, field in TargetConfig.model_fields.items()
+}
+
+
+# TargetConfig's names for what an entry calls otherwise.
+ENTRY_FIELDS = {"target_id": "id", "interval_seconds": "every", "channels": "webhooks"}
+
+
+class ManifestError(ValueError):
+    """A targets file that cannot be applied as written; says where."""
+
+
+class Entry(BaseModel):
+    """One target as written in the file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    url: str
+    every: timedelta
+    start_at: datetime | None = None
+    """Only when the target is added: the first due slot."""
+    paused: bool = False
+    max_attempts: int = DEFAULTS["max_attempts"]
+    unhealthy_after: int = DEFAULTS["unhealthy_after"]
+    webhooks: list[str] = Field(default_factory=list)
+    emails: list[str] = Field(default_factory=list)
+    selector: str | None = None
+    ignore: str | None = None
+    json_pointer: str | None = None
+    user_agent: str | None = None
+
+    @field_validator("every", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> object:
+        return parse_duration(value) if isinstance(value, str) else value
+
+    def config(self) -> TargetConfig:
+        return TargetConfig(
+            target_id=self.id,
+            url=self.url,
+            interval_seconds=int(self.every.total_seconds()),
+            max_attempts=self.max_attempts,
+            unhealthy_after=self.unhealthy_after,
+            channels=[Channel(kind=ChannelKind.WEBHOOK, destination=u) for u in self.webhooks]
+            + [Channel(kind=ChannelKind.EMAIL, destination=a) for a in self.emails],
+            selector=self.selector,
+            ignore=self.ignore,
+            json_pointer=self.json_pointer,
+            user_agent=self.user_agent,
+        )
+
+
+@dataclass(frozen=True)
+class Located:
+    """An entry with where it was written, for errors found later (e.g. by the client)."""
+
+    entry: Entry
+    config: TargetConfig
+    where: str
+
+    def error(self, message: str) -> ManifestError:
+        return ManifestError(f"{self.where}: {self.entry.id}: {message}")
+
+
+def load(path: Path) -> list[Located]:
+    """Every entry of the file, validated; ManifestError at the first bad one."""
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ManifestError(f"{path}: {err.strerror or err}") from err
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise ManifestError(
+            f"{path}{line}: not valid YAML: {getattr(err, 'problem', err)}"
+        ) from err
+    nodes = _entry_nodes(path, root, data)
+    located: list[Located] = []
+    seen: dict[str, str] = {}
+    for node, raw in zip(nodes, data["targets"], strict=True):
+        where = f"{path}:{node.start_mark.line + 1}"
+        try:
+            entry = Entry.model_validate(raw)
+            config = entry.config()
+        except ValidationError as err:
+            raise ManifestError(_field_error(path, node, where, err)) from err
+        except ValueError as err:
+            raise ManifestError(f"{where}: {err}") from err
+        if entry.id in seen:
+            raise ManifestError(f"{where}: duplicate id {entry.id!r} (first at {seen[entry.id]})")
+        seen[entry.id] = where
+        located.append(Located(entry, config, where))
+    return located
+
+
+def _entry_nodes(path: Path, root: yaml.Node | None, data: Any) -> list[yaml.Node]:
+    if not isinstance(data, dict) or set(data) != {"targets"} or root is None:
+        raise ManifestError(f"{path}: expected a mapping with one key, `targets`: a list")
+    if data["targets"] is None:
+        data["targets"] = []
+        return []
+    targets = data["targets"]
+    node = next(value for key, value in root.value if key.value == "targets")
+    if not isinstance(targets, list) or not isinstance(node, yaml.SequenceNode):
+        raise ManifestError(f"{path}:{node.start_mark.line + 1}: `targets` must be a list")
+    return list(node.value)
+
+
+def _field_error(path: Path, node: yaml.Node, where: str, err: ValidationError) -> str:
+    """The first problem, at the line of the field it is about when there is one."""
+    first = err.errors()[0]
+    field = str(first["loc"][0]) if first["loc"] else None
+    field = ENTRY_FIELDS.get(field or "", field)
+    if field and isinstance(node, yaml.MappingNode):
+        for key, _ in node.value:
+            if key.value == field:
+                where = f"{path}:{key.start_mark.line + 1}"
+    message = first["msg"].removeprefix("Value error, ")
+    return f"{where}: {field}: {message}" if field else f"{where}: {message}"
+
+
+def dump(targets: list[tuple[TargetConfig, bool]]) -> str:
+    """The file that `apply` turns into exactly these targets (config, paused)."""
+    entries = []
+    for config, paused in targets:
+        entry: dict[str, object] = {
+            "id": config.target_id,
+            "url": config.url,
+            "every": format_duration(config.interval),
+        }
+        webhooks = [c.destination for c in config.channels if c.kind is ChannelKind.WEBHOOK]
+        emails = [c.destination for c in config.channels if c.kind is ChannelKind.EMAIL]
+        optional = {
+            "paused": paused,
+            "max_attempts": _unless_default(config, "max_attempts"),
+            "unhealthy_after": _unless_default(config, "unhealthy_after"),
+            "webhooks": webhooks,
+            "emails": emails,
+            "selector": config.selector,
+            "ignore": config.ignore,
+            "json_pointer": config.json_pointer,
+            "user_agent": config.user_agent,
+        }
+        entry |= {key: value for key, value in optional.items() if value}
+        entries.append(entry)
+    return yaml.safe_dump({"targets": entries}, sort_keys=False, allow_unicode=True)
+
+
+def _unless_default(config: TargetConfig, name: str) -> object:
+    value = getattr(config, name)
+    return None if value == DEFAULTS[name] else value

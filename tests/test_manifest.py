@@ -1,0 +1,80 @@
+"""Targets files: every entry read and validated up front, errors that name the file and
+line, and `dump` writing what `load` reads back (the services: tests/test_e2e.py)."""
+
+from pathlib import Path
+
+import pytest
+
+from pricewatch.manifest import ManifestError, dump, load
+from pricewatch.models import Channel, ChannelKind, TargetConfig
+
+GOOD = """\
+targets:
+  - id: hetzner
+    url: https://www.hetzner.com/cloud
+    every: 24h
+    webhooks: [https://hooks.example.com/pricing]
+    emails: [ops@example.com]
+    selector: "#pricing"
+    paused: true
+  - id: acme
+    url: https://acme.example/pricing
+    every: 15m
+    max_attempts: 2
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "targets.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_good_file_reads_as_configs(tmp_path: Path) -> None:
+    hetzner, acme = load(write(tmp_path, GOOD))
+    assert hetzner.config == TargetConfig(
+        target_id="hetzner", url="https://www.hetzner.com/cloud", interval_seconds=86400,
+        channels=[Channel(kind=ChannelKind.WEBHOOK, destination="https://hooks.example.com/pricing"),
+                  Channel(kind=ChannelKind.EMAIL, destination="ops@example.com")],
+        selector="#pricing",
+    )  # fmt: skip
+    assert hetzner.entry.paused and not acme.entry.paused
+    assert acme.config.max_attempts == 2 and acme.where.endswith("targets.yaml:9")
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        (GOOD.replace("every: 15m", "every: 1x"), "targets.yaml:11: every: invalid duration"),
+        (GOOD.replace("id: acme", "id: Acme"), "targets.yaml:9: id: target id must be a slug"),
+        (GOOD.replace("    max_attempts: 2", "    colour: red"), "targets.yaml:12: colour: Extra"),
+        (GOOD.replace("id: acme", "id: hetzner"), "targets.yaml:9: duplicate id 'hetzner' (first"),
+        (GOOD.replace("url: https://acme", "url: ftp://acme"), "targets.yaml:10: url:"),
+        (GOOD.replace("max_attempts: 2", "max_attempts: 99"), "targets.yaml:12: max_attempts:"),
+        ("targets:\n  - id: [\n", "targets.yaml:3: not valid YAML"),
+        ("- id: a\n", "expected a mapping with one key, `targets`"),
+        ("targets: {id: a}\n", "targets.yaml:1: `targets` must be a list"),
+    ],
+)
+def test_a_bad_entry_names_its_line_and_nothing_is_read(
+    tmp_path: Path, text: str, error: str
+) -> None:
+    with pytest.raises(ManifestError) as raised:
+        load(write(tmp_path, text))
+    assert error in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def test_dump_writes_what_load_reads(tmp_path: Path) -> None:
+    entries = load(write(tmp_path, GOOD))
+    again = load(write(tmp_path, dump([(e.config, e.entry.paused) for e in entries])))
+    assert [(e.config, e.entry.paused) for e in again] == [
+        (e.config, e.entry.paused) for e in entries
+    ]
+    assert "max_attempts: 2" in dump([(entries[1].config, False)])
+    assert "max_attempts" not in dump([(entries[0].config, True)]), "defaults are left out"
+
+
+def test_an_empty_file_of_targets_is_no_targets(tmp_path: Path) -> None:
+    assert load(write(tmp_path, "targets: []\n")) == []
+    assert load(write(tmp_path, "targets:\n")) == []
