@@ -1,4 +1,5 @@
-"""`python -m bench --targets N --interval S --seconds W --designs pricewatch,schedules,poller`"""
+"""`python -m bench --targets N --interval S --seconds W --designs pricewatch,bare,...
+[--cache N] [--checks-per-run K] [--aged K]`"""
 
 import argparse
 import asyncio
@@ -7,7 +8,7 @@ import signal
 import sys
 from dataclasses import asdict
 
-from bench.designs import DESIGNS, Workload
+from bench.designs import DESIGNS, PRODUCT_CHECKS_PER_RUN, Workload
 from bench.measure import Result, run_design
 from bench.report import as_json, table
 from bench.stack import open_stack
@@ -26,6 +27,20 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--workers", type=int, default=1,
         help="worker processes per Temporal design (default 1, as `pricewatch dev` runs)",
     )  # fmt: skip
+    parser.add_argument(
+        "--cache", type=int,
+        help="each worker's max_cached_workflows (default: the product's)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--checks-per-run", type=int, default=PRODUCT_CHECKS_PER_RUN,
+        help=f"the loops' max_checks_per_run: the continue-as-new cadence (default "
+        f"{PRODUCT_CHECKS_PER_RUN}, the product's)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--aged", type=int, default=0,
+        help="checks each loop's current run holds when the window opens (the warm-up runs "
+        "them: at least that many intervals)",
+    )  # fmt: skip
     parser.add_argument("--designs", default=",".join(DESIGNS), help="comma-separated, in order")
     parser.add_argument("--json", action="store_true", help="JSON on stdout (the table: stderr)")
     args = parser.parse_args(argv)
@@ -34,6 +49,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
         parser.error(f"unknown design(s): {', '.join(sorted(unknown))}")
     if args.targets < 1 or args.interval < 1 or args.seconds <= 0 or args.workers < 1:
         parser.error("--targets, --interval, --seconds and --workers must be positive")
+    if args.checks_per_run < 1 or (args.cache is not None and args.cache < 0):
+        parser.error("--checks-per-run must be positive and --cache not negative")
+    if not 0 <= args.aged < args.checks_per_run:
+        parser.error("--aged must be at least 0 and below --checks-per-run (a run that holds "
+                     "that many checks continues as new)")  # fmt: skip
     return args
 
 
@@ -49,8 +69,9 @@ async def run(workload: Workload, designs: list[str]) -> list[Result]:
 async def main(argv: list[str]) -> None:
     args = parse(argv)
     workload = Workload(
-        targets=args.targets, interval=args.interval, seconds=args.seconds, workers=args.workers
-    )
+        targets=args.targets, interval=args.interval, seconds=args.seconds, workers=args.workers,
+        cache=args.cache, checks_per_run=args.checks_per_run, aged=args.aged,
+    )  # fmt: skip
     task = asyncio.current_task()
     assert task is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
@@ -63,6 +84,9 @@ async def main(argv: list[str]) -> None:
             if workload.workers > 1
             else ""
         )
+        + (f", cache {workload.cache} workflows per worker" if workload.cache is not None else "")
+        + f", {workload.checks_per_run} checks per run"
+        + (f", runs aged {workload.aged} checks" if workload.aged else "")
     )
     print(table(results, heading), file=sys.stderr if args.json else sys.stdout, flush=True)
     if args.json:

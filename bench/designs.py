@@ -1,4 +1,4 @@
-"""The three designs, each started on the same workload: N targets, one page each, due
+"""The four designs, each started on the same workload: N targets, one page each, due
 every `interval` seconds on grids spread evenly over the interval, each target at the
 sub-second offset `pricewatch add` gives it.
 """
@@ -7,9 +7,10 @@ import asyncio
 import contextlib
 import math
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -23,14 +24,21 @@ from temporalio.client import (
 )
 
 from activities import store
+from bench import bare as bare_loop
 from bench.scheduled import WORKFLOW_NAME
 from bench.stack import TASK_QUEUE, Database, Stack, TemporalServer, python_module
 from pricewatch.models import MonitorState, TargetConfig
 from pricewatch.slots import sub_second_offset
 from pricewatch.temporal import DATA_CONVERTER, start_monitor
+from workers.embedded import free_port
 
 PRICEWATCH = str(Path(sys.executable).parent / "pricewatch")
-# Starts and creates in flight at once while a design sets up its targets.
+PRODUCT_CHECKS_PER_RUN: int = MonitorState.model_fields["max_checks_per_run"].default
+# Targets a design sets up per second, the slowest (pricewatch: each start is a workflow
+# task, a registration and another task) on two cores: the first slots' lead time.
+SETUP_RATE = 20
+# Starts and creates in flight at once while a design sets up its targets: enough to keep
+# the server busy, whatever the fleet; more only queue in the client.
 SETUP_CONCURRENCY = 32
 
 
@@ -40,6 +48,12 @@ class Workload:
     interval: int
     seconds: float
     workers: int = 1  # worker processes per Temporal design
+    cache: int | None = None
+    """Each worker's max_cached_workflows; None: the product's default."""
+    checks_per_run: int = PRODUCT_CHECKS_PER_RUN
+    """The loops continue as new after this many checks."""
+    aged: int = 0
+    """Checks each loop's current run holds when the window opens."""
 
     @property
     def offered_per_second(self) -> float:
@@ -81,9 +95,14 @@ class Workload:
 @dataclass(frozen=True)
 class Running:
     worker_pids: list[int]
+    base: datetime
     anchors: list[datetime]
+    setup_started: float
+    """time.monotonic() when the design began setting targets up."""
     temporal: TemporalServer | None = None
     client: Client | None = None
+    metrics_urls: list[str] = field(default_factory=list)
+    """Each worker's Prometheus endpoint."""
 
 
 Design = Callable[[Stack, Workload, Database, asyncpg.Pool], AbstractAsyncContextManager[Running]]
@@ -91,10 +110,10 @@ Design = Callable[[Stack, Workload, Database, asyncpg.Pool], AbstractAsyncContex
 
 def first_base(workload: Workload) -> datetime:
     """The first grid anchor: a whole second, after the time it takes to set targets up
-    (about 25 a second on two cores: each start is a workflow task, a sync activity and
-    another task), with some slack: the first cycle costs more (each run records its patch
-    markers), and checks falling due while targets still register start with a backlog."""
-    lead = 3 + workload.targets / 20
+    (about 25 a second on two cores), with some slack: the first cycle costs more (each run
+    records its patch markers), and checks falling due while targets still register start
+    with a backlog. The registration time is reported beside it."""
+    lead = 3 + workload.targets / SETUP_RATE
     now = datetime.now(UTC)
     return now.replace(microsecond=0) + timedelta(seconds=math.ceil(lead))
 
@@ -123,17 +142,30 @@ async def connect(temporal: TemporalServer) -> Client:
     return await Client.connect(temporal.address, data_converter=DATA_CONVERTER)
 
 
+@dataclass(frozen=True)
+class Workers:
+    pids: list[int]
+    metrics_urls: list[str]
+
+
 @asynccontextmanager
 async def worker_processes(
     stack: Stack, workload: Workload, design: str, args: list[str], env: dict[str, str]
-) -> AsyncIterator[list[int]]:
-    """`--workers` worker processes of a Temporal design, all on its task queue."""
-    async with contextlib.AsyncExitStack() as workers:
-        pids = []
+) -> AsyncIterator[Workers]:
+    """`--workers` worker processes of a Temporal design, all on its task queue, each with
+    `--cache` and a Prometheus endpoint of its own (the SDK's workflow-cache counters)."""
+    if workload.cache is not None:
+        env = {**env, "PRICEWATCH_WORKER_MAX_CACHED_WORKFLOWS": str(workload.cache)}
+    async with contextlib.AsyncExitStack() as processes:
+        workers = Workers([], [])
         for n in range(workload.workers):
-            process = stack.process(f"{design}-worker-{n}", args, env)
-            pids.append((await workers.enter_async_context(process)).pid)
-        yield pids
+            address = f"127.0.0.1:{free_port()}"
+            process = stack.process(
+                f"{design}-worker-{n}", args, {**env, "PRICEWATCH_METRICS_ADDRESS": address}
+            )
+            workers.pids.append((await processes.enter_async_context(process)).pid)
+            workers.metrics_urls.append(f"http://{address}/metrics")
+        yield workers
 
 
 @asynccontextmanager
@@ -145,9 +177,11 @@ async def pricewatch(
         env = stack.design_env(database, temporal)
         async with worker_processes(
             stack, workload, "pricewatch", [PRICEWATCH, "worker"], env
-        ) as pids:
+        ) as workers:
             client = await connect(temporal)
-            anchors = workload.anchors(first_base(workload))
+            base = first_base(workload)
+            anchors = workload.anchors(base)
+            started = time.monotonic()
             await bounded(
                 start_monitor(
                     client,
@@ -157,12 +191,15 @@ async def pricewatch(
                         # TEST-ONLY: the product's minimum interval is 15 minutes
                         # (PRICEWATCH_MIN_INTERVAL); the benchmark needs seconds.
                         min_interval_seconds=workload.interval,
+                        max_checks_per_run=workload.checks_per_run,
                     ),
                     TASK_QUEUE,
                 )
                 for target_id, anchor in zip(workload.target_ids, anchors, strict=True)
             )
-            yield Running(pids, anchors, temporal, client)
+            yield Running(
+                workers.pids, base, anchors, started, temporal, client, workers.metrics_urls
+            )
 
 
 @asynccontextmanager
@@ -174,9 +211,11 @@ async def schedules(
     with stack.temporal("schedules") as temporal:
         env = stack.design_env(database, temporal)
         worker_args = python_module("bench.scheduled")
-        async with worker_processes(stack, workload, "schedules", worker_args, env) as pids:
+        async with worker_processes(stack, workload, "schedules", worker_args, env) as workers:
             client = await connect(temporal)
-            anchors = workload.anchors(first_base(workload))
+            base = first_base(workload)
+            anchors = workload.anchors(base)
+            started = time.monotonic()
             await insert_targets(stack, workload, pool, anchors)
             interval = timedelta(seconds=workload.interval)
             await bounded(
@@ -202,7 +241,9 @@ async def schedules(
                 )
                 for target_id, anchor in zip(workload.target_ids, anchors, strict=True)
             )
-            yield Running(pids, anchors, temporal, client)
+            yield Running(
+                workers.pids, base, anchors, started, temporal, client, workers.metrics_urls
+            )
 
 
 def schedule_id(target_id: str) -> str:
@@ -214,15 +255,53 @@ async def poller(
     stack: Stack, workload: Workload, database: Database, pool: asyncpg.Pool
 ) -> AsyncIterator[Running]:
     """One asyncio process polling the table; no Temporal at all."""
-    anchors = workload.anchors(first_base(workload))
+    base = first_base(workload)
+    anchors = workload.anchors(base)
+    started = time.monotonic()
     await insert_targets(stack, workload, pool, anchors)
     env = stack.design_env(database, None)
     async with stack.process("poller", python_module("bench.poller"), env) as worker:
-        yield Running([worker.pid], anchors)
+        yield Running([worker.pid], base, anchors, started)
+
+
+@asynccontextmanager
+async def bare(
+    stack: Stack, workload: Workload, database: Database, pool: asyncpg.Pool
+) -> AsyncIterator[Running]:
+    """The ceiling: bench/bare.py's loop, one workflow per target. Its targets' rows are
+    written first, as for the designs without registration (its rows reference them)."""
+    with stack.temporal("bare") as temporal:
+        env = stack.design_env(database, temporal)
+        worker_args = python_module("bench.bare")
+        async with worker_processes(stack, workload, "bare", worker_args, env) as workers:
+            client = await connect(temporal)
+            base = first_base(workload)
+            anchors = workload.anchors(base)
+            started = time.monotonic()
+            await insert_targets(stack, workload, pool, anchors)
+            await bounded(
+                client.start_workflow(
+                    bare_loop.WORKFLOW_NAME,
+                    bare_loop.BareLoop(
+                        target_id=target_id,
+                        url=stack.page_url(target_id),
+                        anchor=anchor,
+                        interval_seconds=workload.interval,
+                        max_checks_per_run=workload.checks_per_run,
+                    ),
+                    id=bare_loop.workflow_id(target_id),
+                    task_queue=TASK_QUEUE,
+                )
+                for target_id, anchor in zip(workload.target_ids, anchors, strict=True)
+            )
+            yield Running(
+                workers.pids, base, anchors, started, temporal, client, workers.metrics_urls
+            )
 
 
 DESIGNS: dict[str, Design] = {
     "pricewatch": pricewatch,
     "schedules": schedules,
     "poller": poller,
+    "bare": bare,
 }

@@ -23,6 +23,13 @@ COLUMNS = [  # (header, JSON key; dotted for one process)
         "cpu_seconds_per_check.server cpu_seconds_per_check.worker cpu_seconds_per_check.postgres",
     ),
     ("MiB server / worker / pg", "peak_rss_mib.server peak_rss_mib.worker peak_rss_mib.postgres"),
+    ("registration s", "registration_s"),
+    ("cache hits / misses per chk", "cache_hits_per_check cache_misses_per_check"),
+    (
+        "chk/run at start / run events / replayed per wake-up",
+        "checks_per_run_at_window_start run_events_at_wake_up events_replayed_per_wake_up",
+    ),
+    ("rows / source_checks MiB / db MiB", "database_rows source_checks_mib database_mib"),
 ]
 
 
@@ -46,6 +53,12 @@ def rows(run: dict[str, Any]) -> list[str]:
     what = f"{workload['targets']} / {workload['interval']} s, {workload['seconds']:g} s"
     if workload.get("workers", 1) > 1:
         what += f", {workload['workers']} workers"
+    if workload.get("cache") is not None:
+        what += f", cache {workload['cache']}"
+    if "checks_per_run" in workload:
+        what += f", {workload['checks_per_run']} chk/run"
+    if workload.get("aged"):
+        what += f", aged {workload['aged']}"
     when = f"{run.get('date', '?')[:10]} `{run.get('commit', '?')}`"
     return [
         f"| {when} | {what} | {design['design']} | "

@@ -1,9 +1,21 @@
 """Run one design for a fixed window and measure it: throughput, missed slots and lateness
 from the check rows, history from Temporal, round trips on the wire, CPU and memory from
-/proc, storage from the dev server's SQLite files."""
+/proc, storage from the dev server's SQLite files, the workflow cache from the workers'
+Prometheus counters, the database's rows and size at the window's end.
+
+`--aged K` is built by running: the window opens only once every loop's current run holds
+K checks, each run by its own timer at the workload's interval, so the warm-up lasts K
+intervals or more (it prints how long). The other ways are faster but not the thing
+measured: a shorter warm-up interval needs a reconfigure Update in each run's history (and
+the bare loop has no such handler), and would offer more checks per second than the
+window, which at thousands of targets the machine cannot hold; a test-only start carrying
+K checks would be a run no real target has. The sampled histories prove it: the checks each
+run held at its first wake-up of the window are reported, and a run short of K is named.
+"""
 
 import asyncio
 import math
+import re
 import statistics
 import sys
 import time
@@ -12,25 +24,39 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+import httpx
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from bench import procs
-from bench.designs import DESIGNS, Running, Workload, schedule_id
+from bench import bare, procs
+from bench.designs import DESIGNS, SETUP_RATE, Running, Workload, schedule_id
 from bench.scheduled import WORKFLOW_NAME
 from bench.stack import Stack
 from pricewatch.temporal import local_activity_type, workflow_id
 
 ROLES = ("server", "worker", "postgres")
-# Histories read per design: enough for a stable average, cheap to fetch.
+# Histories read per design: enough for a stable average whatever the fleet (a stride over
+# the targets, so their phases spread over the interval), cheap to fetch.
 HISTORY_SAMPLE = 100
 # Reading a tree's PSS makes the kernel walk its page tables: a cost (and lock) the
 # measured processes share, so sampled sparingly.
 MEMORY_SAMPLE_EVERY = 5.0
-REGISTRATION_TIMEOUT = 300.0
 WARMUP_INTERVALS = 3
+# The loop designs: each target's workflow id, and the activity that is its check.
+LOOPS = {
+    "pricewatch": (workflow_id, "check_slot"),
+    "bare": (bare.workflow_id, bare.CHECK_ACTIVITY),
+}
+# The SDK's workflow-cache counters (a workflow task for a run in the cache, or not: then
+# the worker fetches and replays the run's whole history).
+CACHE_HIT, CACHE_MISS = "temporal_sticky_cache_hit", "temporal_sticky_cache_miss"
+DATABASE_SIZE = """
+SELECT (SELECT count(*) FROM source_checks) AS rows,
+       pg_total_relation_size('source_checks') AS table_bytes,
+       pg_database_size(current_database()) AS database_bytes
+"""
 
 # Lateness is commit time minus due slot: an upper bound on start minus due (the fetch of
 # a local page takes milliseconds). A slot due in the window that was not checked by the
@@ -80,6 +106,20 @@ class Result:
     lateness_p99_by_stage_s: dict[str, float | None]
     cpu_seconds_per_check: dict[str, float | None] = field(default_factory=dict)
     peak_rss_mib: dict[str, float | None] = field(default_factory=dict)
+    registration_s: float | None = None
+    """From the first start (or row) to every target registered."""
+    warm_up_s: float | None = None
+    """From registration to the window's start."""
+    cache_hits_per_check: float | None = None
+    cache_misses_per_check: float | None = None
+    checks_per_run_at_window_start: float | None = None
+    run_events_at_wake_up: float | None = None
+    """Events the current run held when its timer woke it: what a cache miss replays."""
+    events_replayed_per_wake_up: float | None = None
+    """run_events_at_wake_up times the share of workflow tasks that missed the cache."""
+    database_rows: int | None = None
+    source_checks_mib: float | None = None
+    database_mib: float | None = None
 
 
 @dataclass(frozen=True)
@@ -120,12 +160,27 @@ async def peak_memory(stack: Stack, running: Running, until: datetime) -> dict[s
 
 
 async def wait_registered(pool: asyncpg.Pool, workload: Workload) -> None:
-    """Until every target has its row (pricewatch's workflows write their own)."""
-    deadline = time.monotonic() + REGISTRATION_TIMEOUT
+    """Until every target has its row (pricewatch's workflows write their own), at no less
+    than a quarter of the rate the lead time assumes."""
+    deadline = time.monotonic() + 60 + 4 * workload.targets / SETUP_RATE
     while await pool.fetchval("SELECT count(*) FROM monitor_targets") < workload.targets:
         if time.monotonic() > deadline:
             raise TimeoutError("targets did not register in time")
         await asyncio.sleep(0.2)
+
+
+def window_opens(workload: Workload, base: datetime, ready: datetime) -> tuple[datetime, int]:
+    """When the window opens, and after how many slots of each target. On the grid's base
+    plus whole intervals: every target (their phases spread over one interval from the
+    base) has then had as many slots. At least WARMUP_INTERVALS after `ready`: the first
+    cycles carry one-time costs (each run's registration, the baselines' snapshots), and
+    the window measures the steady state. With `--aged K`, after K slots or more, and not
+    where the runs have just continued as new with fewer than K."""
+    step = timedelta(seconds=workload.interval)
+    slots = max(math.ceil((ready - base) / step) + WARMUP_INTERVALS, workload.aged)
+    if (held := slots % workload.checks_per_run) < workload.aged:
+        slots += workload.aged - held
+    return base + slots * step, slots
 
 
 async def run_design(name: str, stack: Stack, workload: Workload) -> Result:
@@ -134,19 +189,22 @@ async def run_design(name: str, stack: Stack, workload: Workload) -> Result:
     try:
         async with DESIGNS[name](stack, workload, database, pool) as running:
             await wait_registered(pool, workload)
-            ahead = (min(running.anchors) - datetime.now(UTC)).total_seconds()
-            print(f"  {name}: targets registered {ahead:.1f} s before the first slot",
-                  file=sys.stderr, flush=True)  # fmt: skip
-            # Warm up after the later of registration and the first slots: the first cycles
-            # carry one-time costs (each run's first check records its patch markers, the
-            # baselines keep snapshots), and the window measures the steady state.
-            start = max(datetime.now(UTC), max(running.anchors))
-            window_start = start + WARMUP_INTERVALS * timedelta(seconds=workload.interval)
+            registration = time.monotonic() - running.setup_started
+            now = datetime.now(UTC)
+            ahead = (min(running.anchors) - now).total_seconds()
+            window_start, slots = window_opens(workload, running.base, max(now, *running.anchors))
             window_end = window_start + timedelta(seconds=workload.seconds)
+            warm_up = (window_start - now).total_seconds()
+            print(f"  {name}: targets registered in {registration:.1f} s, {ahead:.1f} s "
+                  f"before the first slot; warm-up {warm_up:.0f} s (the window opens after "
+                  f"{slots} slots of each target)", file=sys.stderr, flush=True)  # fmt: skip
             await sleep_until(window_start)
             before = snapshot(stack, running)
+            cache_before = await cache_counts(running.metrics_urls)
             peaks = await peak_memory(stack, running, window_end)
             after = snapshot(stack, running)
+            cache_after = await cache_counts(running.metrics_urls)
+            size = await pool.fetchrow(DATABASE_SIZE)
             await asyncio.sleep(workload.interval)  # late slots of the window may still land
             history = await history_per_check(
                 name, running, pool, workload, window_start, window_end
@@ -157,13 +215,23 @@ async def run_design(name: str, stack: Stack, workload: Workload) -> Result:
         )
     finally:
         await pool.close()
-    assert rows is not None
+    assert rows is not None and size is not None
     completed = int(rows["completed"])
     lateness = rows["lateness"] or [None, None, None]
     due = workload.slots_due(running.anchors, window_start, window_end)
+    if (fewest := history.fewest_checks_at_start) is not None and fewest < workload.aged:
+        print(f"  {name}: a sampled run held {fewest} checks at the window's start, fewer "
+              f"than --aged {workload.aged}", file=sys.stderr, flush=True)  # fmt: skip
 
     def per_check(value: float | None) -> float | None:
         return value / completed if value is not None and completed else None
+
+    hits = misses = replayed = None
+    if running.metrics_urls:  # a Temporal design
+        hits = cache_after[CACHE_HIT] - cache_before[CACHE_HIT]
+        misses = cache_after[CACHE_MISS] - cache_before[CACHE_MISS]
+        if history.run_events_at_wake_up is not None and hits + misses:
+            replayed = history.run_events_at_wake_up * misses / (hits + misses)
 
     return Result(
         design=name,
@@ -189,7 +257,29 @@ async def run_design(name: str, stack: Stack, workload: Workload) -> Result:
             for role in ROLES
         },
         peak_rss_mib={role: peaks[role] / 2**20 if role in peaks else None for role in ROLES},
+        registration_s=registration,
+        warm_up_s=warm_up,
+        cache_hits_per_check=per_check(hits),
+        cache_misses_per_check=per_check(misses),
+        checks_per_run_at_window_start=history.checks_at_start,
+        run_events_at_wake_up=history.run_events_at_wake_up,
+        events_replayed_per_wake_up=replayed,
+        database_rows=int(size["rows"]),
+        source_checks_mib=size["table_bytes"] / 2**20,
+        database_mib=size["database_bytes"] / 2**20,
     )
+
+
+async def cache_counts(urls: list[str]) -> dict[str, float]:
+    """The workers' workflow-cache hits and misses so far, summed over workers."""
+    counts = dict.fromkeys((CACHE_HIT, CACHE_MISS), 0.0)
+    async with httpx.AsyncClient(trust_env=False) as http:
+        for url in urls:
+            for line in (await http.get(url)).text.splitlines():
+                name = re.split(r"[{ ]", line, maxsplit=1)[0]
+                if name in counts:
+                    counts[name] += float(line.rsplit(maxsplit=1)[1])
+    return counts
 
 
 async def lateness_timeline(
@@ -211,6 +301,10 @@ class HistoryFigures:
     events_per_check: float | None = None
     tasks_per_check: float | None = None
     stages: dict[str, float | None] = field(default_factory=dict)
+    run_events_at_wake_up: float | None = None
+    checks_at_start: float | None = None
+    """Mean over the sampled targets: checks the run held at its first wake-up in the window."""
+    fewest_checks_at_start: int | None = None
 
 
 async def history_per_check(
@@ -225,8 +319,9 @@ async def history_per_check(
     if running.client is None:
         return HistoryFigures()
     sample = workload.target_ids[:: max(1, workload.targets // HISTORY_SAMPLE)]
-    if name == "pricewatch":
-        return await _loop_histories(running.client, sample, start, end)
+    if name in LOOPS:
+        ids, check = LOOPS[name]
+        return await _loop_histories(running.client, [ids(t) for t in sample], check, start, end)
     return await _schedule_histories(running.client, pool, sample, start, end)
 
 
@@ -240,37 +335,86 @@ def _workflow_tasks(events: Iterable[HistoryEvent]) -> int:
     return sum(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in events)
 
 
-async def _events(client: Client, workflow: str) -> list[HistoryEvent]:
-    history = await client.get_workflow_handle(workflow).fetch_history()
+async def _events(client: Client, workflow: str, run_id: str | None = None) -> list[HistoryEvent]:
+    history = await client.get_workflow_handle(workflow, run_id=run_id).fetch_history()
     return list(history.events)
 
 
+async def _runs(client: Client, workflow: str, start: datetime) -> list[list[HistoryEvent]]:
+    """The workflow's runs, oldest first, from the one open at `start` to the latest."""
+    runs = [await _events(client, workflow)]
+    while True:
+        first = runs[0][0]
+        previous = first.workflow_execution_started_event_attributes.continued_execution_run_id
+        if not previous or first.event_time.ToDatetime(tzinfo=UTC) <= start:
+            return runs
+        runs.insert(0, await _events(client, workflow, previous))
+
+
+def _is_check(event: HistoryEvent, activity: str) -> bool:
+    """The check's first attempt (a local activity) or a later one (a normal activity)."""
+    return local_activity_type(event) == activity or (
+        event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and event.activity_task_scheduled_event_attributes.activity_type.name == activity
+    )
+
+
+def _wake_ups(
+    run: list[HistoryEvent], activity: str, start: datetime, end: datetime
+) -> Iterator[tuple[int, int]]:
+    """Each timer due in the window: the events and the checks the run held when it fired.
+    By due time, not fire time (a slot due just before the window opened belongs to the
+    warm-up even when its timer fires a little late): the workflow task's start, which is
+    the workflow's now(), plus the timer's length."""
+    due: dict[int, datetime] = {}
+    now = start
+    checks = 0
+    for event in run:
+        kind, when = event.event_type, event.event_time.ToDatetime(tzinfo=UTC)
+        checks += _is_check(event, activity)
+        if kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            now = when
+        elif kind == EventType.EVENT_TYPE_TIMER_STARTED:
+            timeout = event.timer_started_event_attributes.start_to_fire_timeout
+            due[event.event_id] = now + timeout.ToTimedelta()
+        elif kind == EventType.EVENT_TYPE_TIMER_FIRED and (
+            start <= due[event.timer_fired_event_attributes.started_event_id] < end
+        ):
+            yield event.event_id - 1, checks
+
+
 async def _loop_histories(
-    client: Client, targets: list[str], start: datetime, end: datetime
+    client: Client, workflows: list[str], activity: str, start: datetime, end: datetime
 ) -> HistoryFigures:
-    """Each target's events in the window over its checks in the window: the phases of the
-    sampled targets are spread over the interval, so the window's edges average out."""
+    """Each workflow's events in the window (in every run the window saw, the continue-as-new
+    included) over its checks in the window: the phases of the sampled targets are spread
+    over the interval, so the window's edges average out."""
     events = checks = tasks = 0
     stages: dict[str, list[float]] = {stage: [] for stage in STAGES}
-    for target_id in targets:
-        history = await _events(client, workflow_id(target_id))
-        window = _in_window(history, start, end)
-        events += len(window)
-        tasks += _workflow_tasks(window)
-        checks += sum(
-            local_activity_type(e) == "check_slot"
-            or (
-                e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-                and e.activity_task_scheduled_event_attributes.activity_type.name == "check_slot"
-            )
-            for e in window
-        )
-        for stage, seconds in _wake_up_stages(history, start, end):
-            stages[stage].append(seconds)
+    run_events: list[int] = []
+    at_start: list[int] = []
+    for workflow in workflows:
+        wake_ups: list[tuple[int, int]] = []
+        for run in await _runs(client, workflow, start):
+            window = _in_window(run, start, end)
+            events += len(window)
+            tasks += _workflow_tasks(window)
+            checks += sum(_is_check(e, activity) for e in window)
+            for stage, seconds in _wake_up_stages(run, start, end):
+                stages[stage].append(seconds)
+            wake_ups += _wake_ups(run, activity, start, end)
+        run_events += (held for held, _ in wake_ups)
+        if wake_ups:
+            at_start.append(wake_ups[0][1])
     if not checks:
         return HistoryFigures()
     return HistoryFigures(
-        events / checks, tasks / checks, {stage: _p99(s) for stage, s in stages.items()}
+        events / checks,
+        tasks / checks,
+        {stage: _p99(s) for stage, s in stages.items()},
+        statistics.fmean(run_events) if run_events else None,
+        statistics.fmean(at_start) if at_start else None,
+        min(at_start, default=None),
     )
 
 

@@ -29,6 +29,26 @@ LEGEND = (
     "of the dev server's SQLite file and WAL; cpu: per process tree, ms per check; MiB: "
     "peak proportional set size in the window"
 )
+# The scale figures, a second table under the first.
+SCALE_COLUMNS: list[tuple[str, str]] = [
+    ("registration s", "registration_s"),
+    ("warm-up s", "warm_up_s"),
+    ("cache hits/chk", "cache_hits_per_check"),
+    ("misses/chk", "cache_misses_per_check"),
+    ("chk/run at start", "checks_per_run_at_window_start"),
+    ("run events at wake-up", "run_events_at_wake_up"),
+    ("replayed/wake-up", "events_replayed_per_wake_up"),
+    ("rows", "database_rows"),
+    ("source_checks MiB", "source_checks_mib"),
+    ("database MiB", "database_mib"),
+]
+SCALE_LEGEND = (
+    "registration: first start to every target registered; cache: the workers' workflow "
+    "cache, per check (Prometheus); chk/run at start: checks the current run held at its "
+    "first wake-up in the window; run events at wake-up: events the run held when its timer "
+    "fired (histories), replayed: that times the share of cache misses; rows and MiB: the "
+    "design's database at the window's end"
+)
 
 
 def value(result: Result, key: str) -> float | None:
@@ -49,7 +69,7 @@ def ratios(results: list[Result]) -> dict[str, dict[str, float | None]]:
         if other.design == "pricewatch":
             continue
         row: dict[str, float | None] = {}
-        for _, key in COLUMNS:
+        for _, key in COLUMNS + SCALE_COLUMNS:
             mine, theirs = value(ours, key), value(other, key)
             row[key] = mine / theirs if mine is not None and theirs else None
         out[f"pricewatch/{other.design}"] = row
@@ -66,22 +86,30 @@ def _cell(key: str, number: float | None) -> str:
     return f"{number:.3g}" if abs(number) < 1000 else f"{number:.0f}"
 
 
-def table(results: list[Result], heading: str) -> str:
-    headers = ["design", *(header for header, _ in COLUMNS)]
-    rows = [[r.design, *(_cell(key, value(r, key)) for _, key in COLUMNS)] for r in results]
+def _grid(results: list[Result], columns: list[tuple[str, str]]) -> list[str]:
+    """One row per design, then the ratios, right-aligned."""
+    headers = ["design", *(header for header, _ in columns)]
+    rows = [[r.design, *(_cell(key, value(r, key)) for _, key in columns)] for r in results]
     for name, row in ratios(results).items():
-        rows.append([name, *(_ratio(row[key]) for _, key in COLUMNS)])
+        rows.append([name, *(_ratio(row[key]) for _, key in columns)])
     widths = [max(len(line[i]) for line in [headers, *rows]) for i in range(len(headers))]
-    lines = [heading, LEGEND, ""]
-    for line in [headers, *rows]:
-        lines.append("  ".join(cell.rjust(width) for cell, width in zip(line, widths, strict=True)))
+    return [
+        "  ".join(cell.rjust(width) for cell, width in zip(line, widths, strict=True))
+        for line in [headers, *rows]
+    ]
+
+
+def table(results: list[Result], heading: str) -> str:
+    lines = [heading, LEGEND, "", *_grid(results, COLUMNS), "", SCALE_LEGEND, ""]
+    lines += _grid(results, SCALE_COLUMNS)
     lines += ["", "late p99 per interval of due slots, seconds (warm-up | window):"]
+    width = max(len(result.design) for result in results)
     for result in results:
         timeline = result.lateness_p99_per_interval_s
         cells = [
             " ".join(_cell("", p99) for p99 in timeline[part]) for part in ("warm-up", "window")
         ]
-        lines.append(f"{result.design.rjust(widths[0])}  {' | '.join(cells)}")
+        lines.append(f"{result.design.rjust(width)}  {' | '.join(cells)}")
     for result in results:
         if stages := result.lateness_p99_by_stage_s:
             split = ", ".join(f"{stage} {_cell('', p99)}" for stage, p99 in stages.items())

@@ -16,7 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from pricewatch.policy import CHECK_RETRY, CHECK_TIMEOUT, HEARTBEAT_TIMEOUT
     from pricewatch.settings import Settings
     from pricewatch.temporal import connect
-    from workers.observability import configure_logging
+    from workers.observability import configure_logging, metrics_runtime
     from workers.worker import WorkerTuning, address_policy, smtp_settings, worker_activities
 
 WORKFLOW_NAME = "BenchScheduledCheck"
@@ -53,7 +53,7 @@ async def main() -> None:
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
-    client = await connect()
+    client = await connect(metrics_runtime(settings.metrics_address))
     async with worker_activities(
         settings.resolved_database_url(),
         smtp_settings(settings),
