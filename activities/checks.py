@@ -23,6 +23,7 @@ from activities.fetch import FetchError, Page, Request, fetch_page
 from activities.metrics import count, observe_seconds
 from activities.normalise import Extraction
 from activities.outcomes import outcome_of
+from activities.tracing import span
 from pricewatch.decisions import comparable, final_result, retry_delay, rules_fingerprint
 from pricewatch.durations import format_duration
 from pricewatch.models import (
@@ -138,15 +139,16 @@ class CheckActivities:
         """Claim, skip if done, fetch, hash, then commit the row and the schedule together."""
         token = execution_id()
         started = time.monotonic()
-        claim = await store.claim(
-            self.pool,
-            target_id=check.target_id,
-            work_id=check.work_id,
-            token=token,
-            lease=CHECK_LEASE,
-            on_schedule=check.on_schedule,
-            slot=check.slot,
-        )
+        with span("claim", work_id=check.work_id):
+            claim = await store.claim(
+                self.pool,
+                target_id=check.target_id,
+                work_id=check.work_id,
+                token=token,
+                lease=CHECK_LEASE,
+                on_schedule=check.on_schedule,
+                slot=check.slot,
+            )
         if not claim.target_exists or (check.on_schedule and not claim.enabled):
             # The mirror disagrees with the workflow (row deleted, restored database, a
             # lost sync): the workflow re-syncs and tries again.
@@ -176,7 +178,8 @@ class CheckActivities:
         try:
             fetch_started = time.monotonic()
             try:
-                page = await self._fetch_holding_lease(check, token, claim)
+                with span("fetch", url=check.url):
+                    page = await self._fetch_holding_lease(check, token, claim)
                 outcome = await outcome_of(claim, page, rules)
             except FetchError as err:
                 kind = "transient" if err.transient else "permanent"
@@ -194,18 +197,19 @@ class CheckActivities:
                     next_retry_delay=err.retry_after,
                 ) from err
             observe_seconds("pricewatch_fetch", "fetch latency", time.monotonic() - fetch_started)
-            result = await store.commit(
-                self.pool,
-                target_id=check.target_id,
-                token=token,
-                work_id=check.work_id,
-                slot=check.slot,
-                kind=check.kind,
-                outcome=outcome,
-                advance=check.on_schedule,
-                temporal_now=temporal_now(check),
-                snapshots_kept=self.snapshots_kept,
-            )
+            with span("commit", status=outcome.status.value):
+                result = await store.commit(
+                    self.pool,
+                    target_id=check.target_id,
+                    token=token,
+                    work_id=check.work_id,
+                    slot=check.slot,
+                    kind=check.kind,
+                    outcome=outcome,
+                    advance=check.on_schedule,
+                    temporal_now=temporal_now(check),
+                    snapshots_kept=self.snapshots_kept,
+                )
             committed = result is not None
             if result is None:
                 return await self._lost_lease(check, token, started)

@@ -116,7 +116,7 @@ class Pricewatch:
 
     async def temporal(self) -> Client:
         if self._temporal is None:
-            self._temporal = await connect()
+            self._temporal = await connect(tracing=self.settings.tracing)
         return self._temporal
 
     async def pool(self) -> asyncpg.Pool:

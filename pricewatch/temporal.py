@@ -109,14 +109,22 @@ async def register_search_attributes(client: Client) -> None:
     )
 
 
-async def connect(runtime: Runtime | None = None) -> Client:
-    """Connect using Temporal's environment convention, with the pydantic converter."""
+async def connect(runtime: Runtime | None = None, tracing: bool = False) -> Client:
+    """Connect using Temporal's environment convention, with the pydantic converter. With
+    `tracing`, OpenTelemetry spans follow every start, workflow task and activity (a worker
+    built on this client inherits the interceptor)."""
     connect_config = ClientConfig.load_client_connect_config()
     connect_config.setdefault("target_host", "localhost:7233")
+    interceptors = []
+    if tracing:
+        from temporalio.contrib.opentelemetry import TracingInterceptor
+
+        interceptors.append(TracingInterceptor())
     try:
         return await Client.connect(
-            **connect_config, data_converter=DATA_CONVERTER, runtime=runtime
-        )
+            **connect_config, data_converter=DATA_CONVERTER, runtime=runtime,
+            interceptors=interceptors,
+        )  # fmt: skip
     except RuntimeError as err:  # the SDK reports an unreachable server this way
         raise ConnectionError(
             f"cannot reach Temporal at {connect_config['target_host']} "

@@ -20,7 +20,7 @@ from pricewatch.settings import EMBEDDED_DATABASE_URL_FILE, Settings
 from pricewatch.slots import spread_anchor
 from pricewatch.temporal import connect, ensure_retention_schedule, start_monitor
 from workers.embedded import start_embedded_postgres, start_temporal_dev_server, stop_process
-from workers.observability import configure_dev_console
+from workers.observability import configure_dev_console, configure_tracing
 from workers.worker import (
     WorkerTuning,
     address_policy,
@@ -83,7 +83,9 @@ def demo_page(port: int) -> Iterator[str]:
 
 async def serve(settings: Settings, database_url: str, demo_url: str | None, verbose: bool) -> None:
     configure_dev_console(verbose)
-    client = await connect()
+    if settings.tracing:
+        configure_tracing()
+    client = await connect(tracing=settings.tracing)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -66,6 +66,23 @@ def configure_dev_console(verbose: bool) -> None:
     check_log.propagate = False
 
 
+def configure_tracing() -> None:
+    """Export spans over OTLP (endpoint and headers from `OTEL_EXPORTER_OTLP_*`)."""
+    try:
+        from opentelemetry import trace
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError as err:
+        raise LookupError(
+            "PRICEWATCH_TRACING needs the extra: pip install 'pricewatch[otel]'"
+        ) from err
+    provider = TracerProvider(resource=Resource.create({"service.name": "pricewatch"}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+
+
 def metrics_runtime(address: str | None) -> Runtime | None:
     if address is None:
         return None

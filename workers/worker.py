@@ -22,7 +22,12 @@ from activities.notify import NotifyActivities, SmtpSettings
 from activities.retention import Retention, RetentionActivities
 from pricewatch.settings import Settings
 from pricewatch.temporal import connect, ensure_retention_schedule
-from workers.observability import configure_logging, metrics_runtime, serve_health
+from workers.observability import (
+    configure_logging,
+    configure_tracing,
+    metrics_runtime,
+    serve_health,
+)
 from workflows.monitor import MonitorTarget
 from workflows.retention import PruneChecks
 
@@ -194,7 +199,9 @@ def build_worker(
 async def run_worker(settings: Settings) -> None:
     """Run until SIGINT or SIGTERM, then shut down gracefully and exit 0."""
     configure_logging(settings.log_format)
-    client = await connect(metrics_runtime(settings.metrics_address))
+    if settings.tracing:
+        configure_tracing()
+    client = await connect(metrics_runtime(settings.metrics_address), settings.tracing)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
