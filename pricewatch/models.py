@@ -20,6 +20,7 @@ from pydantic import (
     field_validator,
 )
 
+from pricewatch.policy import RUN_CHECKS
 from pricewatch.slots import work_id
 
 MAX_INTERVAL_SECONDS = 366 * 24 * 3600  # a year: well inside the int4 column
@@ -221,9 +222,9 @@ class MonitorState(Model):
     pending_checks: list[CheckInput] = Field(default_factory=list)
     """Checks asked for by `check_now` or `retry_slot` and not yet run."""
     failure_streak: int = 0
-    max_checks_per_run: int = Field(default=300, gt=0)
-    """Continue-as-new after this many checks even if the server has not suggested it
-    (300 checks is about 3,600 events, under the server's 4,096-event suggestion)."""
+    max_checks_per_run: int = Field(default=RUN_CHECKS, gt=0)
+    """Continue-as-new after this many checks (see `pricewatch.policy.RUN_CHECKS`), or
+    sooner if the server suggests it."""
     mirror_stale: bool = False
     """A change (pause, resume, reconfigure) not yet mirrored into Postgres."""
     paused_at: UtcDatetime | None = None

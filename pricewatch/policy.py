@@ -83,3 +83,9 @@ PRUNE_EVERY = timedelta(hours=1)
 # (PRICEWATCH_CHECK_RETENTION, PRICEWATCH_CHANGE_RETENTION).
 CHECK_RETENTION = timedelta(days=90)
 CHANGE_RETENTION = timedelta(days=730)
+# A run of MonitorTarget ends (continue-as-new) after this many checks. A workflow that the
+# worker's cache no longer holds replays its current run at every wake-up, at about 0.3 ms of
+# worker CPU per history event: short runs keep a miss cheap (docs/performance.md, "The cost
+# of a cache miss"). 1.0 ran 300 checks per run; its runs move to this at their next check.
+RUN_CHECKS = 5
+LEGACY_RUN_CHECKS = 300

@@ -5,7 +5,8 @@ history for a new feature: `python -m tests.record_histories`. It starts its own
 server, Postgres, page server and worker in a temp dir, drives one target through every
 message (pause, resume, check-now, reconfigure, a permanent failure, a transient one
 retried as a normal activity, continue-as-new, a removal during a backoff) with a
-webhook channel told of its changes, then one retention pass (`PruneChecks`), and
+webhook channel told of its changes, a run started with 1.0's run length (300 checks)
+that 1.1 shortens, then one retention pass (`PruneChecks`), and
 writes each run's history to tests/histories/<version>/, the package's version: from 1.0 on
 every release keeps its histories there and every later release must replay them.
 """
@@ -19,6 +20,7 @@ from aiohttp import web
 from temporalio.client import Client, WorkflowHistory
 
 from pricewatch.models import Channel, ChannelKind, CheckResult, MonitorState, TargetConfig
+from pricewatch.policy import LEGACY_RUN_CHECKS, RUN_CHECKS
 from pricewatch.settings import Settings
 from pricewatch.temporal import DATA_CONVERTER, start_monitor
 from tests.conftest import LOOPBACK
@@ -80,6 +82,21 @@ async def drive(client: Client, activities: Activities, page_url: str) -> list[s
         await asyncio.sleep(2)
         await handle.signal(MonitorTarget.remove)
         await client.get_workflow_handle(handle.id).result()
+        # A run that 1.0 started (it carries 300 checks per run): 1.1 ends it after
+        # RUN_CHECKS checks and the next run carries the new length.
+        legacy = config.model_copy(update={"target_id": "recorded-legacy", "channels": []})
+        started = await start_monitor(
+            client,
+            MonitorState(
+                config=legacy, max_checks_per_run=LEGACY_RUN_CHECKS, min_interval_seconds=1
+            ),
+            TASK_QUEUE,
+        )
+        assert started.result_run_id is not None
+        await asyncio.sleep(RUN_CHECKS + 2)
+        await started.signal(MonitorTarget.remove)
+        await client.get_workflow_handle(started.id).result()
+        run_ids.append(f"{started.id}/{started.result_run_id}")
         # A retention pass, as the hourly Schedule starts one (nothing expired: a fresh
         # database; the shape of the history is what replay checks).
         prune = await client.start_workflow(
@@ -131,8 +148,9 @@ async def main() -> None:
                 run_ids = await drive(client, activities, f"http://127.0.0.1:{page_port}/")
             HISTORIES.mkdir(parents=True, exist_ok=True)
             for index, run_id in enumerate(dict.fromkeys(run_ids)):
+                workflow, _, run = run_id.rpartition("/")
                 history = await client.get_workflow_handle(
-                    "pricewatch-recorded", run_id=run_id
+                    workflow or "pricewatch-recorded", run_id=run
                 ).fetch_history()
                 write(HISTORIES / f"monitor_target_run{index + 1}.json", history)
             prune = await client.get_workflow_handle(RETENTION_RECORDED).fetch_history()

@@ -28,10 +28,13 @@ from pricewatch.models import (
     CheckKind,
     CheckResult,
     CheckStatus,
+    MonitorState,
     RetryRequest,
     TargetConfig,
 )
+from pricewatch.policy import LEGACY_RUN_CHECKS, RUN_CHECKS
 from pricewatch.slots import format_slot
+from pricewatch.temporal import DATA_CONVERTER, local_activity_type
 from tests.conftest import LOOPBACK, PageServer, Start
 from workers.worker import Activities, WorkerTuning, build_worker
 from workflows.monitor import MonitorTarget
@@ -288,6 +291,45 @@ async def test_continue_as_new_keeps_the_schedule(
     assert slots == [anchor + k * HOUR for k in range(13)]
     assert status.checks_completed == 13
     assert latest_run != handle.result_run_id, "expected the workflow to continue as new"
+
+
+async def test_runs_are_short_and_a_run_started_by_1_0_moves_to_the_new_length(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+) -> None:
+    """A new target's runs hold RUN_CHECKS checks; a run that carries 1.0's 300 continues as
+    new once it has RUN_CHECKS (a patch: 1.0 histories replay as they ran), and the runs
+    after it carry the new length."""
+    client = time_skipping_env.client
+    legacy, fresh = new_target(page_server), new_target(page_server)
+    anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + HOUR
+    async with running_worker(client, task_queue, pool):
+        old = await start(legacy, start_at=anchor, max_checks_per_run=LEGACY_RUN_CHECKS)
+        new = await start(fresh, start_at=anchor)
+        await time_skipping_env.sleep((2 * RUN_CHECKS + 1) * HOUR)
+        old_history = await client.get_workflow_handle(
+            old.id, run_id=old.result_run_id
+        ).fetch_history()
+        latest = client.get_workflow_handle(old.id)
+        latest_state = (await latest.fetch_history()).events[0]
+        new_history = await client.get_workflow_handle(
+            new.id, run_id=new.result_run_id
+        ).fetch_history()
+    for history in (old_history, new_history):
+        checks = sum(local_activity_type(e) == "check_slot" for e in history.events)
+        assert checks == RUN_CHECKS
+        ended = history.events[-1].event_type
+        assert ended == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+    carried = DATA_CONVERTER.payload_converter.from_payloads(
+        latest_state.workflow_execution_started_event_attributes.input.payloads, [MonitorState]
+    )[0]
+    assert carried.max_checks_per_run == RUN_CHECKS
+    for config in (legacy, fresh):
+        slots = scheduled(await rows(pool, config.target_id))
+        assert slots == [anchor + k * HOUR for k in range(len(slots))] and len(slots) > RUN_CHECKS
 
 
 async def test_permanent_failure_is_recorded_once_and_the_schedule_moves_on(

@@ -45,7 +45,12 @@ with workflow.unsafe.imports_passed_through():
         Signal,
         Update,
     )
-    from pricewatch.policy import INVALID_TARGET, TARGET_OUT_OF_SYNC
+    from pricewatch.policy import (
+        INVALID_TARGET,
+        LEGACY_RUN_CHECKS,
+        RUN_CHECKS,
+        TARGET_OUT_OF_SYNC,
+    )
     from pricewatch.slots import (
         due_before_first_task,
         due_before_pause,
@@ -60,6 +65,9 @@ with workflow.unsafe.imports_passed_through():
 # 1.1: a removal stops a check that is backing off between attempts instead of waiting for
 # its retries to end. Histories recorded before it (no marker) replay the old way.
 REMOVE_STOPS_CHECK = "remove-stops-check"
+# 1.1: runs are RUN_CHECKS checks long; a run 1.0 started (it carries 300) continues as new
+# once it has that many, and its successors carry the new length.
+SHORT_RUNS = "short-runs"
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -394,6 +402,9 @@ class MonitorTarget:
         self._woken = True
 
     def _should_continue_as_new(self) -> bool:
+        legacy = self.state.max_checks_per_run == LEGACY_RUN_CHECKS
+        if legacy and self._checks_this_run >= RUN_CHECKS and workflow.patched(SHORT_RUNS):
+            self.state.max_checks_per_run = RUN_CHECKS
         return (
             workflow.info().is_continue_as_new_suggested()
             or self._checks_this_run >= self.state.max_checks_per_run
