@@ -32,8 +32,9 @@ chaos: $(BIN)/python
 	$(BIN)/python -m pip install --quiet --editable '.[test]'
 	$(BIN)/python -m tests.chaos $(ARGS)
 
-# The benchmark: pricewatch beside Temporal Schedules and a plain poller on one workload, on
-# its own stack (docs/performance.md). E.g. ARGS="--targets 1000 --interval 20 --seconds 60".
+# The benchmark: pricewatch beside the bare Temporal loop, Temporal Schedules and a plain poller
+# on one workload, on its own stack (docs/performance.md). E.g. ARGS="--targets 1000
+# --interval 20 --seconds 60", with --cache N, --checks-per-run K, --aged K for the 1.1 regimes.
 bench: $(BIN)/python
 	$(BIN)/python -m pip install --quiet --editable '.[test]'
 	$(BIN)/python -m bench $(ARGS)

@@ -434,11 +434,6 @@ async def apply(
     --prune remove); every entry is validated before anything changes."""
     entries = manifest.load(path)
     async with pricewatch() as client:
-        for located in entries:
-            try:
-                await client.validate(located.config)
-            except (BadInput, BlockedAddress, ValueError) as err:
-                raise located.error(_one_line(err)) from err
         steps = await client.plan(entries, prune)
         for step in steps:
             if step.action is not Action.UNCHANGED:

@@ -19,12 +19,12 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities import store
-from activities.guard import AddressPolicy, check_url
+from activities.guard import AddressPolicy, BlockedAddress, check_url
 from activities.normalise import Extraction, validate_extraction
 from activities.retention import Expired, Retention, expired_summary, prune_pass
 from activities.snapshots import decompress, unified_diff
 from pricewatch.durations import format_duration
-from pricewatch.manifest import Located
+from pricewatch.manifest import Located, ManifestError
 from pricewatch.models import (
     ChannelKind,
     CheckResult,
@@ -222,7 +222,22 @@ class Pricewatch:
         return dict(zip(ids, found, strict=True))
 
     async def plan(self, entries: list[Located], prune: bool) -> list[Step]:
-        """What `apply` would do, target by target, without doing it."""
+        """What `apply` would do, target by target, without doing it. Every entry is
+        validated first (URLs resolved CONCURRENCY at a time): the first bad one, in file
+        order, is a ManifestError naming its line."""
+        gate = asyncio.Semaphore(CONCURRENCY)
+
+        async def problem(located: Located) -> ManifestError | None:
+            async with gate:
+                try:
+                    await self.validate(located.config)
+                except (BadInput, BlockedAddress, ValueError) as err:
+                    return located.error(str(err).splitlines()[0])
+            return None
+
+        problems = await asyncio.gather(*(problem(located) for located in entries))
+        if first := next((p for p in problems if p is not None), None):
+            raise first
         current = await self.current()
         steps = []
         for located in entries:
