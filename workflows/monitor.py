@@ -62,12 +62,17 @@ with workflow.unsafe.imports_passed_through():
     )
 
 
-# 1.1: a removal stops a check that is backing off between attempts instead of waiting for
-# its retries to end. Histories recorded before it (no marker) replay the old way.
+# 1.1: a removal stops a check that is backing off between attempts, and notices still being
+# retried, instead of waiting for their retries to end (the removal deletes their rows). Histories
+# recorded before it (no marker) replay the old way.
 REMOVE_STOPS_CHECK = "remove-stops-check"
 # 1.1: runs are RUN_CHECKS checks long; a run 1.0 started (it carries 300) continues as new
 # once it has that many, and its successors carry the new length.
 SHORT_RUNS = "short-runs"
+# 1.1: a run due to continue as new while notices are still being delivered keeps checking
+# instead of waiting for them (with short runs, a receiver in its retries would otherwise hold
+# the schedule up for up to its retry budget, about 15 minutes).
+NOTICES_DO_NOT_HOLD_CHECKS = "notices-do-not-hold-checks"
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -94,7 +99,10 @@ class MonitorTarget:
             await self._register()
         while True:
             if self._removing:
-                await asyncio.gather(*self._deliveries)
+                if self._stop_checks:  # 1.1: notices of a target being removed stop too
+                    for delivery in self._deliveries:
+                        delivery.cancel()
+                await asyncio.gather(*self._deliveries, return_exceptions=self._stop_checks)
                 removed = await calls.bookkeep(
                     Activity.REMOVE_TARGET,
                     RemoveTargetInput(target_id=self.state.config.target_id),
@@ -114,10 +122,14 @@ class MonitorTarget:
             if self.state.pending_checks:
                 await self._run_extra_check(self.state.pending_checks[0])
                 continue
-            if self._should_continue_as_new():
-                if self._deliveries:  # let notices finish, then look at the loop again
-                    await asyncio.gather(*self._deliveries)
-                    continue
+            ending = self._should_continue_as_new()
+            if ending and self._deliveries and not workflow.patched(NOTICES_DO_NOT_HOLD_CHECKS):
+                await asyncio.gather(*self._deliveries)  # 1.0: notices first
+                continue
+            # With notices still in flight (1.1) the run goes on checking instead: a receiver
+            # that is down must not hold the schedule up. It continues as new at the first
+            # wake-up after they have landed.
+            if ending and not self._deliveries:
                 # A handler still running waits for the loop (a queued check): serve it first.
                 await workflow.wait_condition(
                     lambda: workflow.all_handlers_finished() or bool(self.state.pending_checks)
