@@ -209,8 +209,7 @@ async def list_targets(as_json: JsonOpt = False) -> None:
     if not rows:
         typer.echo("no targets: add one with `pricewatch add <id> <url> --every 24h`")
         return
-    for row in rows:
-        typer.echo(render.target(row))
+    render.targets(rows)
 
 
 @app.command()
@@ -242,8 +241,7 @@ async def history(
         return print_json("history", results)
     if not results:
         raise BadInput(f"no recorded checks for {target_id!r}")
-    for result in results:
-        print_result(result)
+    render.checks(results)
 
 
 @app.command()
@@ -261,8 +259,8 @@ async def channels(
         return print_json("channels", shown)
     if not rows:
         typer.echo(f"no channels for {target_id!r}: add them with --webhook / --email")
-    for row in shown:
-        typer.echo(render.channel(row))
+    else:
+        render.channels(shown)
 
 
 @app.command()
@@ -279,8 +277,8 @@ async def deliveries(
         return print_json("deliveries", rows)
     if not rows:
         typer.echo("no deliveries yet")
-    for row in rows:
-        typer.echo(render.delivery(row))
+    else:
+        render.deliveries(rows)
 
 
 @app.command()
@@ -314,8 +312,8 @@ async def failures(
         return print_json("failures", results)
     if not results:
         typer.echo("no failed slots")
-    for result in results:
-        typer.echo(f"{render.check(result)}  at={format_slot(result.checked_at)}")
+    else:
+        render.checks(results, when=True)
 
 
 @app.command()

@@ -1,6 +1,12 @@
-"""How the CLI shows what the client returns: one line per record, plain text."""
+"""How the CLI shows what the client returns: tables for lists (fitted to the terminal; one
+row per line when piped, for grep and awk), lines for one record. Scripts use `--json`."""
 
+import sys
+from collections.abc import Sequence
 from datetime import timedelta
+
+from rich.console import Console
+from rich.table import Table
 
 from pricewatch.durations import format_duration
 from pricewatch.models import CheckResult, MonitorStatus
@@ -39,13 +45,52 @@ def status(status: MonitorStatus, retrying: list[CheckResult], link: str) -> lis
     return [*lines, f"last:       {last}", f"history:    {link}"]
 
 
-def target(row: TargetSummary) -> str:
-    state = ("active" if row.enabled else "paused") + (",unhealthy" if row.unhealthy else "")
-    every = format_duration(timedelta(seconds=row.interval_seconds))
-    last = row.last_status or "-"
-    return (
-        f"{row.id:<24} {state:<16} every {every:<8} next {format_slot(row.next_slot)}"
-        f"  last {last:<9} {row.url}"
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Print a borderless table: fitted to a terminal's width (long cells fold), unbounded
+    when piped, so that each record stays on one line."""
+    grid = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
+    for header in headers:
+        grid.add_column(header, overflow="fold")
+    for row in rows:
+        grid.add_row(*row)
+    width = None if sys.stdout.isatty() else 100_000
+    Console(width=width, soft_wrap=False, highlight=False).print(grid)
+
+
+def targets(rows: Sequence[TargetSummary]) -> None:
+    table(
+        ["ID", "STATE", "EVERY", "NEXT SLOT", "LAST", "URL"],
+        [
+            [
+                row.id,
+                ("active" if row.enabled else "paused") + (",unhealthy" if row.unhealthy else ""),
+                format_duration(timedelta(seconds=row.interval_seconds)),
+                format_slot(row.next_slot),
+                row.last_status or "-",
+                row.url,
+            ]
+            for row in rows
+        ],
+    )
+
+
+def checks(results: Sequence[CheckResult], when: bool = False) -> None:
+    """History or failures: a slot being retried says when it tries again."""
+    table(
+        ["WORK ID", "STATUS", "ATTEMPTS", "SHA256", "NEXT ATTEMPT", "ERROR"]
+        + (["AT"] if when else []),
+        [
+            [
+                r.work_id,
+                r.status.value,
+                str(r.attempt_count),
+                r.result_hash[:12] if r.result_hash else "-",
+                format_slot(r.next_attempt_at) if r.next_attempt_at else "-",
+                r.error_message or "-",
+            ]
+            + ([format_slot(r.checked_at)] if when else [])
+            for r in results
+        ],
     )
 
 
@@ -56,20 +101,28 @@ def masked(channel: ChannelView) -> ChannelView:
     return channel.model_copy(update={"secret": "whsec_" + "*" * 8})
 
 
-def channel(row: ChannelView) -> str:
-    line = f"{row.channel_id:<18} {row.kind:<8} {row.destination}"
-    if row.secret:
-        line += f"  secret={row.secret}"
-    if row.disabled_reason:
-        line += f"  DISABLED ({row.disabled_reason})"
-    return line
-
-
-def delivery(row: DeliveryView) -> str:
-    line = (
-        f"{row.work_id}  {row.notice:<9} {row.channel_id:<18} "
-        f"{row.status:<7} attempts={row.attempt_count}"
+def channels(rows: Sequence[ChannelView]) -> None:
+    table(
+        ["CHANNEL", "KIND", "DESTINATION", "SECRET", "DISABLED"],
+        [
+            [r.channel_id, r.kind, r.destination, r.secret or "-", r.disabled_reason or "-"]
+            for r in rows
+        ],
     )
-    if row.last_error and row.status != "sent":
-        line += f"  error={row.last_error}"
-    return line
+
+
+def deliveries(rows: Sequence[DeliveryView]) -> None:
+    table(
+        ["WORK ID", "NOTICE", "CHANNEL", "STATUS", "ATTEMPTS", "LAST ERROR"],
+        [
+            [
+                r.work_id,
+                r.notice,
+                r.channel_id,
+                r.status,
+                str(r.attempt_count),
+                r.last_error if r.last_error and r.status != "sent" else "-",
+            ]
+            for r in rows
+        ],
+    )

@@ -177,7 +177,7 @@ async def test_a_reader_that_leaves_early_ends_the_output_quietly(
     first, status = out.decode().splitlines()
     assert first.split()[:2] == ["WORK", "ID"]
     assert errors.read_text() == ""
-    assert status == "1"
+    assert status in ("0", "1"), status  # click's quiet exit, or rich's own
 
 
 def test_shell_completion_is_on(tmp_path: Path) -> None:
