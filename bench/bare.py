@@ -8,7 +8,6 @@ its own, tuned as `pricewatch worker` is (unsandboxed, activations inline, same 
 
 import asyncio
 import hashlib
-import signal
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -17,11 +16,9 @@ import httpx
 from temporalio import activity, workflow
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from pricewatch.settings import Settings
+from bench.process import worker_process
 from pricewatch.slots import first_slot, next_slot, work_id
-from pricewatch.temporal import connect
-from workers.observability import configure_logging, metrics_runtime
-from workers.worker import InlineActivations, WorkerTuning, keep_session
+from workers.worker import InlineActivations, keep_session
 
 WORKFLOW_NAME = "BenchBareLoop"
 CHECK_ACTIVITY = "bare_check"
@@ -91,36 +88,24 @@ class BareLoopWorkflow:
 
 
 async def main() -> None:
-    settings = Settings()
-    configure_logging(settings.log_format)
-    tuning = WorkerTuning.from_settings(settings)
-    stop = asyncio.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
-    client = await connect(metrics_runtime(settings.metrics_address))
+    process = await worker_process()
     pool = await asyncpg.create_pool(
-        settings.resolved_database_url(),
+        process.settings.resolved_database_url(),
         min_size=1,
-        max_size=tuning.pool_size,
+        max_size=process.tuning.pool_size,
         reset=keep_session,  # the same pool as the worker's
     )
     try:
         async with httpx.AsyncClient() as http:
             worker = Worker(
-                client,
-                task_queue=settings.task_queue,
+                process.client,
                 workflows=[BareLoopWorkflow],
                 activities=[BareActivities(pool, http).check],
-                graceful_shutdown_timeout=tuning.shutdown_grace,
-                max_cached_workflows=tuning.max_cached_workflows,
-                max_concurrent_activities=tuning.max_activities,
-                max_concurrent_workflow_tasks=tuning.max_workflow_tasks,
                 workflow_runner=UnsandboxedWorkflowRunner(),
                 workflow_task_executor=InlineActivations(),
+                **process.options(),
             )
-            async with worker:
-                print(f"worker polling task queue {settings.task_queue!r}", flush=True)
-                await stop.wait()
+            await process.serve(worker)
     finally:
         await pool.close()
 

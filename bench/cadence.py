@@ -32,7 +32,7 @@ from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 
 from activities.guard import AddressPolicy
 from bench import procs
-from bench.report import _commit as commit_name
+from bench.report import commit_name
 from bench.stack import PAGE
 from pricewatch.models import MonitorState, TargetConfig
 from pricewatch.settings import Settings

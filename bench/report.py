@@ -126,7 +126,7 @@ def as_json(results: list[Result], workload: dict[str, object]) -> str:
     return json.dumps(
         {
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
-            "commit": _commit(),
+            "commit": commit_name(),
             "workload": workload,
             "designs": [asdict(result) for result in results],
             "ratios": ratios(results),
@@ -135,7 +135,7 @@ def as_json(results: list[Result], workload: dict[str, object]) -> str:
     )
 
 
-def _commit() -> str | None:
+def commit_name() -> str | None:
     """The checkout's commit (with `+` if it has uncommitted changes), if it is one."""
     repo = Path(__file__).resolve().parent.parent
     try:

@@ -4,7 +4,6 @@ commit as pricewatch). Run as `python -m bench.scheduled`: a worker process of i
 """
 
 import asyncio
-import signal
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
@@ -12,12 +11,10 @@ from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from activities.checks import CheckActivities
+    from bench.process import worker_process
     from pricewatch.models import CheckInput, TargetConfig
     from pricewatch.policy import CHECK_RETRY, CHECK_TIMEOUT, HEARTBEAT_TIMEOUT
-    from pricewatch.settings import Settings
-    from pricewatch.temporal import connect
-    from workers.observability import configure_logging, metrics_runtime
-    from workers.worker import WorkerTuning, address_policy, smtp_settings, worker_activities
+    from workers.worker import address_policy, smtp_settings, worker_activities
 
 WORKFLOW_NAME = "BenchScheduledCheck"
 # Set by the scheduler on every workflow it starts: the action's nominal time, our due slot.
@@ -47,32 +44,21 @@ class ScheduledCheck:
 
 async def main() -> None:
     """A worker like `pricewatch worker` (same defaults, pool and client), for this workflow."""
-    settings = Settings()
-    configure_logging(settings.log_format)
-    tuning = WorkerTuning.from_settings(settings)
-    stop = asyncio.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
-    client = await connect(metrics_runtime(settings.metrics_address))
+    process = await worker_process()
+    settings = process.settings
     async with worker_activities(
         settings.resolved_database_url(),
         smtp_settings(settings),
         address_policy(settings),
-        pool_size=tuning.pool_size,
+        pool_size=process.tuning.pool_size,
     ) as activities:
         worker = Worker(
-            client,
-            task_queue=settings.task_queue,
+            process.client,
             workflows=[ScheduledCheck],
             activities=[activities.checks.check_slot],
-            graceful_shutdown_timeout=tuning.shutdown_grace,
-            max_cached_workflows=tuning.max_cached_workflows,
-            max_concurrent_activities=tuning.max_activities,
-            max_concurrent_workflow_tasks=tuning.max_workflow_tasks,
+            **process.options(),
         )
-        async with worker:
-            print(f"worker polling task queue {settings.task_queue!r}", flush=True)
-            await stop.wait()
+        await process.serve(worker)
 
 
 if __name__ == "__main__":

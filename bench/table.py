@@ -32,7 +32,7 @@ import asyncpg
 from activities import store
 from activities.migrate import migrate
 from activities.retention import Retention, prune_pass
-from bench.report import _commit as commit_name
+from bench.report import commit_name
 from pricewatch.models import CheckKind, CheckStatus, PruneProgress
 from pricewatch.slots import work_id
 from workers.embedded import start_embedded_postgres
