@@ -171,7 +171,7 @@ class CheckActivities:
             lateness = (activity.info().started_time - check.slot).total_seconds()
             observe_seconds("pricewatch_lateness", "attempt start minus due slot", lateness)
 
-        rules = rules_fingerprint(check.selector, check.ignore, check.json_pointer)
+        rules = rules_fingerprint(check.selector, check.ignore, check.json_pointer, check.prices)
         if not comparable(claim.previous_rules, rules):
             claim = claim.without_previous()
         committed = False
@@ -180,7 +180,7 @@ class CheckActivities:
             try:
                 with span("fetch", url=check.url):
                     page = await self._fetch_holding_lease(check, token, claim)
-                outcome = await outcome_of(claim, page, rules)
+                outcome = await outcome_of(claim, page, rules, check.prices)
             except FetchError as err:
                 kind = "transient" if err.transient else "permanent"
                 count("pricewatch_fetch_failures", "failed fetch attempts", kind=kind)
@@ -231,7 +231,10 @@ class CheckActivities:
         request = Request(
             url=check.url,
             extraction=Extraction(
-                selector=check.selector, ignore=check.ignore, json_pointer=check.json_pointer
+                selector=check.selector,
+                ignore=check.ignore,
+                json_pointer=check.json_pointer,
+                prices=check.prices,
             ),
             user_agent=check.user_agent,
             etag=claim.previous_etag,

@@ -31,6 +31,8 @@ import httpx
 
 from activities.guard import AddressPolicy, BlockedAddress, GuardedTransport
 from activities.normalise import Extraction, ExtractionError, normalise
+from activities.prices import observe
+from pricewatch.prices import Price, listing
 
 MAX_BODY_BYTES = 5 * 1024 * 1024
 # Work on a page this small (parse, hash, compress, diff) takes well under a millisecond:
@@ -83,6 +85,8 @@ class Page:
     text: str | None = None
     etag: str | None = None
     last_modified: str | None = None
+    prices: list[Price] | None = None
+    """Price mode: the prices read (`text` is their listing)."""
 
     @property
     def not_modified(self) -> bool:
@@ -193,15 +197,26 @@ async def _read_page(response: httpx.Response, extraction: Extraction) -> Page:
     if content_type and not _allowed(content_type):
         raise FetchError(f"unsupported content type {content_type}", transient=False)
     body = await _read_capped(response)
-    if len(body) <= INLINE_WORK_BYTES and extraction.ignore is None:
+    # Off the event loop when heavy (a big page, a user's regex): heartbeats must not stall.
+    inline = len(body) <= INLINE_WORK_BYTES and extraction.ignore is None
+    prices = None
+    if extraction.prices is not None:
+        prices = (
+            observe(body, full_type, extraction.prices)
+            if inline
+            else await asyncio.to_thread(observe, body, full_type, extraction.prices)
+        )
+        text = listing(prices)
+    elif inline:
         text = normalise(body, full_type, extraction)
-    else:  # off the event loop: a heavy page or a user's regex must not stall heartbeats
+    else:
         text = await asyncio.to_thread(normalise, body, full_type, extraction)
     return Page(
         status_code=response.status_code,
         sha256=hashlib.sha256(text.encode()).hexdigest(),
         size=len(body),
         text=text,
+        prices=prices,
         **validators,
     )
 

@@ -15,6 +15,8 @@ from typing import Any
 
 from selectolax.lexbor import LexborHTMLParser, SelectolaxError
 
+from pricewatch.models import PriceSettings
+
 _HIDDEN = ["script", "style", "noscript", "template", "svg"]
 # Elements that start a new line when rendered; inline ones (b, span, a) keep text together,
 # so "Price: <b>5</b> EUR" stays one line.
@@ -38,6 +40,8 @@ class Extraction:
     selector: str | None = None
     ignore: str | None = None
     json_pointer: str | None = None
+    prices: PriceSettings | None = None
+    """Price mode: the page's prices are read instead (see activities.prices)."""
 
 
 class ExtractionError(ValueError):
@@ -70,11 +74,11 @@ def normalise(body: bytes, content_type: str, extraction: Extraction) -> str:
     validate_extraction(extraction)
     media_type, _, params = content_type.partition(";")
     media_type = media_type.strip().lower()
-    text = _decode(body, params)
+    text = decode(body, params)
     if media_type == "application/json" or media_type.endswith("+json"):
         text = _json_text(text, extraction)
     elif media_type in ("text/html", "application/xhtml+xml") or (
-        not media_type and _LOOKS_HTML.match(text)
+        not media_type and looks_html(text)
     ):
         text = _html_text(text, extraction)
     elif extraction.selector is not None or extraction.json_pointer is not None:
@@ -86,7 +90,7 @@ def normalise(body: bytes, content_type: str, extraction: Extraction) -> str:
     return text
 
 
-def _decode(body: bytes, params: str) -> str:
+def decode(body: bytes, params: str) -> str:
     """Declared charset if Python knows it, else UTF-8; never fails (bad bytes become U+FFFD)."""
     found = re.search(r"charset\s*=\s*[\"']?([^\"';\s]+)", params, re.I)
     try:
@@ -96,6 +100,11 @@ def _decode(body: bytes, params: str) -> str:
     except (LookupError, UnicodeError):
         text = body.decode("utf-8", errors="replace")
     return text.removeprefix("\ufeff")
+
+
+def looks_html(text: str) -> bool:
+    """A body served without a content type that is an HTML document."""
+    return _LOOKS_HTML.match(text) is not None
 
 
 def _tidy(text: str) -> str:

@@ -81,10 +81,15 @@ def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
 
 
-def notice_body(delivery: DeliveryInput, excerpt: str | None) -> dict[str, object]:
+def notice_body(
+    delivery: DeliveryInput, excerpt: str | None, price_moves: list[dict[str, object]] | None
+) -> dict[str, object]:
+    """The JSON every channel gets (docs/schemas/notice.json). A change in price mode is a
+    `price.changed` with the moves (`prices`); every other field is as for `page.changed`."""
     result = delivery.result
-    return {
-        "type": f"page.{delivery.notice.value}",
+    kind = "price" if price_moves is not None and delivery.notice is Notice.CHANGED else "page"
+    body: dict[str, object] = {
+        "type": f"{kind}.{delivery.notice.value}",
         "target_id": delivery.target_id,
         "url": delivery.url,
         "slot": format_slot(result.scheduled_for),
@@ -97,6 +102,9 @@ def notice_body(delivery: DeliveryInput, excerpt: str | None) -> dict[str, objec
         "failure_streak": delivery.failure_streak,
         "excerpt": excerpt,
     }
+    if kind == "price":
+        body["prices"] = price_moves
+    return body
 
 
 class NotifyActivities:
@@ -127,7 +135,8 @@ class NotifyActivities:
                 "another attempt is sending this notice", TRANSIENT_DELIVERY_ERROR
             )
         try:
-            body = notice_body(delivery, row["excerpt"])
+            moves = json.loads(row["price_moves"]) if row["price_moves"] else None
+            body = notice_body(delivery, row["excerpt"], moves)
             if row["kind"] == ChannelKind.WEBHOOK.value:
                 await self._post_webhook(
                     delivery, body, row["destination"], row["secret"], row["now"]
@@ -235,12 +244,14 @@ class NotifyActivities:
         message = EmailMessage()
         message["From"] = self.smtp.sender
         message["To"] = address
-        message["Subject"] = _subject(delivery)
+        message["Subject"] = _subject(delivery, price="prices" in notice)
         # The same Message-ID on every re-send lets mail systems collapse duplicates.
         message["Message-ID"] = f"<{delivery.delivery_id}@pricewatch>"
         text = json.dumps({k: v for k, v in notice.items() if k != "excerpt"}, indent=2)
         if notice["excerpt"]:
             text = f"What changed:\n{notice['excerpt']}\n\n{text}"
+        if isinstance(moves := notice.get("prices"), list):
+            text = "Prices:\n" + "\n".join(map(_move_line, moves)) + f"\n\n{text}"
         message.set_content(text)
         try:
             async with asyncio.timeout(SEND_DEADLINE.total_seconds()):
@@ -268,9 +279,24 @@ class NotifyActivities:
             raise DeliveryError(f"SMTP unreachable: {err}", transient=True) from err
 
 
-def _subject(delivery: DeliveryInput) -> str:
+def _move_line(move: dict[str, object]) -> str:
+    """`Pro: 12.00 -> 13.00 EUR (+1.00, +8.33%) [rise]`"""
+
+    def signed(value: object) -> str:
+        return str(value) if str(value).startswith("-") else f"+{value}"
+
+    line = f"{move['name']}: {move['old'] or '-'} -> {move['new'] or '-'} {move['currency'] or ''}"
+    if move["change"] is not None:
+        line += f" ({signed(move['change'])}"
+        line += f", {signed(move['change_percent'])}%)" if move["change_percent"] else ")"
+    if isinstance(rules := move["rules"], list) and rules:
+        line += f" [{', '.join(map(str, rules))}]"
+    return line
+
+
+def _subject(delivery: DeliveryInput, price: bool = False) -> str:
     what = {
-        Notice.CHANGED: "changed",
+        Notice.CHANGED: "price changed" if price else "changed",
         Notice.FAILING: "is failing",
         Notice.RECOVERED: "recovered",
     }[delivery.notice]

@@ -22,6 +22,7 @@ from pricewatch.models import (
     Registration,
     TargetConfig,
 )
+from pricewatch.prices import Move, Price
 
 SKIPPED_EARLY = "not checked: was due before the workflow could take it (late start or pause)"
 
@@ -38,12 +39,13 @@ class Claim:
     previous_last_modified: str | None = None
     previous_snapshot: bytes | None = None
     previous_rules: str | None = None
+    previous_prices: list[Price] | None = None
 
     def without_previous(self) -> "Claim":
         """The claim with nothing to compare against: the next check is a new baseline."""
         return replace(
             self, previous_hash=None, previous_etag=None, previous_last_modified=None,
-            previous_snapshot=None,
+            previous_snapshot=None, previous_prices=None,
         )  # fmt: skip
 
 
@@ -64,6 +66,13 @@ class Outcome:
     rules: str | None = None
     next_attempt_in: timedelta | None = None
     """For a failed attempt that will be retried: how long until the next one."""
+    prices: list[Price] | None = None
+    price_moves: list[Move] | None = None
+    notify: bool = True
+
+
+def _json_list(values: Sequence[Price | Move] | None) -> str | None:
+    return None if values is None else json.dumps([value.as_json() for value in values])
 
 
 def _result(row: asyncpg.Record | dict[str, object]) -> CheckResult:
@@ -99,6 +108,9 @@ async def claim(
         previous_last_modified=previous.get("last_modified"),
         previous_snapshot=row["previous_snapshot"],
         previous_rules=previous.get("rules"),
+        previous_prices=(
+            [Price.from_json(p) for p in previous["prices"]] if previous.get("prices") else None
+        ),
     )
 
 
@@ -126,6 +138,8 @@ async def commit(
         body_bytes=outcome.body_bytes, error_message=outcome.error_message, etag=outcome.etag,
         last_modified=outcome.last_modified, snapshot=outcome.snapshot, excerpt=outcome.excerpt,
         rules=outcome.rules, next_attempt_in=outcome.next_attempt_in,
+        prices=_json_list(outcome.prices), price_moves=_json_list(outcome.price_moves),
+        notify=outcome.notify,
         snapshots_kept=snapshots_kept, advance=advance, temporal_now=temporal_now,
     )  # fmt: skip
     return None if row is None else _result(row)

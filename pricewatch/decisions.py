@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from temporalio.common import RetryPolicy
 
-from pricewatch.models import CheckKind, CheckResult, CheckStatus
+from pricewatch.models import CheckKind, CheckResult, CheckStatus, PriceSettings
 
 UNSETTLED = (CheckStatus.RETRYING, CheckStatus.FAILED)
 
@@ -35,10 +35,18 @@ def final_result(
     return None
 
 
-def rules_fingerprint(selector: str | None, ignore: str | None, json_pointer: str | None) -> str:
-    """What the hash depends on besides the page: the extraction rules."""
-    rules = json.dumps([selector, ignore, json_pointer])
-    return hashlib.sha256(rules.encode()).hexdigest()[:16]
+def rules_fingerprint(
+    selector: str | None,
+    ignore: str | None,
+    json_pointer: str | None,
+    prices: PriceSettings | None = None,
+) -> str:
+    """What the hash depends on besides the page: the extraction rules, and in price mode
+    the price rules too (new rules start from a new baseline, so they tell no stale move)."""
+    rules = [selector, ignore, json_pointer]
+    if prices is not None:
+        rules.append(prices.model_dump_json())
+    return hashlib.sha256(json.dumps(rules).encode()).hexdigest()[:16]
 
 
 def comparable(previous_rules: str | None, rules: str) -> bool:

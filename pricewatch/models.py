@@ -7,6 +7,7 @@ shapes still decode. Models are side-effect free so the workflow sandbox can imp
 import hashlib
 import re
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated
 
@@ -18,6 +19,7 @@ from pydantic import (
     Field,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from pricewatch.policy import RUN_CHECKS
@@ -76,6 +78,40 @@ class Channel(Model):
         return f"{self.kind.value}-{digest}"
 
 
+class NotifyOn(StrEnum):
+    """Which moves of a price tell the channels (price mode)."""
+
+    ANY_CHANGE = "any-change"
+    """Anything the hash covers: a price moved, or a price appeared or disappeared."""
+    PRICE_CHANGE = "price-change"
+    DROP = "drop"
+    RISE = "rise"
+
+
+class PriceSettings(Model):
+    """Price mode: the page's prices (not its text) are what is compared, and these rules
+    decide which moves are told. Without a selector, the prices come from the page's
+    structured data (JSON-LD offers, microdata, OpenGraph)."""
+
+    selector: str | None = None
+    """CSS selector: each match is one price (instead of structured data)."""
+    name: str | None = None
+    """CSS selector relative to each match: the price's name (default: its position)."""
+    notify_on: NotifyOn = NotifyOn.PRICE_CHANGE
+    below: Decimal | None = None
+    """Tell when a price falls below this (once per crossing)."""
+    above: Decimal | None = None
+    """Tell when a price rises above this (once per crossing)."""
+    min_change_percent: Decimal | None = Field(default=None, gt=0)
+    """Tell only moves of at least this many percent against the previous check."""
+
+    @model_validator(mode="after")
+    def _name_needs_selector(self) -> "PriceSettings":
+        if self.name is not None and self.selector is None:
+            raise ValueError("a price name selector needs a price selector")
+        return self
+
+
 class TargetConfig(Model):
     """What the user asked for: the only thing `add` and `reconfigure` change."""
 
@@ -95,6 +131,17 @@ class TargetConfig(Model):
     """RFC 6901 pointer (JSON): only that value counts."""
     user_agent: str | None = None
     """Overrides pricewatch's User-Agent for this target."""
+    prices: PriceSettings | None = None
+    """Price mode (1.1): compare the page's prices, tell by these rules."""
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> "TargetConfig":
+        if self.prices is not None and (self.selector or self.json_pointer or self.ignore):
+            raise ValueError(
+                "price mode reads the prices alone: selector, ignore and json_pointer do not "
+                "apply (use a price selector)"
+            )
+        return self
 
     @field_validator("target_id")
     @classmethod
@@ -151,6 +198,9 @@ class CheckResult(Model):
     next_attempt_at: UtcDatetime | None = None
     """While `retrying`: the next attempt comes no earlier (by the database's clock)."""
     next_slot: UtcDatetime | None = None
+    notify: bool = True
+    """For a change: whether the channels are told. Price rules hold back the moves they do
+    not match (1.1)."""
     already_recorded: bool = False
     unnotified: list["CheckResult"] = Field(default_factory=list)
     """With an already recorded slot: changes recorded after it, before the schedule's next
@@ -169,6 +219,7 @@ class CheckInput(Model):
     ignore: str | None = None
     json_pointer: str | None = None
     user_agent: str | None = None
+    prices: PriceSettings | None = None
     asked_at: UtcDatetime | None = None
     """Temporal's time when the workflow asked for this check. The schedule moves on from the
     later of it and the database's now(): never from a worker's clock."""
@@ -185,7 +236,7 @@ class CheckInput(Model):
         return cls(
             target_id=config.target_id, url=config.url, slot=slot, kind=kind, retry=retry,
             selector=config.selector, ignore=config.ignore, json_pointer=config.json_pointer,
-            user_agent=config.user_agent,
+            user_agent=config.user_agent, prices=config.prices,
         )  # fmt: skip
 
     @property

@@ -93,10 +93,7 @@ class Checker:
     async def check(self) -> CheckResult:
         env = ActivityEnvironment()
         env.info = dataclasses.replace(env.info, current_attempt_scheduled_time=self.slot)
-        check = CheckInput(
-            target_id=self.config.target_id, url=self.config.url,
-            slot=self.slot, selector=self.config.selector, ignore=self.config.ignore,
-        )  # fmt: skip
+        check = CheckInput.of(self.config, self.slot)
         result: CheckResult = await env.run(self.activities.check_slot, check)
         assert result.next_slot is not None
         self.slot = result.next_slot

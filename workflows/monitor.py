@@ -73,6 +73,9 @@ SHORT_RUNS = "short-runs"
 # instead of waiting for them (with short runs, a receiver in its retries would otherwise hold
 # the schedule up for up to its retry budget, about 15 minutes).
 NOTICES_DO_NOT_HOLD_CHECKS = "notices-do-not-hold-checks"
+# 1.1: in price mode a change is told only if a price rule fired (`CheckResult.notify`).
+# Every result recorded before it says notify (the default), so it takes no other path there.
+PRICE_RULES = "price-rules"
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -354,7 +357,10 @@ class MonitorTarget:
     def _notify(self, result: CheckResult, health_notice: Notice | None) -> None:
         """Tell every channel, in the background: the schedule never waits for a slow
         receiver. A change is told once per channel; so is each health transition."""
-        notices = [Notice.CHANGED] if result.status is CheckStatus.CHANGED else []
+        told = result.status is CheckStatus.CHANGED and (
+            result.notify or not workflow.patched(PRICE_RULES)
+        )
+        notices = [Notice.CHANGED] if told else []
         if health_notice is not None:
             notices.append(health_notice)
         for notice in notices:

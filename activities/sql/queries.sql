@@ -13,7 +13,7 @@ WITH target AS (
     SELECT enabled, next_slot FROM monitor_targets WHERE id = :target_id
 ), existing AS (
     SELECT work_id, scheduled_for, kind, status, checked_at, attempt_count, result_hash,
-           previous_hash, error_message, next_attempt_at
+           previous_hash, error_message, next_attempt_at, notify
       FROM source_checks WHERE work_id = :work_id
 ), claimed AS (
     UPDATE monitor_targets
@@ -32,7 +32,7 @@ SELECT
     -- The latest observation, whichever check made it: each change is reported once. Its
     -- validators make the fetch conditional; the newest snapshot is the text it saw.
     (SELECT to_jsonb(p) FROM (
-        SELECT result_hash, etag, last_modified, rules FROM source_checks
+        SELECT result_hash, etag, last_modified, rules, prices FROM source_checks
          WHERE target_id = :target_id AND status IN ('unchanged', 'changed')
            AND work_id <> :work_id
          ORDER BY checked_at DESC LIMIT 1) p) AS previous,
@@ -56,11 +56,13 @@ WITH lease AS (
 ), recorded AS (
     INSERT INTO source_checks AS c (work_id, target_id, scheduled_for, kind, checked_at, status,
         attempt_count, result_hash, previous_hash, http_status, body_bytes, error_message,
-        etag, last_modified, snapshot, excerpt, rules, next_attempt_at)
+        etag, last_modified, snapshot, excerpt, rules, next_attempt_at, prices, price_moves,
+        notify)
     SELECT :work_id::text, id, :slot::timestamptz, :kind::text, now(), :status::text, 1,
            :result_hash::text, :previous_hash::text, :http_status::integer,
            :body_bytes::integer, :error_message::text, :etag::text, :last_modified::text,
-           :snapshot::bytea, :excerpt::text, :rules::text, now() + :next_attempt_in::interval
+           :snapshot::bytea, :excerpt::text, :rules::text, now() + :next_attempt_in::interval,
+           :prices::jsonb, :price_moves::jsonb, :notify::boolean
       FROM lease
     ON CONFLICT (work_id) DO UPDATE
        SET checked_at = excluded.checked_at, status = excluded.status,
@@ -69,10 +71,11 @@ WITH lease AS (
            body_bytes = excluded.body_bytes, error_message = excluded.error_message,
            etag = excluded.etag, last_modified = excluded.last_modified,
            snapshot = excluded.snapshot, excerpt = excluded.excerpt, rules = excluded.rules,
-           next_attempt_at = excluded.next_attempt_at
+           next_attempt_at = excluded.next_attempt_at, prices = excluded.prices,
+           price_moves = excluded.price_moves, notify = excluded.notify
      WHERE c.status IN ('retrying', 'failed', 'skipped')  -- a real result replaces a placeholder
     RETURNING work_id, scheduled_for, kind, status, checked_at, attempt_count, result_hash,
-              previous_hash, error_message, next_attempt_at
+              previous_hash, error_message, next_attempt_at, notify
 ), pruned AS (
     -- Keep the newest :snapshots_kept snapshots of the target (this new one included).
     UPDATE source_checks SET snapshot = NULL
@@ -248,9 +251,9 @@ ON CONFLICT (target_id, channel_id) DO NOTHING;
 -- has neither sent nor given up: the run that recorded them is not the one asking, so
 -- nobody else will tell the channels.
 SELECT work_id, scheduled_for, kind, status, checked_at, attempt_count, result_hash,
-       previous_hash, error_message, next_attempt_at
+       previous_hash, error_message, next_attempt_at, notify
   FROM source_checks c
- WHERE c.target_id = :target_id AND c.kind = 'scheduled' AND c.status = 'changed'
+ WHERE c.target_id = :target_id AND c.kind = 'scheduled' AND c.status = 'changed' AND c.notify
    AND c.scheduled_for > :after AND c.scheduled_for < :before
    AND EXISTS (
        SELECT 1 FROM channels ch
@@ -273,7 +276,7 @@ SELECT EXISTS (SELECT 1 FROM monitor_targets WHERE id = :target_id);
 
 -- name: stored_check
 SELECT work_id, scheduled_for, kind, status, checked_at, attempt_count, result_hash,
-       previous_hash, error_message, next_attempt_at
+       previous_hash, error_message, next_attempt_at, notify
   FROM source_checks WHERE work_id = :work_id;
 
 -- name: check_target
@@ -352,6 +355,7 @@ SELECT
     ) AS status,
     EXISTS (SELECT 1 FROM taken) AS taken,
     (SELECT excerpt FROM source_checks WHERE work_id = :work_id) AS excerpt,
+    (SELECT price_moves FROM source_checks WHERE work_id = :work_id) AS price_moves,
     now() AS now,
     c.kind, c.destination, c.secret, c.disabled_reason
   FROM (SELECT 1) AS one

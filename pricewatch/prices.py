@@ -1,0 +1,142 @@
+"""Price mode's decisions, as pure functions: what an observation is, how two compare, and
+which moves the target's rules tell (no I/O; `tests/test_prices.py` covers them).
+
+An observation is the page's prices in page order, each named: `[Price(name, amount,
+currency), ...]`. It is stored with its slot's row, and its text (`listing`) is what is hashed,
+so a page whose prices did not move is `unchanged` whatever else changed on it. Rules are
+evaluated against the previous observation, the same one the hash compares with: a price that
+crosses a threshold is told once, at the check that sees it cross, and not again while it stays.
+"""
+
+from dataclasses import dataclass, replace
+from decimal import Decimal
+
+from pricewatch.models import NotifyOn, PriceSettings
+
+
+@dataclass(frozen=True)
+class Price:
+    name: str
+    amount: Decimal
+    currency: str | None = None
+
+    def as_json(self) -> dict[str, str | None]:
+        return {"name": self.name, "amount": str(self.amount), "currency": self.currency}
+
+    @classmethod
+    def from_json(cls, value: dict[str, str | None]) -> "Price":
+        return cls(str(value["name"]), Decimal(str(value["amount"])), value.get("currency"))
+
+
+@dataclass(frozen=True)
+class Move:
+    """One named price that differs from the previous observation (None: it was not there, or
+    is not any more), and the rules that fired for it."""
+
+    name: str
+    old: Decimal | None
+    new: Decimal | None
+    currency: str | None
+    old_currency: str | None
+    rules: tuple[str, ...] = ()
+
+    @property
+    def change(self) -> Decimal | None:
+        if self.old is None or self.new is None or self.currency != self.old_currency:
+            return None
+        return self.new - self.old
+
+    @property
+    def change_percent(self) -> Decimal | None:
+        change = self.change
+        if change is None or self.old is None or self.old == 0:
+            return None
+        return round(change * 100 / self.old, 2)
+
+    def as_json(self) -> dict[str, object]:
+        def text(value: Decimal | None) -> str | None:
+            return None if value is None else str(value)
+
+        return {
+            "name": self.name,
+            "old": text(self.old),
+            "new": text(self.new),
+            "currency": self.currency if self.new is not None else self.old_currency,
+            "previous_currency": self.old_currency,
+            "change": text(self.change),
+            "change_percent": text(self.change_percent),
+            "rules": list(self.rules),
+        }
+
+
+def listing(prices: list[Price]) -> str:
+    """The observation as text, one price per line: hashed, kept as the snapshot, diffed."""
+    lines = (f"{p.name}: {p.amount.normalize():f} {p.currency or ''}" for p in prices)
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def moves(previous: list[Price], current: list[Price], rules: PriceSettings) -> list[Move]:
+    """Every price that moved, appeared or went, in page order, with the rules that fire."""
+    before = {p.name: p for p in previous}
+    now = {p.name: p for p in current}
+    found = []
+    for name in [*now, *(n for n in before if n not in now)]:
+        old, new = before.get(name), now.get(name)
+        if (
+            old is not None
+            and new is not None
+            and (old.amount, old.currency)
+            == (
+                new.amount,
+                new.currency,
+            )
+        ):
+            continue
+        move = Move(
+            name,
+            old.amount if old else None,
+            new.amount if new else None,
+            new.currency if new else None,
+            old.currency if old else None,
+        )
+        found.append(replace(move, rules=fired(move, rules)))
+    return found
+
+
+def fired(move: Move, rules: PriceSettings) -> tuple[str, ...]:
+    """The rules this move satisfies; empty if it is not told. Every rule given must hold:
+    the direction (`notify_on`), a crossing of `below` or `above` if either is set, and a
+    move of at least `min_change_percent` if set."""
+    change = move.change
+    if change is None:  # appeared, went, or changed currency: no amount to compare
+        return ("any-change",) if rules.notify_on is NotifyOn.ANY_CHANGE else ()
+    assert move.old is not None and move.new is not None
+    direction = {
+        NotifyOn.ANY_CHANGE: True,
+        NotifyOn.PRICE_CHANGE: True,
+        NotifyOn.DROP: change < 0,
+        NotifyOn.RISE: change > 0,
+    }[rules.notify_on]
+    if not direction:
+        return ()
+    told = [rules.notify_on.value]
+    if rules.below is not None or rules.above is not None:
+        crossings = []
+        if rules.below is not None and move.old >= rules.below > move.new:
+            crossings.append(f"below {rules.below}")
+        if rules.above is not None and move.old <= rules.above < move.new:
+            crossings.append(f"above {rules.above}")
+        if not crossings:
+            return ()
+        told += crossings
+    if rules.min_change_percent is not None:
+        percent = move.change_percent
+        if percent is None or abs(percent) < rules.min_change_percent:
+            return ()
+        told.append(f"change >= {rules.min_change_percent}%")
+    return tuple(told)
+
+
+def tells(found: list[Move]) -> bool:
+    """Whether the channels hear of this change: some move fired a rule."""
+    return any(move.rules for move in found)

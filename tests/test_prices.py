@@ -1,0 +1,297 @@
+"""Price mode: reading prices from every kind of page, the rules' semantics (properties), and
+the check activity on real Postgres and a real page server: what is recorded and told."""
+
+from decimal import Decimal
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from temporalio.testing import ActivityEnvironment
+
+from activities import store
+from activities.normalise import ExtractionError
+from activities.notify import NotifyActivities, SmtpSettings
+from activities.prices import parse_amount, read_prices
+from pricewatch.models import (
+    Channel,
+    ChannelKind,
+    CheckInput,
+    DeliveryInput,
+    Notice,
+    NotifyOn,
+    PriceSettings,
+    TargetConfig,
+)
+from pricewatch.prices import Price, listing, moves, tells
+from tests.conftest import MailSink, WebhookReceiver
+from tests.test_content import T0, Checker, Site, http, site  # noqa: F401 (fixtures)
+
+PAGES = Path(__file__).parent / "pages"
+STRUCTURED = PriceSettings()
+
+
+def read(page: str, settings: PriceSettings = STRUCTURED) -> list[tuple[str, str, str | None]]:
+    found = read_prices((PAGES / page).read_text(), settings)
+    return [(p.name, str(p.amount), p.currency) for p in found]
+
+
+def test_json_ld_offers_of_several_plans() -> None:
+    """Offer names, an sku, a priceSpecification; a broken JSON-LD block is passed over."""
+    assert read("jsonld-plans.html") == [
+        ("CX22", "4.51", "EUR"),
+        ("cx32", "7.59", "EUR"),
+        ("CX42", "18.92", "EUR"),
+    ]
+
+
+def test_json_ld_aggregate_offer_is_its_low_and_high_price() -> None:
+    assert read("jsonld-aggregate.html") == [
+        ("Widget (low)", "9.00", "USD"),
+        ("Widget (high)", "19.00", "USD"),
+    ]
+
+
+def test_microdata_offers_with_names_and_swiss_formatting() -> None:
+    assert read("microdata-plans.html") == [
+        ("Starter", "12.00", "CHF"),
+        ("Business", "1234.50", "CHF"),
+    ]
+
+
+def test_open_graph_price() -> None:
+    assert read("opengraph.html") == [("Pro plan", "29.00", "GBP")]
+
+
+def test_a_price_selector_names_each_match_and_reads_european_formats() -> None:
+    assert read("table-eu.html", PriceSettings(selector="tr.plan", name="th")) == [
+        ("Basis", "1234.56", "€"),
+        ("Plus", "12", "€"),
+        ("Pro", "9.90", "€"),
+        ("Stunde", "0.007", "€"),
+        ("US", "1234.56", "$"),
+    ]
+
+
+def test_unnamed_matches_are_named_by_position_and_duplicates_stay_apart() -> None:
+    html = "<p class=p>$5</p><p class=p>$6</p><div><b>Pro</b><i>$7</i></div><div><b>Pro</b><i>$8</i></div>"
+    assert [p.name for p in read_prices(html, PriceSettings(selector="p.p"))] == [
+        "price 1",
+        "price 2",
+    ]
+    named = read_prices(html, PriceSettings(selector="div", name="b"))
+    assert [(p.name, p.amount) for p in named] == [("Pro", 7), ("Pro (2)", 8)]
+
+
+@pytest.mark.parametrize(
+    ("text", "amount", "currency"),
+    [
+        ("1.234,56 €", "1234.56", "€"),
+        ("$1,234.56", "1234.56", "$"),
+        ("12,-", "12", None),
+        ("CHF 12.–", "12", "CHF"),
+        ("from $9/mo", "9", "$"),
+        ("$0.007/hour", "0.007", "$"),
+        ("0,50 €", "0.50", "€"),
+    ],
+)
+def test_amounts_as_pages_write_them(text: str, amount: str, currency: str | None) -> None:
+    assert parse_amount(text, "test") == (Decimal(amount), currency)
+
+
+def test_a_price_that_cannot_be_read_names_the_selector_and_the_text() -> None:
+    with pytest.raises(ExtractionError, match=r"price selector 'td'.*'Call us'"):
+        read_prices("<table><tr><td>Call us</td></tr></table>", PriceSettings(selector="td"))
+    with pytest.raises(ExtractionError, match="matched nothing"):
+        read_prices("<p>$5</p>", PriceSettings(selector="td"))
+    with pytest.raises(ExtractionError, match="no prices on the page"):
+        read_prices("<p>$5</p>", STRUCTURED)
+
+
+def prices(*amounts: str, names: str = "ABC") -> list[Price]:
+    return [Price(name, Decimal(a), "EUR") for name, a in zip(names, amounts, strict=False)]
+
+
+def test_moves_name_the_old_and_new_price_and_the_change() -> None:
+    [move] = moves(prices("10.00", "20.00"), prices("10.00", "18.00"), PriceSettings())
+    assert move.as_json() == {
+        "name": "B", "old": "20.00", "new": "18.00", "currency": "EUR",
+        "previous_currency": "EUR", "change": "-2.00", "change_percent": "-10.00",
+        "rules": ["price-change"],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("rules", "told"),
+    [
+        (PriceSettings(), True),
+        (PriceSettings(notify_on=NotifyOn.DROP), True),
+        (PriceSettings(notify_on=NotifyOn.RISE), False),
+        (PriceSettings(below=Decimal(19)), True),
+        (PriceSettings(below=Decimal(17)), False),
+        (PriceSettings(above=Decimal(15)), False),
+        (PriceSettings(min_change_percent=Decimal(10)), True),
+        (PriceSettings(min_change_percent=Decimal("10.01")), False),
+        (PriceSettings(notify_on=NotifyOn.RISE, below=Decimal(19)), False),
+    ],
+)
+def test_every_rule_given_must_hold(rules: PriceSettings, told: bool) -> None:
+    assert tells(moves(prices("20.00"), prices("18.00"), rules)) is told
+
+
+def test_a_plan_that_appears_is_told_only_for_any_change() -> None:
+    assert not tells(moves(prices("5"), prices("5", "9"), PriceSettings()))
+    [move] = moves(prices("5"), prices("5", "9"), PriceSettings(notify_on=NotifyOn.ANY_CHANGE))
+    assert (move.name, move.old, move.new, move.rules) == ("B", None, 9, ("any-change",))
+
+
+@given(
+    st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=30),
+    st.integers(min_value=1, max_value=40),
+)
+def test_each_crossing_below_is_told_once(amounts: list[int], threshold: int) -> None:
+    """Check by check, as the activity compares: the first is a baseline, then one notice per
+    fall through the threshold, none while the price stays below it."""
+    rules = PriceSettings(below=Decimal(threshold))
+    told = 0
+    for before, after in zip(amounts, amounts[1:], strict=False):
+        if before != after:
+            told += tells(moves(prices(str(before)), prices(str(after)), rules))
+    crossings = sum(a >= threshold > b for a, b in zip(amounts, amounts[1:], strict=False))
+    assert told == crossings
+
+
+def test_the_listing_is_what_is_hashed_and_ignores_trailing_zeros() -> None:
+    assert listing(prices("12.00", "7.5")) == "A: 12 EUR\nB: 7.5 EUR"
+    assert listing(prices("12.00")) == listing(prices("12"))
+
+
+# The check activity, on real Postgres and a real page server.
+
+
+def plans(basic: str, pro: str, banner: str = "") -> str:
+    return (
+        f"<html><body><p>{banner}</p><table>"
+        f"<tr class=plan><th>Basic</th><td>{basic} €</td></tr>"
+        f"<tr class=plan><th>Pro</th><td>{pro} €</td></tr></table></body></html>"
+    )
+
+
+async def price_checker(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, site: Site, rules: PriceSettings
+) -> Checker:
+    config = TargetConfig(target_id="acme", url=site.url, interval_seconds=3600, prices=rules)
+    await store.sync_target(pool, config, next_slot=T0, enabled=True)
+    return Checker(pool, http, config)
+
+
+PLANS = PriceSettings(selector="tr.plan", name="th")
+
+
+async def stored(pool: asyncpg.Pool) -> list[tuple[str, bool, object, object]]:
+    rows = await pool.fetch(
+        "SELECT status, notify, prices, price_moves FROM source_checks WHERE status <> 'skipped' "
+        "ORDER BY scheduled_for"
+    )
+    return [(r["status"], r["notify"], r["prices"], r["price_moves"]) for r in rows]
+
+
+async def test_prices_are_recorded_per_slot_and_only_their_moves_are_changes(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, site: Site
+) -> None:
+    checks = await price_checker(pool, http, site, PLANS)
+    site.html = plans("9,90", "19,90", banner="Black Friday!")
+    await checks.check()  # the baseline
+    site.html = plans("9,90", "19,90", banner="Cyber Monday!")
+    unchanged = await checks.check()
+    site.html = plans("9,90", "24,90")
+    changed = await checks.check()
+    assert [unchanged.status, changed.status] == ["unchanged", "changed"]
+    rows = await stored(pool)
+    assert [r[0] for r in rows] == ["unchanged", "unchanged", "changed"]
+    assert all(r[2] is not None for r in rows), "every slot keeps the prices it saw"
+    assert '"new": "24.90"' in str(rows[2][3]) and '"old": "19.90"' in str(rows[2][3])
+    assert rows[2][1] is True
+
+
+async def test_a_move_no_rule_matches_is_a_change_nobody_is_told(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, site: Site
+) -> None:
+    checks = await price_checker(pool, http, site, PLANS.model_copy(update={"below": Decimal(9)}))
+    webhook = Channel(kind=ChannelKind.WEBHOOK, destination="http://127.0.0.1:9/hook")
+    checks.config = checks.config.model_copy(update={"channels": [webhook]})
+    await store.sync_target(pool, checks.config, next_slot=T0, enabled=True)
+    site.html = plans("9,90", "19,90")
+    await checks.check()
+    site.html = plans("9,50", "19,90")
+    quiet = await checks.check()
+    site.html = plans("8,50", "19,90")
+    told = await checks.check()
+    site.html = plans("8,00", "19,90")
+    still_below = await checks.check()
+    assert [(r.status, r.notify) for r in (quiet, told, still_below)] == [
+        ("changed", False),
+        ("changed", True),
+        ("changed", False),
+    ]
+    owed = await store.unnotified_changes(pool, "acme", T0, T0.replace(year=2027))
+    assert [r.work_id for r in owed] == [told.work_id], "only a told change is owed a notice"
+
+
+async def test_new_rules_are_a_new_baseline(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, site: Site
+) -> None:
+    checks = await price_checker(pool, http, site, PLANS)
+    site.html = plans("9,90", "19,90")
+    await checks.check()
+    checks.config = checks.config.model_copy(
+        update={"prices": PLANS.model_copy(update={"notify_on": NotifyOn.DROP})}
+    )
+    site.html = plans("9,90", "14,90")
+    rebased = await checks.check()
+    assert (rebased.status, rebased.previous_hash) == ("unchanged", None)
+
+
+async def test_a_page_without_prices_fails_permanently_with_what_it_found(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, site: Site
+) -> None:
+    checks = await price_checker(pool, http, site, PLANS)
+    site.html = plans("ask us", "19,90")
+    with pytest.raises(Exception, match=r"price selector 'tr.plan'.*Basic ask us"):
+        await checks.check()
+    [(status, _, recorded_prices, _)] = await stored(pool)
+    assert (status, recorded_prices) == ("failed", None), "never a guessed price"
+
+
+async def test_a_price_notice_carries_each_move(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, site: Site,
+    webhook_receiver: WebhookReceiver, smtp_server: tuple[MailSink, SmtpSettings],
+) -> None:  # fmt: skip
+    webhook = Channel(kind=ChannelKind.WEBHOOK, destination=webhook_receiver.url)
+    mail = Channel(kind=ChannelKind.EMAIL, destination="ops@example.com")
+    checks = await price_checker(pool, http, site, PLANS)
+    checks.config = checks.config.model_copy(update={"channels": [webhook, mail]})
+    await store.sync_target(pool, checks.config, next_slot=T0, enabled=True)
+    site.html = plans("9,90", "19,90")
+    await checks.check()
+    site.html = plans("9,90", "24,90")
+    change = await checks.check()
+    notify = NotifyActivities(pool, http, smtp_server[1])
+    for channel in (webhook, mail):
+        notice = DeliveryInput(
+            notice=Notice.CHANGED, channel_id=channel.channel_id, target_id="acme",
+            url=site.url, result=change,
+        )  # fmt: skip
+        await ActivityEnvironment().run(notify.deliver_notice, notice)
+    [(_, payload)] = webhook_receiver.received
+    assert payload["type"] == "price.changed"
+    assert payload["prices"] == [
+        {"name": "Pro", "old": "19.90", "new": "24.90", "currency": "€",
+         "previous_currency": "€", "change": "5.00", "change_percent": "25.13",
+         "rules": ["price-change"]},
+    ]  # fmt: skip
+    [message] = smtp_server[0].messages
+    assert "price changed" in message["Subject"]
+    assert "Pro: 19.90 -> 24.90 € (+5.00, +25.13%) [price-change]" in message.get_payload(decode=True).decode()
