@@ -316,8 +316,21 @@ async def check_target(pool: asyncpg.Pool, work_id: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-async def list_targets(pool: asyncpg.Pool) -> list[asyncpg.Record]:
-    return await QUERIES["list_targets"].fetch(pool)
+async def list_targets(pool: asyncpg.Pool, trend: int = 20) -> list[dict[str, object]]:
+    rows = await QUERIES["list_targets"].fetch(pool, trend=trend)
+    return [_decoded(row, "prices", "trend") for row in rows]
+
+
+async def price_history(
+    pool: asyncpg.Pool, target_id: str, since: datetime, limit: int
+) -> list[dict[str, object]]:
+    rows = await QUERIES["price_history"].fetch(pool, target_id=target_id, since=since, limit=limit)
+    return [_decoded(row, "prices") for row in rows]
+
+
+def _decoded(row: asyncpg.Record, *columns: str) -> dict[str, object]:
+    """The row with its jsonb columns parsed (the pool has no JSON codec)."""
+    return {**row, **{c: json.loads(row[c]) if row[c] is not None else None for c in columns}}
 
 
 async def check_history(pool: asyncpg.Pool, target_id: str, limit: int) -> list[CheckResult]:

@@ -27,7 +27,14 @@ from activities.guard import BlockedAddress
 from pricewatch import manifest, render, views
 from pricewatch.client import Action, Added, BadInput, Pricewatch, valid_id
 from pricewatch.durations import format_duration, parse_duration
-from pricewatch.models import Channel, ChannelKind, CheckResult, TargetConfig
+from pricewatch.models import (
+    Channel,
+    ChannelKind,
+    CheckResult,
+    NotifyOn,
+    PriceSettings,
+    TargetConfig,
+)
 from pricewatch.policy import CHECK_TIMEOUT
 from pricewatch.settings import Settings
 from pricewatch.slots import format_slot, work_id
@@ -126,6 +133,19 @@ def parse_start_at(text: str | None) -> datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+def parse_since(text: str) -> datetime:
+    """`7d` (that long ago) or an ISO-8601 moment."""
+    with contextlib.suppress(ValueError):
+        return datetime.now(UTC) - parse_duration(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as err:
+        raise BadInput(
+            f"invalid --since {text!r}: use a duration (7d, 12h) or ISO-8601 (2026-11-01)"
+        ) from err
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
 def print_result(result: CheckResult) -> None:
     typer.echo(render.check(result))
 
@@ -169,8 +189,40 @@ async def add(
         str | None, typer.Option(help="RFC 6901 pointer: only that value counts (JSON).")
     ] = None,
     user_agent: Annotated[str | None, typer.Option(help="User-Agent for this target.")] = None,
+    prices: Annotated[
+        bool,
+        typer.Option(
+            "--prices", help="Price mode: compare the page's prices (structured data), not text."
+        ),
+    ] = False,
+    price_selector: Annotated[
+        str | None, typer.Option(help="Price mode: CSS selector, each match one price.")
+    ] = None,
+    price_name: Annotated[
+        str | None, typer.Option(help="CSS selector inside each price match: its name.")
+    ] = None,
+    notify_on: Annotated[
+        NotifyOn | None,
+        typer.Option(help="Price mode: which moves are told (default price-change)."),
+    ] = None,
+    below: Annotated[
+        str | None, typer.Option(help="Price mode: tell when a price falls below this.")
+    ] = None,
+    above: Annotated[
+        str | None, typer.Option(help="Price mode: tell when a price rises above this.")
+    ] = None,
+    min_change_percent: Annotated[
+        str | None, typer.Option(help="Price mode: tell only moves of at least N percent.")
+    ] = None,
 ) -> None:
-    """Start watching a page (same settings again: no-op; different: reconfigure)."""
+    """Start watching a page (same settings again: no-op; different: reconfigure). Any price
+    option turns price mode on: the prices are compared, and the rules say which moves are
+    told."""
+    price_options = {
+        "selector": price_selector, "name": price_name, "notify_on": notify_on,
+        "below": below, "above": above, "min_change_percent": min_change_percent,
+    }  # fmt: skip
+    given = {key: value for key, value in price_options.items() if value is not None}
     config = TargetConfig(
         target_id=valid_id(target_id),
         url=url,
@@ -183,6 +235,7 @@ async def add(
         ignore=ignore,
         json_pointer=json_pointer,
         user_agent=user_agent,
+        prices=PriceSettings.model_validate(given) if prices or given else None,
     )
     async with pricewatch() as client:
         outcome = await client.add(config, parse_start_at(start_at))
@@ -279,6 +332,32 @@ async def deliveries(
         typer.echo("no deliveries yet")
     else:
         render.deliveries(rows)
+
+
+@app.command("prices")
+@command
+async def price_history(
+    target_id: IdArg,
+    since: Annotated[
+        str, typer.Option(help="From this long ago (7d, 12h) or this date (ISO-8601).")
+    ] = "30d",
+    limit: Annotated[int, typer.Option(min=1, max=100000, help="At most this many slots.")] = 1000,
+    plot: Annotated[
+        Path | None, typer.Option(help="Also draw the price history to this PNG file.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The prices each check read (price mode), one row per slot, oldest first."""
+    start = parse_since(since)
+    async with pricewatch() as client:
+        rows = await client.prices(target_id, start, limit)
+    if plot is not None:
+        render.plot_prices(target_id, rows, plot)
+    if as_json:
+        return print_json("prices", rows)
+    render.prices(rows)
+    if plot is not None:
+        typer.echo(f"plot: {plot}", err=True)
 
 
 @app.command()

@@ -21,6 +21,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities import store
 from activities.guard import AddressPolicy, BlockedAddress, check_url
 from activities.normalise import Extraction, validate_extraction
+from activities.prices import validate_price_settings
 from activities.retention import Expired, Retention, expired_summary, prune_pass
 from activities.snapshots import decompress, unified_diff
 from pricewatch.durations import format_duration
@@ -39,7 +40,7 @@ from pricewatch.names import WORKFLOW_TYPE, Query, Signal, Update
 from pricewatch.settings import Settings
 from pricewatch.slots import spread_anchor
 from pricewatch.temporal import connect, start_monitor, workflow_id
-from pricewatch.views import ChangeView, ChannelView, DeliveryView, TargetSummary
+from pricewatch.views import ChangeView, ChannelView, DeliveryView, PricesRow, TargetSummary
 
 REMOVE_WAIT = timedelta(seconds=120)
 
@@ -168,6 +169,8 @@ class Pricewatch:
             selector=config.selector, ignore=config.ignore, json_pointer=config.json_pointer
         )
         validate_extraction(rules)
+        if config.prices is not None:
+            validate_price_settings(config.prices)
         minimum = self.settings.min_interval
         if config.interval < minimum:
             raise BadInput(
@@ -353,6 +356,16 @@ class Pricewatch:
     async def deliveries(self, target_id: str, limit: int) -> list[DeliveryView]:
         rows = await store.target_deliveries(await self.pool(), valid_id(target_id), limit)
         return [DeliveryView(**row) for row in rows]
+
+    async def prices(self, target_id: str, since: datetime, limit: int) -> list[PricesRow]:
+        """The prices each check read (price mode), oldest first."""
+        rows = await store.price_history(await self.pool(), valid_id(target_id), since, limit)
+        if not rows:
+            raise BadInput(
+                f"no prices recorded for {target_id!r} since {since:%Y-%m-%d %H:%M} UTC "
+                "(price mode is on with --prices or --price-selector)"
+            )
+        return [PricesRow(**row) for row in rows]
 
     async def change(self, target_id: str, work_id: str | None = None) -> ChangeView:
         """A change (default: the newest) against the snapshot before it."""

@@ -4,6 +4,8 @@ row per line when piped, for grep and awk), lines for one record. Scripts use `-
 import sys
 from collections.abc import Sequence
 from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -11,7 +13,9 @@ from rich.table import Table
 from pricewatch.durations import format_duration
 from pricewatch.models import CheckResult, MonitorStatus
 from pricewatch.slots import format_slot
-from pricewatch.views import ChannelView, DeliveryView, TargetSummary
+from pricewatch.views import ChannelView, DeliveryView, PricesRow, PriceView, TargetSummary
+
+SPARKS = "▁▂▃▄▅▆▇█"
 
 
 def check(result: CheckResult) -> str:
@@ -58,8 +62,10 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 
 
 def targets(rows: Sequence[TargetSummary]) -> None:
+    """With a PRICES column (the first price, its trend) once any target is in price mode."""
+    priced = any(row.prices for row in rows)
     table(
-        ["ID", "STATE", "EVERY", "NEXT SLOT", "LAST", "URL"],
+        ["ID", "STATE", "EVERY", "NEXT SLOT", "LAST"] + (["PRICES"] if priced else []) + ["URL"],
         [
             [
                 row.id,
@@ -67,11 +73,80 @@ def targets(rows: Sequence[TargetSummary]) -> None:
                 format_duration(timedelta(seconds=row.interval_seconds)),
                 format_slot(row.next_slot),
                 row.last_status or "-",
-                row.url,
             ]
+            + ([price_summary(row)] if priced else [])
+            + [row.url]
             for row in rows
         ],
     )
+
+
+def amount(price: PriceView) -> str:
+    return f"{price.amount:f} {price.currency or ''}".rstrip()
+
+
+def price_summary(row: TargetSummary) -> str:
+    """`Basic 9.90 € ▁▁▅█ (+2 more)`: the first price now, and its last checks."""
+    if not row.prices:
+        return "-"
+    first, more = row.prices[0], len(row.prices) - 1
+    text = f"{first.name} {amount(first)} {sparkline(row.trend)}".rstrip()
+    return text + (f" (+{more} more)" if more else "")
+
+
+def sparkline(values: Sequence[Decimal]) -> str:
+    """One block character per value, scaled between the lowest and the highest."""
+    if len(values) < 2:
+        return ""
+    low, high = min(values), max(values)
+    if low == high:
+        return SPARKS[0] * len(values)
+    top = len(SPARKS) - 1
+    return "".join(SPARKS[round((v - low) / (high - low) * top)] for v in values)
+
+
+def prices(rows: Sequence[PricesRow]) -> None:
+    """One row per slot, one column per named price (in the order they first appeared)."""
+    names = list(dict.fromkeys(price.name for row in rows for price in row.prices))
+    table(
+        ["SLOT", "STATUS", *names],
+        [
+            [format_slot(row.scheduled_for), row.status]
+            + [amount(found[n]) if n in found else "-" for n in names]
+            for row in rows
+            for found in [{price.name: price for price in row.prices}]
+        ],
+    )
+
+
+def plot_prices(target_id: str, rows: Sequence[PricesRow], path: Path) -> None:
+    """The price history as a step chart, one line per named price (needs pricewatch[plot])."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib import pyplot
+    except ImportError as err:
+        raise ValueError("--plot needs matplotlib: pip install 'pricewatch[plot]'") from err
+    figure, axes = pyplot.subplots(figsize=(10, 5), layout="constrained")
+    names = list(dict.fromkeys(price.name for row in rows for price in row.prices))
+    for name in names:
+        points = [(row.scheduled_for, p) for row in rows for p in row.prices if p.name == name]
+        currency = points[-1][1].currency or ""
+        axes.step(
+            [when for when, _ in points],  # type: ignore[arg-type]  # matplotlib takes dates
+            [float(p.amount) for _, p in points],
+            where="post", marker=".", label=f"{name} ({currency})" if currency else name,
+        )  # fmt: skip
+    axes.set_title(f"{target_id}: prices per check")
+    axes.set_ylabel("amount")
+    axes.grid(alpha=0.3)
+    axes.legend(loc="best")
+    figure.autofmt_xdate()
+    try:
+        figure.savefig(path, dpi=100)
+    finally:
+        pyplot.close(figure)
 
 
 def checks(results: Sequence[CheckResult], when: bool = False) -> None:

@@ -6,7 +6,9 @@ a field shows there, and `tests/test_views.py` fails until the schema is regener
 import json
 import sys
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
@@ -15,6 +17,14 @@ from pricewatch.models import CheckResult, MonitorStatus
 
 class View(BaseModel):
     model_config = ConfigDict(frozen=True)
+
+
+class PriceView(View):
+    """One named price as a check read it (price mode)."""
+
+    name: str
+    amount: Decimal
+    currency: str | None
 
 
 class TargetSummary(View):
@@ -28,6 +38,10 @@ class TargetSummary(View):
     next_slot: datetime
     last_status: str | None
     """The newest recorded result other than `skipped`; None before the first check."""
+    prices: list[PriceView] | None = None
+    """Price mode: the prices the newest check read."""
+    trend: list[Decimal] = []
+    """Price mode: the first price's amount at each of the last checks, oldest first."""
 
 
 class StatusView(View):
@@ -68,6 +82,52 @@ class ChangeView(View):
     diff: str
 
 
+class PricesRow(View):
+    """`prices`: the prices one slot's check read, oldest slot first."""
+
+    work_id: str
+    scheduled_for: datetime
+    status: str
+    prices: list[PriceView]
+
+
+class PriceMoveView(View):
+    """One price that moved, in a `price.changed` notice. Amounts are decimal strings; `old`
+    is null for a price that appeared, `new` for one that went; `change` and
+    `change_percent` are null when there is no amount to compare (or it was 0)."""
+
+    name: str
+    old: Decimal | None
+    new: Decimal | None
+    currency: str | None
+    previous_currency: str | None
+    change: Decimal | None
+    change_percent: Decimal | None
+    rules: list[str]
+    """The rules this move satisfied; empty if it was not what the notice is for."""
+
+
+class NoticeBody(View):
+    """The JSON body of every webhook (signed per Standard Webhooks) and of every email."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: Literal["page.changed", "price.changed", "page.failing", "page.recovered"]
+    target_id: str
+    url: str
+    slot: str
+    work_id: str
+    status: str
+    previous_hash: str | None
+    new_hash: str | None
+    checked_at: datetime
+    error: str | None
+    failure_streak: int
+    excerpt: str | None
+    prices: list[PriceMoveView] | None = None
+    """`price.changed` only: every price that moved."""
+
+
 class ConfigView(View):
     """`config`: the effective settings (secrets masked) and the Temporal connection."""
 
@@ -85,12 +145,17 @@ OUTPUTS: dict[str, TypeAdapter[object]] = {
     "deliveries": TypeAdapter(list[DeliveryView]),
     "diff": TypeAdapter(ChangeView),
     "config": TypeAdapter(ConfigView),
+    "prices": TypeAdapter(list[PricesRow]),
 }
+# What every channel receives: a schema like the outputs', for receivers.
+PAYLOADS: dict[str, TypeAdapter[object]] = {"notice": TypeAdapter(NoticeBody)}
 SCHEMAS = Path(__file__).resolve().parent.parent / "docs" / "schemas"
 
 
-def schema(command: str) -> str:
-    return json.dumps(OUTPUTS[command].json_schema(mode="serialization"), indent=2) + "\n"
+def schema(name: str) -> str:
+    """The JSON Schema of a command's `--json` output or of a payload."""
+    shape = OUTPUTS.get(name) or PAYLOADS[name]
+    return json.dumps(shape.json_schema(mode="serialization"), indent=2) + "\n"
 
 
 def dump(command: str, value: object) -> str:
@@ -100,9 +165,9 @@ def dump(command: str, value: object) -> str:
 
 def write_schemas(folder: Path = SCHEMAS) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    for command in OUTPUTS:
-        (folder / f"{command}.json").write_text(schema(command))
-        print(f"wrote {folder / command}.json", file=sys.stderr)
+    for name in [*OUTPUTS, *PAYLOADS]:
+        (folder / f"{name}.json").write_text(schema(name))
+        print(f"wrote {folder / name}.json", file=sys.stderr)
 
 
 if __name__ == "__main__":

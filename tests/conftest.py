@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+import httpx
 import pytest
 from aiohttp import web
 from aiosmtpd.controller import Controller
@@ -28,6 +29,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
+from activities.fetch import new_client
 from activities.guard import AddressPolicy
 from activities.migrate import migrate
 from activities.notify import SmtpSettings
@@ -309,3 +311,41 @@ async def start(time_skipping_env: WorkflowEnvironment, task_queue: str) -> Asyn
     for handle in handles:
         with contextlib.suppress(RPCError):
             await time_skipping_env.client.get_workflow_handle(handle.id).terminate("test done")
+
+
+@dataclass
+class Site:
+    """A pricing page whose HTML the test edits; it answers If-None-Match with 304."""
+
+    html: str = ""
+    etag: str | None = None
+    url: str = ""
+    conditional_hits: int = 0
+
+    async def handle(self, request: web.Request) -> web.Response:
+        if self.etag and request.headers.get("if-none-match") == self.etag:
+            self.conditional_hits += 1
+            return web.Response(status=304, headers={"etag": self.etag})
+        headers = {"etag": self.etag} if self.etag else {}
+        return web.Response(text=self.html, content_type="text/html", headers=headers)
+
+
+@pytest.fixture
+async def site() -> AsyncIterator[Site]:
+    site = Site()
+    app = web.Application()
+    app.router.add_get("/pricing", site.handle)
+    runner = web.AppRunner(app, shutdown_timeout=1.0)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    site.url = f"http://127.0.0.1:{runner.addresses[0][1]}/pricing"
+    try:
+        yield site
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with new_client(LOOPBACK) as client:
+        yield client

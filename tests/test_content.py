@@ -6,20 +6,16 @@ import dataclasses
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
 import httpx
 import pytest
-from aiohttp import web
 from temporalio.testing import ActivityEnvironment
 
 from activities import store
 from activities.checks import CheckActivities
-from activities.fetch import new_client
 from activities.notify import NotifyActivities, SmtpSettings
 from pricewatch.models import (
     Channel,
@@ -30,48 +26,10 @@ from pricewatch.models import (
     Notice,
     TargetConfig,
 )
-from tests.conftest import LOOPBACK, MailSink, WebhookReceiver
+from tests.conftest import MailSink, Site, WebhookReceiver
 
 T0 = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
-
-
-@dataclass
-class Site:
-    """A pricing page whose HTML the test edits; it answers If-None-Match with 304."""
-
-    html: str = ""
-    etag: str | None = None
-    url: str = ""
-    conditional_hits: int = 0
-
-    async def handle(self, request: web.Request) -> web.Response:
-        if self.etag and request.headers.get("if-none-match") == self.etag:
-            self.conditional_hits += 1
-            return web.Response(status=304, headers={"etag": self.etag})
-        headers = {"etag": self.etag} if self.etag else {}
-        return web.Response(text=self.html, content_type="text/html", headers=headers)
-
-
-@pytest.fixture
-async def site() -> AsyncIterator[Site]:
-    site = Site()
-    app = web.Application()
-    app.router.add_get("/pricing", site.handle)
-    runner = web.AppRunner(app, shutdown_timeout=1.0)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    site.url = f"http://127.0.0.1:{runner.addresses[0][1]}/pricing"
-    try:
-        yield site
-    finally:
-        await runner.cleanup()
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with new_client(LOOPBACK) as client:
-        yield client
 
 
 def page(price: str, token: str = "t0", footer: str = "2026") -> str:

@@ -4,7 +4,6 @@ ActivityEnvironment supplies the attempt's info), so the race is reproduced exac
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -15,18 +14,11 @@ from temporalio.testing import ActivityEnvironment
 
 from activities import checks, store
 from activities.checks import CheckActivities
-from activities.fetch import new_client
 from pricewatch.models import CheckInput, CheckResult, CheckStatus, TargetConfig
 from pricewatch.policy import LEASE_HELD
-from tests.conftest import LOOPBACK, PageServer
+from tests.conftest import PageServer
 
 SLOT = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with new_client(LOOPBACK) as client:
-        yield client
 
 
 @pytest.fixture

@@ -20,10 +20,8 @@ from activities.fetch import (
     FetchError,
     classify_connection_error,
     fetch_page,
-    new_client,
     parse_retry_after,
 )
-from tests.conftest import LOOPBACK
 
 BODY = b"<html>Pro plan: 12.00 EUR / month</html>"
 NOW = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)
@@ -94,15 +92,6 @@ async def server() -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    client = new_client(LOOPBACK)
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 async def fetch_error(http: httpx.AsyncClient, url: str) -> FetchError:

@@ -4,7 +4,6 @@ mail by an aiosmtpd server) and real Postgres."""
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,7 +14,6 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from activities import store
-from activities.fetch import new_client
 from activities.notify import NotifyActivities, SmtpSettings
 from pricewatch.models import (
     Channel,
@@ -27,7 +25,7 @@ from pricewatch.models import (
     TargetConfig,
 )
 from pricewatch.policy import PERMANENT_DELIVERY_ERROR
-from tests.conftest import LOOPBACK, Hold, MailSink, PageServer, Start, WebhookReceiver
+from tests.conftest import Hold, MailSink, PageServer, Start, WebhookReceiver
 from tests.test_workflow import HOUR, rows, running_worker
 
 SLOT = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)
@@ -40,12 +38,6 @@ CHANGED = CheckResult(
     result_hash="b" * 64,
     previous_hash="a" * 64,
 )
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with new_client(LOOPBACK) as client:
-        yield client
 
 
 async def add_target(

@@ -1,6 +1,7 @@
 """Price mode: reading prices from every kind of page, the rules' semantics (properties), and
 the check activity on real Postgres and a real page server: what is recorded and told."""
 
+import itertools
 from decimal import Decimal
 from pathlib import Path
 
@@ -15,10 +16,10 @@ from activities import store
 from activities.normalise import ExtractionError
 from activities.notify import NotifyActivities, SmtpSettings
 from activities.prices import parse_amount, read_prices
+from pricewatch import views
 from pricewatch.models import (
     Channel,
     ChannelKind,
-    CheckInput,
     DeliveryInput,
     Notice,
     NotifyOn,
@@ -26,8 +27,8 @@ from pricewatch.models import (
     TargetConfig,
 )
 from pricewatch.prices import Price, listing, moves, tells
-from tests.conftest import MailSink, WebhookReceiver
-from tests.test_content import T0, Checker, Site, http, site  # noqa: F401 (fixtures)
+from tests.conftest import MailSink, Site, WebhookReceiver
+from tests.test_content import T0, Checker
 
 PAGES = Path(__file__).parent / "pages"
 STRUCTURED = PriceSettings()
@@ -76,13 +77,16 @@ def test_a_price_selector_names_each_match_and_reads_european_formats() -> None:
 
 
 def test_unnamed_matches_are_named_by_position_and_duplicates_stay_apart() -> None:
-    html = "<p class=p>$5</p><p class=p>$6</p><div><b>Pro</b><i>$7</i></div><div><b>Pro</b><i>$8</i></div>"
+    html = (
+        "<p class=p>$5</p><p class=p>$6</p>"
+        "<div><b>Pro</b><i>$7</i></div><div><b>Pro</b><i>$8</i></div>"
+    )
     assert [p.name for p in read_prices(html, PriceSettings(selector="p.p"))] == [
         "price 1",
         "price 2",
     ]
     named = read_prices(html, PriceSettings(selector="div", name="b"))
-    assert [(p.name, p.amount) for p in named] == [("Pro", 7), ("Pro (2)", 8)]
+    assert [(p.name, p.amount) for p in named] == [("Pro", Decimal(7)), ("Pro (2)", Decimal(8))]
 
 
 @pytest.mark.parametrize(
@@ -91,7 +95,7 @@ def test_unnamed_matches_are_named_by_position_and_duplicates_stay_apart() -> No
         ("1.234,56 €", "1234.56", "€"),
         ("$1,234.56", "1234.56", "$"),
         ("12,-", "12", None),
-        ("CHF 12.–", "12", "CHF"),
+        ("CHF 12.\u2013", "12", "CHF"),  # an en dash
         ("from $9/mo", "9", "$"),
         ("$0.007/hour", "0.007", "$"),
         ("0,50 €", "0.50", "€"),
@@ -144,7 +148,7 @@ def test_every_rule_given_must_hold(rules: PriceSettings, told: bool) -> None:
 def test_a_plan_that_appears_is_told_only_for_any_change() -> None:
     assert not tells(moves(prices("5"), prices("5", "9"), PriceSettings()))
     [move] = moves(prices("5"), prices("5", "9"), PriceSettings(notify_on=NotifyOn.ANY_CHANGE))
-    assert (move.name, move.old, move.new, move.rules) == ("B", None, 9, ("any-change",))
+    assert (move.name, move.old, move.new, move.rules) == ("B", None, Decimal(9), ("any-change",))
 
 
 @given(
@@ -156,10 +160,10 @@ def test_each_crossing_below_is_told_once(amounts: list[int], threshold: int) ->
     fall through the threshold, none while the price stays below it."""
     rules = PriceSettings(below=Decimal(threshold))
     told = 0
-    for before, after in zip(amounts, amounts[1:], strict=False):
+    for before, after in itertools.pairwise(amounts):
         if before != after:
             told += tells(moves(prices(str(before)), prices(str(after)), rules))
-    crossings = sum(a >= threshold > b for a, b in zip(amounts, amounts[1:], strict=False))
+    crossings = sum(a >= threshold > b for a, b in itertools.pairwise(amounts))
     assert told == crossings
 
 
@@ -286,6 +290,7 @@ async def test_a_price_notice_carries_each_move(
         )  # fmt: skip
         await ActivityEnvironment().run(notify.deliver_notice, notice)
     [(_, payload)] = webhook_receiver.received
+    views.PAYLOADS["notice"].validate_python(payload)  # as documented in docs/schemas/
     assert payload["type"] == "price.changed"
     assert payload["prices"] == [
         {"name": "Pro", "old": "19.90", "new": "24.90", "currency": "€",
@@ -294,4 +299,7 @@ async def test_a_price_notice_carries_each_move(
     ]  # fmt: skip
     [message] = smtp_server[0].messages
     assert "price changed" in message["Subject"]
-    assert "Pro: 19.90 -> 24.90 € (+5.00, +25.13%) [price-change]" in message.get_payload(decode=True).decode()
+    text = message.get_payload(decode=True)
+    assert isinstance(text, bytes)
+    text = text.decode()
+    assert "Pro: 19.90 -> 24.90 € (+5.00, +25.13%) [price-change]" in text

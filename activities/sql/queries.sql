@@ -283,15 +283,32 @@ SELECT work_id, scheduled_for, kind, status, checked_at, attempt_count, result_h
 SELECT target_id FROM source_checks WHERE work_id = :work_id;
 
 -- name: list_targets
+-- With, in price mode, the newest prices and the first price's last :trend amounts.
 SELECT t.id, t.url, t.interval_seconds, t.enabled, t.next_slot,
        t.failure_streak >= t.unhealthy_after AS unhealthy,
-       c.status AS last_status
+       c.status AS last_status, p.prices,
+       (SELECT COALESCE(jsonb_agg(r.amount ORDER BY r.checked_at), '[]') FROM (
+            SELECT checked_at, prices -> 0 ->> 'amount' AS amount FROM source_checks
+             WHERE target_id = t.id AND prices IS NOT NULL
+             ORDER BY checked_at DESC LIMIT :trend) r) AS trend
   FROM monitor_targets t
   LEFT JOIN LATERAL (
       SELECT status FROM source_checks
        WHERE target_id = t.id AND status <> 'skipped' ORDER BY checked_at DESC LIMIT 1
   ) c ON true
+  LEFT JOIN LATERAL (
+      SELECT prices FROM source_checks
+       WHERE target_id = t.id AND prices IS NOT NULL ORDER BY checked_at DESC LIMIT 1
+  ) p ON true
  ORDER BY t.id;
+
+-- name: price_history
+-- The prices each slot's check read (price mode), oldest first, from :since on.
+SELECT work_id, scheduled_for, status, prices FROM (
+    SELECT work_id, scheduled_for, status, prices FROM source_checks
+     WHERE target_id = :target_id AND prices IS NOT NULL AND scheduled_for >= :since
+     ORDER BY scheduled_for DESC LIMIT :limit) newest
+ ORDER BY scheduled_for;
 
 -- name: check_history
 SELECT work_id, scheduled_for, kind, status, checked_at, attempt_count, result_hash,
