@@ -215,7 +215,7 @@ class CheckActivities:
                 return await self._lost_lease(check, token, started)
             count("pricewatch_checks", "checks by outcome", kind=check.kind.value,
                   status=result.status.value, outcome="recorded")  # fmt: skip
-            tell(check, token, result.status.value, started)
+            tell(check, token, described(result, outcome), started)
             return result
         finally:
             if not committed:
@@ -365,6 +365,18 @@ class CheckActivities:
         return expected_failure(
             f"target {check.target_id} is leased by another attempt", LEASE_HELD
         )
+
+
+def described(result: CheckResult, outcome: store.Outcome) -> str:
+    """`changed`, or in price mode `changed: Pro 19.90 -> 24.90 EUR (not told)`."""
+    if not outcome.price_moves:
+        return result.status.value
+    moves = ", ".join(
+        f"{m.name} {m.old if m.old is not None else '-'} -> "
+        f"{m.new if m.new is not None else '-'} {m.currency or m.old_currency or ''}".rstrip()
+        for m in outcome.price_moves
+    )
+    return f"{result.status.value}: {moves}" + ("" if result.notify else " (no rule matched)")
 
 
 def tell(check: CheckInput, token: str, outcome: str, started: float) -> None:

@@ -9,6 +9,10 @@ control: one entry per target, in the words of `pricewatch add`'s options.
         emails: [ops@example.com]
         selector: "#pricing"
         paused: false
+      - id: acme-plans
+        url: https://acme.example/pricing
+        every: 6h
+        prices: {selector: tr.plan, name: th, below: 10}   # price mode; {} = structured data
 
 Every entry is read and validated before anything is started; an error names the file and
 the line of the entry (or of its bad field) and changes nothing.
@@ -23,7 +27,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pricewatch.durations import format_duration, parse_duration
-from pricewatch.models import Channel, ChannelKind, TargetConfig
+from pricewatch.models import Channel, ChannelKind, PriceSettings, TargetConfig
 
 DEFAULTS: dict[str, Any] = {
     name: field.default for name, field in TargetConfig.model_fields.items()
@@ -32,6 +36,12 @@ DEFAULTS: dict[str, Any] = {
 
 # TargetConfig's names for what an entry calls otherwise.
 ENTRY_FIELDS = {"target_id": "id", "interval_seconds": "every", "channels": "webhooks"}
+
+
+class PriceEntry(PriceSettings):
+    """`prices:` as written: a misspelt rule is an error, not a rule quietly not applied."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class ManifestError(ValueError):
@@ -57,6 +67,7 @@ class Entry(BaseModel):
     ignore: str | None = None
     json_pointer: str | None = None
     user_agent: str | None = None
+    prices: PriceEntry | None = None
 
     @field_validator("every", mode="before")
     @classmethod
@@ -76,6 +87,7 @@ class Entry(BaseModel):
             ignore=self.ignore,
             json_pointer=self.json_pointer,
             user_agent=self.user_agent,
+            prices=PriceSettings(**dict(self.prices)) if self.prices is not None else None,
         )
 
 
@@ -148,7 +160,8 @@ def _field_error(path: Path, node: yaml.Node, where: str, err: ValidationError) 
             if key.value == field:
                 where = f"{path}:{key.start_mark.line + 1}"
     message = first["msg"].removeprefix("Value error, ")
-    return f"{where}: {field}: {message}" if field else f"{where}: {message}"
+    inner = "".join(f".{part}" for part in first["loc"][1:])  # e.g. prices.below
+    return f"{where}: {field}{inner}: {message}" if field else f"{where}: {message}"
 
 
 def dump(targets: list[tuple[TargetConfig, bool]]) -> str:
@@ -174,6 +187,8 @@ def dump(targets: list[tuple[TargetConfig, bool]]) -> str:
             "user_agent": config.user_agent,
         }
         entry |= {key: value for key, value in optional.items() if value}
+        if config.prices is not None:
+            entry["prices"] = config.prices.model_dump(mode="json", exclude_defaults=True)
         entries.append(entry)
     return yaml.safe_dump({"targets": entries}, sort_keys=False, allow_unicode=True)
 

@@ -83,10 +83,31 @@ def running(pid: str) -> bool:
     return state != "Z"
 
 
+async def demo_plan_prices(data_dir: Path, temporal_port: int) -> str:
+    """`pricewatch prices demo-plans` once the plan table's first check is recorded."""
+    env = {**os.environ, "PRICEWATCH_DATA_DIR": str(data_dir),
+           "TEMPORAL_ADDRESS": f"127.0.0.1:{temporal_port}"}  # fmt: skip
+    env.pop("PRICEWATCH_DATABASE_URL", None)
+    for _ in range(60):
+        cli = await asyncio.create_subprocess_exec(
+            PRICEWATCH, "prices", "demo-plans", env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await cli.communicate()
+        if cli.returncode == 0:
+            return out.decode()
+        assert b"no prices recorded" in err, err
+        await asyncio.sleep(1)
+    raise AssertionError("the demo plan table was not checked within a minute")
+
+
 async def test_dev_runs_the_demo_stops_cleanly_and_resumes(tmp_path: Path) -> None:
     ports = {"temporal": free_port(), "ui": free_port(), "demo": free_port()}
     async with dev_stack(tmp_path, ports):
         first_rows = await until_rows(tmp_path, 0)
+        plans = await demo_plan_prices(tmp_path, ports["temporal"])
+        assert all(plan in plans for plan in ("Small", "Medium", "Large")), plans
+        assert "EUR" in plans, plans
         postmaster = (tmp_path / "pgdata" / "postmaster.pid").read_text().split()[0]
     assert not any(listening(port) for port in ports.values()), "a port is still served"
     assert not running(postmaster), "Postgres still runs"

@@ -1,12 +1,13 @@
 """Targets files: every entry read and validated up front, errors that name the file and
 line, and `dump` writing what `load` reads back (the services: tests/test_e2e.py)."""
 
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
 from pricewatch.manifest import ManifestError, dump, load
-from pricewatch.models import Channel, ChannelKind, TargetConfig
+from pricewatch.models import Channel, ChannelKind, NotifyOn, PriceSettings, TargetConfig
 
 GOOD = """\
 targets:
@@ -21,6 +22,14 @@ targets:
     url: https://acme.example/pricing
     every: 15m
     max_attempts: 2
+  - id: plans
+    url: https://plans.example/
+    every: 6h
+    prices: {selector: tr.plan, name: th, below: "9.50", notify_on: drop}
+  - id: shop
+    url: https://shop.example/
+    every: 1h
+    prices: {}
 """
 
 
@@ -31,7 +40,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_a_good_file_reads_as_configs(tmp_path: Path) -> None:
-    hetzner, acme = load(write(tmp_path, GOOD))
+    hetzner, acme, plans, shop = load(write(tmp_path, GOOD))
     assert hetzner.config == TargetConfig(
         target_id="hetzner", url="https://www.hetzner.com/cloud", interval_seconds=86400,
         channels=[Channel(kind=ChannelKind.WEBHOOK, destination="https://hooks.example.com/pricing"),
@@ -40,6 +49,10 @@ def test_a_good_file_reads_as_configs(tmp_path: Path) -> None:
     )  # fmt: skip
     assert hetzner.entry.paused and not acme.entry.paused
     assert acme.config.max_attempts == 2 and acme.where.endswith("targets.yaml:9")
+    assert plans.config.prices == PriceSettings(
+        selector="tr.plan", name="th", below=Decimal("9.50"), notify_on=NotifyOn.DROP
+    )
+    assert shop.config.prices == PriceSettings(), "`prices: {}` is price mode on structured data"
 
 
 @pytest.mark.parametrize(
@@ -54,6 +67,8 @@ def test_a_good_file_reads_as_configs(tmp_path: Path) -> None:
         ("targets:\n  - id: [\n", "targets.yaml:3: not valid YAML"),
         ("- id: a\n", "expected a mapping with one key, `targets`"),
         ("targets: {id: a}\n", "targets.yaml:1: `targets` must be a list"),
+        (GOOD.replace("below:", "belw:"), "targets.yaml:16: prices.belw: Extra inputs"),
+        (GOOD.replace('"9.50"', "cheap"), "targets.yaml:16: prices.below: Input should be a"),
     ],
 )
 def test_a_bad_entry_names_its_line_and_nothing_is_read(

@@ -7,15 +7,17 @@ dir, so a second run resumes every target with its history. Ctrl-C stops what it
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from pricewatch.models import MonitorState, TargetConfig
+from pricewatch.models import MonitorState, PriceSettings, TargetConfig
 from pricewatch.settings import EMBEDDED_DATABASE_URL_FILE, Settings
 from pricewatch.slots import spread_anchor
 from pricewatch.temporal import connect, ensure_retention_schedule, start_monitor
@@ -44,20 +46,54 @@ DEV_SQLITE_PRAGMAS = (
 # The dev stack watches local pages (the demo, your own test servers) on loopback only.
 DEV_ALLOW_NETWORKS = "127.0.0.1/32"
 DEMO_TARGET = "demo-pricing"
+DEMO_PLANS_TARGET = "demo-plans"
 # Demo only: far below PRICEWATCH_MIN_INTERVAL, so a newcomer sees a change within minutes.
 DEMO_INTERVAL_SECONDS = 20
 DEMO_PRICE_PERIOD_SECONDS = 120
+# The plan table: one plan's price moves each period, in turn (a rise, later a drop back).
+DEMO_PLANS = {"Small": Decimal("4.49"), "Medium": Decimal("8.99"), "Large": Decimal("17.99")}
+
+
+CENT = Decimal("0.01")
+
+
+def demo_plan_prices(period: int) -> dict[str, Decimal]:
+    """Each plan is up by 10% in every other of its turns."""
+    return {
+        name: (base * Decimal("1.1")).quantize(CENT) if (period - turn) // 3 % 2 else base
+        for turn, (name, base) in enumerate(DEMO_PLANS.items())
+    }
+
+
+def demo_plans_page(period: int) -> str:
+    """Three plans in a table, and the same prices as JSON-LD offers (what price mode reads)."""
+    prices = demo_plan_prices(period)
+    offers = [
+        {"@type": "Offer", "name": name, "price": f"{price:.2f}", "priceCurrency": "EUR"}
+        for name, price in prices.items()
+    ]
+    structured = {"@context": "https://schema.org", "@type": "Product", "name": "Demo Cloud",
+                  "offers": offers}  # fmt: skip
+    rows = "".join(f"<tr><th>{name}</th><td>EUR {p:.2f}</td></tr>" for name, p in prices.items())
+    return (
+        f'<html><head><script type="application/ld+json">{json.dumps(structured)}</script>'
+        f"</head><body><h1>Demo Cloud plans</h1><table>{rows}</table></body></html>"
+    )
 
 
 class DemoPricingPage(BaseHTTPRequestHandler):
-    """A pricing page whose price moves every two minutes."""
+    """A pricing page whose price moves every two minutes, and a plan table (`/plans`)."""
 
     def do_GET(self) -> None:
         period = int(datetime.now(UTC).timestamp()) // DEMO_PRICE_PERIOD_SECONDS
         price = 4 + period % 5
         body = (
-            "<html><body><h1>Demo Cloud</h1>"
-            f"<p>Small server: <b>EUR {price}.49</b> per month</p></body></html>"
+            demo_plans_page(period)
+            if self.path == "/plans"
+            else (
+                "<html><body><h1>Demo Cloud</h1>"
+                f"<p>Small server: <b>EUR {price}.49</b> per month</p></body></html>"
+            )
         ).encode()
         self.send_response(200)
         self.send_header("content-type", "text/html; charset=utf-8")
@@ -104,18 +140,24 @@ async def serve(settings: Settings, database_url: str, demo_url: str | None, ver
     ):
         await ensure_retention_schedule(client, settings.task_queue)
         if demo_url:
-            config = TargetConfig(
-                target_id=DEMO_TARGET, url=demo_url, interval_seconds=DEMO_INTERVAL_SECONDS
-            )
-            anchor = spread_anchor(DEMO_TARGET, datetime.now(UTC))  # as `pricewatch add` does
-            state = MonitorState(
-                config=config, start_at=anchor, min_interval_seconds=DEMO_INTERVAL_SECONDS
-            )
-            await start_monitor(client, state, settings.task_queue)
+            demos = [
+                TargetConfig(target_id=DEMO_TARGET, url=demo_url,
+                             interval_seconds=DEMO_INTERVAL_SECONDS),
+                TargetConfig(target_id=DEMO_PLANS_TARGET, url=f"{demo_url}plans",
+                             interval_seconds=DEMO_INTERVAL_SECONDS, prices=PriceSettings()),
+            ]  # fmt: skip
+            for config in demos:
+                # Anchored as `pricewatch add` does.
+                anchor = spread_anchor(config.target_id, datetime.now(UTC))
+                state = MonitorState(
+                    config=config, start_at=anchor, min_interval_seconds=DEMO_INTERVAL_SECONDS
+                )
+                await start_monitor(client, state, settings.task_queue)
             print(
-                f"demo:      watching {demo_url} every {DEMO_INTERVAL_SECONDS}s "
-                f"as {DEMO_TARGET!r} (price changes every "
-                f"{DEMO_PRICE_PERIOD_SECONDS // 60} min)",
+                f"demo:      watching {demo_url} as {DEMO_TARGET!r} and its plan table "
+                f"(price mode) as {DEMO_PLANS_TARGET!r}, every {DEMO_INTERVAL_SECONDS}s; a "
+                f"price moves every {DEMO_PRICE_PERIOD_SECONDS // 60} min. Try `pricewatch "
+                f"prices {DEMO_PLANS_TARGET}`.",
                 flush=True,
             )
         print(
