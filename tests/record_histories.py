@@ -6,7 +6,8 @@ server, Postgres, page server and worker in a temp dir, drives one target throug
 message (pause, resume, check-now, reconfigure, a permanent failure, a transient one
 retried as a normal activity, continue-as-new, a removal during a backoff) with a
 webhook channel told of its changes, a run started with 1.0's run length (300 checks)
-that 1.1 shortens, then one retention pass (`PruneChecks`), and
+that 1.1 shortens, a target in price mode whose rises nobody is told (`--notify-on drop`), then
+one retention pass (`PruneChecks`), and
 writes each run's history to tests/histories/<version>/, the package's version: from 1.0 on
 every release keeps its histories there and every later release must replay them.
 """
@@ -19,7 +20,15 @@ from pathlib import Path
 from aiohttp import web
 from temporalio.client import Client, WorkflowHistory
 
-from pricewatch.models import Channel, ChannelKind, CheckResult, MonitorState, TargetConfig
+from pricewatch.models import (
+    Channel,
+    ChannelKind,
+    CheckResult,
+    MonitorState,
+    NotifyOn,
+    PriceSettings,
+    TargetConfig,
+)
 from pricewatch.policy import LEGACY_RUN_CHECKS, RUN_CHECKS
 from pricewatch.settings import Settings
 from pricewatch.temporal import DATA_CONVERTER, start_monitor
@@ -97,6 +106,18 @@ async def drive(client: Client, activities: Activities, page_url: str) -> list[s
         await started.signal(MonitorTarget.remove)
         await client.get_workflow_handle(started.id).result()
         run_ids.append(f"{started.id}/{started.result_run_id}")
+        # Price mode: the price goes up and down; only the drops are told (1.1).
+        priced = config.model_copy(
+            update={"target_id": "recorded-prices", "url": page_url + "plans",
+                    "prices": PriceSettings(selector="p", notify_on=NotifyOn.DROP)}
+        )  # fmt: skip
+        started = await start_monitor(
+            client, MonitorState(config=priced, min_interval_seconds=1), TASK_QUEUE
+        )
+        await asyncio.sleep(RUN_CHECKS - 1)
+        await started.signal(MonitorTarget.remove)
+        await client.get_workflow_handle(started.id).result()
+        run_ids.append(f"{started.id}/{started.result_run_id}")
         # A retention pass, as the hourly Schedule starts one (nothing expired: a fresh
         # database; the shape of the history is what replay checks).
         prune = await client.start_workflow(
@@ -128,6 +149,9 @@ async def main() -> None:
             if request.path.endswith("busy") and not busy_answered:
                 busy_answered.append(request.path)
                 return web.Response(status=503, headers={"Retry-After": "1"})
+            if request.path.endswith("plans"):
+                price = 5 + next(counter) % 2
+                return web.Response(text=f"<p>$ {price}</p>", content_type="text/html")
             return web.Response(text=f"price {next(counter) // 3}")
 
         app.router.add_get("/{tail:.*}", page)
