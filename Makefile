@@ -11,7 +11,7 @@ $(BIN)/python:
 
 # Runs in the foreground; Ctrl-C stops everything it started. ARGS=--demo adds a demo page.
 dev: $(BIN)/python
-	$(BIN)/python -m pip install --quiet --editable '.[dev]'
+	$(BIN)/python -m pip install --quiet --editable '.[dev,plot]'
 	$(BIN)/pricewatch dev $(ARGS)
 
 demo:
