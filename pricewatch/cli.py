@@ -107,7 +107,8 @@ def _one_line(err: BaseException | None) -> str:
     if isinstance(err, ValidationError):
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        return f"{where}: {first['msg']}" if where else first["msg"]
+        message = first["msg"].removeprefix("Value error, ")
+        return f"{where}: {message}" if where else message
     return str(err).splitlines()[0] if str(err) else type(err).__name__
 
 
