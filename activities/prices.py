@@ -80,26 +80,29 @@ def parse_amount(text: str, where: str, *, structured: bool = False) -> tuple[De
 
 
 def _selected(tree: LexborHTMLParser, selector: str, name: str | None) -> Iterator[Price]:
+    """One price per match; with `name`, the named element's text is left out of the amount
+    (a plan called `CX22` must not read as 22, or `CX22 4,51 €` as 224.51)."""
     matches = tree.css(selector)
     if not matches:
         raise ExtractionError(f"price selector {selector!r} matched nothing")
     for position, match in enumerate(matches, 1):
-        try:
-            amount, currency = parse_amount(match.text(), f"price selector {selector!r}")
-        except ExtractionError:  # name what was there, as a reader sees it
-            shown = " ".join(match.text(separator=" ").split())
-            raise ExtractionError(
-                f"price selector {selector!r}: no price in match {position} {shown[:80]!r}"
-            ) from None
-        label = None
+        shown = " ".join(match.text(separator=" ").split())[:80]
+        text, label = match.text(), None
         if name is not None:
             named = match.css_first(name)
             if named is None:
                 raise ExtractionError(
                     f"price name selector {name!r} matched nothing inside price {position} "
-                    f"({' '.join(match.text(separator=' ').split())[:40]!r})"
+                    f"({shown!r})"
                 )
+            text = text.replace(named.text(), " ", 1)
             label = " ".join(named.text().split())
+        try:
+            amount, currency = parse_amount(text, f"price selector {selector!r}")
+        except ExtractionError:  # name what was there, as a reader sees it
+            raise ExtractionError(
+                f"price selector {selector!r}: no price in match {position} {shown!r}"
+            ) from None
         yield Price(label or f"price {position}", amount, currency)
 
 

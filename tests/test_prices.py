@@ -76,6 +76,12 @@ def test_a_price_selector_names_each_match_and_reads_european_formats() -> None:
     ]
 
 
+def test_a_name_with_digits_is_not_read_as_the_amount() -> None:
+    html = "<div class=plan><b>CX22</b> 4,51 €</div><div class=plan><b>CX32</b>€ 7.59</div>"
+    found = read_prices(html, PriceSettings(selector=".plan", name="b"))
+    assert [(p.name, str(p.amount)) for p in found] == [("CX22", "4.51"), ("CX32", "7.59")]
+
+
 def test_unnamed_matches_are_named_by_position_and_duplicates_stay_apart() -> None:
     html = (
         "<p class=p>$5</p><p class=p>$6</p>"
