@@ -14,6 +14,9 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 MIGRATION_LOCK_KEY = 0x70726963  # "pric": any constant shared by every runner
+# A migration may rewrite a big table: its statements are not held to the pool's statement
+# timeout (activities.store.STATEMENT_TIMEOUT), only to this.
+MIGRATION_SECONDS = 3600.0
 
 CREATE_LEDGER = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -37,7 +40,10 @@ def migration_files(folder: str = "sql") -> list[tuple[str, str]]:
 async def migrate(conn: asyncpg.Connection | PoolConnectionProxy) -> list[str]:
     """Apply pending migrations; return the versions this call applied."""
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK_KEY)
+        # Another process may be migrating: wait for it as long as a migration may take.
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK_KEY, timeout=MIGRATION_SECONDS
+        )
         await conn.execute(CREATE_LEDGER)
         done = {row["version"] for row in await conn.fetch("SELECT version FROM schema_migrations")}
         applied = []
@@ -55,7 +61,7 @@ async def _apply(
     applied = []
     for version, sql in files:
         if version not in done:
-            await conn.execute(sql)
+            await conn.execute(sql, timeout=MIGRATION_SECONDS)
             await _record(conn, version)
             applied.append(version)
     return applied

@@ -7,7 +7,7 @@ Storage only moves rows in and out; every statement is a named query in
 import base64
 import json
 import secrets
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
@@ -23,6 +23,16 @@ from pricewatch.models import (
     TargetConfig,
 )
 from pricewatch.prices import Move, Price
+
+# Every statement ends within STATEMENT_TIMEOUT, or asyncpg cancels it (the cancel request
+# has as long again, and the connection is then closed): a connection that hangs instead of
+# refusing (a black-holed network, a stuck server) fails the attempt in at most twice this,
+# which Temporal retries, instead of holding it until the activity's own timeout. The hot
+# path's statements take milliseconds. A new connection has CONNECT_TIMEOUT.
+STATEMENT_TIMEOUT = timedelta(seconds=5)
+CONNECT_TIMEOUT = timedelta(seconds=5)
+# The CLI's statements also summarise (`prune --dry-run` counts every expired row).
+CLI_STATEMENT_TIMEOUT = timedelta(seconds=60)
 
 SKIPPED_EARLY = "not checked: was due before the workflow could take it (late start or pause)"
 
@@ -69,6 +79,20 @@ class Outcome:
     prices: list[Price] | None = None
     price_moves: list[Move] | None = None
     notify: bool = True
+
+
+async def create_pool(
+    url: str,
+    *,
+    max_size: int,
+    statement_timeout: timedelta = STATEMENT_TIMEOUT,
+    reset: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
+) -> asyncpg.Pool:
+    """A pool whose every statement and connection attempt has a bound."""
+    return await asyncpg.create_pool(
+        url, min_size=1, max_size=max_size, command_timeout=statement_timeout.total_seconds(),
+        timeout=CONNECT_TIMEOUT.total_seconds(), reset=reset,
+    )  # fmt: skip
 
 
 def _json_list(values: Sequence[Price | Move] | None) -> str | None:

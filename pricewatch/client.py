@@ -123,7 +123,9 @@ class Pricewatch:
     async def pool(self) -> asyncpg.Pool:
         if self._pool is None:
             url = self.settings.resolved_database_url()
-            self._pool = await asyncpg.create_pool(url, min_size=1, max_size=1)
+            self._pool = await store.create_pool(
+                url, max_size=1, statement_timeout=store.CLI_STATEMENT_TIMEOUT
+            )
         return self._pool
 
     async def workflow(self, target_id: str) -> WorkflowHandle[Any, Any]:

@@ -1,6 +1,7 @@
 """Temporal names and the one client factory used by the CLI, the worker and the tests."""
 
 import json
+from datetime import timedelta
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType, IndexedValueType
@@ -40,6 +41,10 @@ from pricewatch.policy import PRUNE_EVERY
 
 # The marker the SDK records for a completed local activity.
 LOCAL_ACTIVITY_MARKER = "core_local_activity"
+# A one-off call of ours (not the worker's polls) gives up after this. Every call, polls too,
+# also runs on a connection whose HTTP/2 keepalive (the SDK's default: a ping every 30 s,
+# 15 s to answer) closes it when the frontend stops answering (docs/failures.md).
+RPC_TIMEOUT = timedelta(seconds=10)
 SEARCH_ATTRIBUTES = {
     TARGET_SEARCH_ATTRIBUTE.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
     UNHEALTHY_SEARCH_ATTRIBUTE.name: IndexedValueType.INDEXED_VALUE_TYPE_BOOL,
@@ -95,10 +100,10 @@ async def ensure_retention_schedule(client: Client, task_queue: str) -> None:
         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
     )
     try:
-        await client.create_schedule(RETENTION_SCHEDULE_ID, schedule)
+        await client.create_schedule(RETENTION_SCHEDULE_ID, schedule, rpc_timeout=RPC_TIMEOUT)
     except ScheduleAlreadyRunningError:
         await client.get_schedule_handle(RETENTION_SCHEDULE_ID).update(
-            lambda _: ScheduleUpdate(schedule=schedule)
+            lambda _: ScheduleUpdate(schedule=schedule), rpc_timeout=RPC_TIMEOUT
         )
 
 

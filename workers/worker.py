@@ -14,6 +14,7 @@ from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from activities import store
 from activities.checks import CheckActivities
 from activities.fetch import new_client
 from activities.guard import AddressPolicy
@@ -149,9 +150,7 @@ async def worker_activities(
 ) -> AsyncIterator[Activities]:
     """The worker's one pool and one HTTP client, shared by all activities, closed on exit.
     Applies pending migrations first unless told not to (a one-shot job does it)."""
-    pool = await asyncpg.create_pool(
-        database_url, min_size=1, max_size=pool_size, reset=keep_session
-    )
+    pool = await store.create_pool(database_url, max_size=pool_size, reset=keep_session)
     try:
         if migrate_schema:
             async with pool.acquire() as conn:
