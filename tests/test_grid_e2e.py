@@ -108,7 +108,10 @@ async def reset_three_ways(env: dict[str, str], client: Client, target_id: str) 
         "--reason", "test: reset to the last workflow task",
     )  # fmt: skip
     await asyncio.sleep(3 * INTERVAL.total_seconds())
-    history = await handle.fetch_history()
+    # That run's own history: with short runs the workflow may continue as new meanwhile,
+    # and its new run is shorter than the event id chosen here.
+    run_id = (await handle.describe()).run_id
+    history = await client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
     completed = [
         e.event_id
         for e in history.events
@@ -116,7 +119,8 @@ async def reset_three_ways(env: dict[str, str], client: Client, target_id: str) 
     ]
     middle = completed[len(completed) // 2]
     await temporal(
-        env, "workflow", "reset", "--workflow-id", handle.id, "--event-id", str(middle),
+        env, "workflow", "reset", "--workflow-id", handle.id, "--run-id", run_id,
+        "--event-id", str(middle),
         "--reason", "test: reset to an event in the middle",
     )  # fmt: skip
 
