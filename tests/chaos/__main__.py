@@ -1,23 +1,33 @@
 """`python -m tests.chaos`: run the chaos run once and exit non-zero on any FAIL."""
 
 import asyncio
+import dataclasses
 import os
 import sys
 
 import typer
 
-from tests.chaos.run import ChaosOptions, run_chaos
+from tests.chaos.run import SOAK, ChaosOptions, run_chaos
 
 
 def chaos(
-    targets: int = typer.Option(100, min=1, help="Targets, each with two webhook channels."),
+    targets: int = typer.Option(100, min=1, help="Targets, each with two webhooks and an email."),
     minutes: float = typer.Option(5.0, min=0.5, help="Run length; faults in the first half."),
     interval: int = typer.Option(10, min=1, help="Seconds between a target's slots (test-only)."),
     seed: int = typer.Option(1, help="Same seed, same fault moments."),
     workers: int = typer.Option(2, min=2, help="Worker processes."),
+    faults_per_minute: float | None = typer.Option(
+        None, min=1, help="All fault kinds together, per minute of the run."
+    ),
+    soak: bool = typer.Option(
+        False, "--soak", help="The soak preset: 1,100 faults in 24 minutes (only --seed applies)."
+    ),
 ) -> None:
     """Run a real stack under seeded faults and check the promise from the outside."""
-    options = ChaosOptions(targets, minutes, interval, seed, workers)
+    if soak:
+        options = dataclasses.replace(SOAK, seed=seed)
+    else:
+        options = ChaosOptions(targets, minutes, interval, seed, workers, faults_per_minute)
     report = asyncio.run(run_chaos(options))
     print(report.render(), flush=True)
     sys.stdout.flush()

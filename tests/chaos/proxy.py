@@ -83,6 +83,8 @@ class Proxy:
         self.hangs: list[Hang] = []
         self.server: asyncio.Server | None = None
         self.port = 0
+        self.accepted = 0
+        self.lock = asyncio.Lock()  # one fault at a time
 
     async def start(self) -> None:
         self.server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
@@ -103,9 +105,11 @@ class Proxy:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def fault(self, mode: str, seconds: float) -> None:
-        """Switch to `mode` for `seconds`, then back to normal."""
+    async def fault(self, mode: str, seconds: float) -> int:
+        """Switch to `mode` for `seconds`, then back to normal. Returns how many
+        connections it met (live ones and new ones)."""
         assert mode in MODES, mode
+        met = len(self.links) - self.accepted
         self.mode = mode
         if mode == "reset":
             for link in list(self.links):
@@ -119,6 +123,7 @@ class Proxy:
             self.mode = "normal"
             if mode == "blackhole":
                 self._close_hole(time.time())
+        return met + self.accepted
 
     def _close_hole(self, now: float) -> None:
         for link in [link for link in self.links if link.swallowed]:
@@ -129,6 +134,9 @@ class Proxy:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         link = Link(client=writer, swallowed=self.mode == "blackhole")
+        if link.swallowed:  # the client waits from now on (SMTP's server speaks first)
+            link.pending_since = time.time()
+        self.accepted += 1
         self.links.add(link)
         try:
             if not link.swallowed:

@@ -7,13 +7,19 @@ its lease, then thawed), the Temporal dev server SIGKILLed and restarted on its 
 Postgres crashed and restarted, duplicate starts, `ResetWorkflowExecution` to before a
 completed check and to the first workflow task (which registers the target again), a worker
 whose clock runs ten minutes ahead or behind (libfaketime), and pause/resume storms. Pages
-answer 429/503, trickle or drop the connection; the receiver sometimes answers 500. At the
-end of the run pages stop changing and faults stop; once everything due is final the run
-checks Postgres, the receiver's log and Temporal, and prints a table. Any FAIL makes the
-report fail.
+answer 429/503, trickle or drop the connection; the receiver sometimes answers 500. The
+workers reach every dependency (Postgres, the Temporal frontend, the pages, the webhook
+receiver, the SMTP server) through a proxy (`proxy.py`) that adds latency, resets
+connections, black-holes them or throttles them at seeded moments; every call a black hole
+swallows must end within its documented bound. At the end of the run pages stop changing and
+faults stop; once everything due is final the run checks Postgres, the receiver's and the
+mail server's logs and Temporal, and prints a table. Any FAIL makes the report fail.
+
+`--soak` is the long preset: a thousand faults and more in under half an hour.
 """
 
 import asyncio
+import contextlib
 import itertools
 import json
 import os
@@ -23,7 +29,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -37,17 +43,30 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
+from activities.fetch import FETCH_DEADLINE
 from activities.migrate import migrate
+from activities.notify import SEND_DEADLINE
+from activities.store import STATEMENT_TIMEOUT
 from pricewatch.models import Channel, ChannelKind, MonitorState, MonitorStatus, TargetConfig
 from pricewatch.names import WORKFLOW_TYPE
 from pricewatch.temporal import DATA_CONVERTER, local_activity_type, start_monitor, workflow_id
-from tests.chaos.stack import Outages, Pages, Postgres, Receiver, TemporalServer, Workers, serve
+from tests.chaos.proxy import Proxy, postgres_upstream, through
+from tests.chaos.stack import (
+    Mailbox,
+    Outages,
+    Pages,
+    Postgres,
+    Receiver,
+    TemporalServer,
+    Workers,
+    serve,
+)
 from workers.embedded import free_port
 from workflows.monitor import MonitorTarget
 
 TASK_QUEUE = "pricewatch-chaos"
-CHANNELS = ("a", "b")  # two webhooks per target: each must hear each change once
-# Faults per minute of run time; every kind is injected at least once.
+CHANNELS = ("a", "b")  # two webhooks per target (and one email): each hears each change once
+# Faults per minute of run time (scaled by --faults-per-minute); every kind at least once.
 FAULT_RATES = {
     "mid_fetch": 1.0,
     "after_fetch": 1.0,
@@ -63,6 +82,26 @@ FAULT_RATES = {
     "pause storm": 1.0,
 }
 ARMED_WINDOWS = ("mid_fetch", "after_fetch", "after_commit", "after_send", "zombie")
+DEPENDENCIES = ("postgres", "temporal", "pages", "webhooks", "smtp")
+# The longest a call into each dependency may hang (docs/failures.md, "Bounds on every
+# network call"); the run allows HANG_SLACK more for a busy machine.
+HANG_BOUNDS = {
+    "postgres": 2 * STATEMENT_TIMEOUT.total_seconds(),  # the statement, then its cancel
+    "temporal": 45.0,  # the SDK's HTTP/2 keepalive: a ping every 30 s, 15 s for the answer
+    "pages": FETCH_DEADLINE.total_seconds(),
+    "webhooks": SEND_DEADLINE.total_seconds(),
+    "smtp": SEND_DEADLINE.total_seconds(),
+}
+HANG_SLACK = 5.0
+MODE_RATES = {"latency": 0.5, "reset": 0.6, "throttle": 0.4, "blackhole": 0.3}
+# Network faults per minute, each mode on each dependency. A black hole lasts past the
+# dependency's bound, so a Temporal one (50 s) is rarer.
+NETWORK_RATES = {
+    f"{mode} {dependency}": rate * (0.3 if (mode, dependency) == ("blackhole", "temporal") else 1)
+    for mode, rate in MODE_RATES.items()
+    for dependency in DEPENDENCIES
+}
+ALL_RATES = {**FAULT_RATES, **NETWORK_RATES}
 
 
 @dataclass(frozen=True)
@@ -72,10 +111,27 @@ class ChaosOptions:
     interval_seconds: int = 10
     seed: int = 1
     workers: int = 2
+    faults_per_minute: float | None = None
+    """Per minute of the run, all kinds together, in their proportions (default: ALL_RATES
+    as they are)."""
+    fault_share: float = 0.5
+    """Faults come from 5 s into the run until this share of it; then the run quiets."""
 
     @property
     def seconds(self) -> float:
         return self.minutes * 60
+
+    @property
+    def rates(self) -> dict[str, float]:
+        scale = (self.faults_per_minute or sum(ALL_RATES.values())) / sum(ALL_RATES.values())
+        return {kind: rate * scale for kind, rate in ALL_RATES.items()}
+
+
+# The soak: 40 targets every 10 s for 24 minutes, 46 faults per minute of it (1,104 in all)
+# until 85% of the run, then quiet and the checks: under 30 minutes on two cores.
+SOAK = ChaosOptions(
+    targets=40, minutes=24, interval_seconds=10, faults_per_minute=46, fault_share=0.85
+)
 
 
 @dataclass
@@ -108,9 +164,11 @@ class Report:
             "",
             f"{'fault':<34}{'injected':>9}{'window hit':>12}",
         ]
-        for kind in FAULT_RATES:
-            hit = str(self.hit[kind]) if kind in ARMED_WINDOWS else "-"
+        for kind in ALL_RATES:
+            hit = str(self.hit[kind]) if kind in ARMED_WINDOWS or kind in NETWORK_RATES else "-"
             lines.append(f"{kind:<34}{self.injected[kind]:>9}{hit:>12}")
+        kinds = sum(1 for kind in ALL_RATES if self.injected[kind])
+        lines.append(f"{'total (' + str(kinds) + ' kinds)':<34}{self.injected.total():>9}")
         lines += ["", "figures"]
         lines += [f"  {name:<56}{value}" for name, value in self.figures.items()]
         lines += ["", "invariants"]
@@ -141,10 +199,13 @@ class Chaos:
     workers: Workers
     pages: Pages
     receiver: Receiver
+    mailbox: Mailbox
+    proxies: dict[str, Proxy]
     targets: list[Target]
     report: Report
     random: random.Random
     outages: Outages = field(default_factory=Outages)
+    network: list[asyncio.Task[None]] = field(default_factory=list)
     zombie_spans: list[tuple[float, float]] = field(default_factory=list)
     hits: list[dict[str, object]] = field(default_factory=list)
     holds: dict[str, float] = field(default_factory=dict)
@@ -158,9 +219,34 @@ class Chaos:
             if kind == "zombie":
                 self.holds[name] = self.zombie_hold()
             (self.folder / "faults" / "armed" / name).touch()
+        elif kind in NETWORK_RATES:
+            mode, dependency = kind.split(" ", 1)
+            self.network.append(asyncio.create_task(self.network_fault(mode, dependency)))
+            return  # counted when it starts: one fault per proxy at a time
         else:
             await FAULTS[kind](self)
         self.report.injected[kind] += 1
+
+    async def network_fault(self, mode: str, dependency: str) -> None:
+        """One mode on one dependency's proxy for a few seconds (a black hole: past the
+        dependency's bound; in a short run, every fault stays under a sixth of it)."""
+        proxy, kind = self.proxies[dependency], f"{mode} {dependency}"
+        seconds = {
+            "latency": self.random.uniform(5, 15),
+            "reset": self.random.uniform(1, 3),
+            "throttle": self.random.uniform(5, 15),
+            "blackhole": HANG_BOUNDS[dependency] + self.random.uniform(3, 8),
+        }[mode]
+        seconds = min(seconds, self.options.seconds / 6)
+        async with proxy.lock:
+            proxy.latency = self.random.uniform(0.2, 1.0)
+            proxy.bytes_per_second = self.random.randint(2048, 8192)
+            self.report.injected[kind] += 1
+            start = time.time()
+            if await proxy.fault(mode, seconds):
+                self.report.hit[kind] += 1
+            if mode in ("blackhole", "reset") and dependency in ("postgres", "temporal"):
+                self.outages.add(f"network {dependency}", start, time.time())
 
     def zombie_hold(self) -> float:
         """Past the heartbeat timeout (20 s). The first zombie also outlives its lease (45 s)
@@ -368,6 +454,7 @@ class Chaos:
         )
 
         await self.check_deliveries()
+        await self.check_mail()
         await self.check_workflows()
         await self.check_leases()
         await self.count_executions()
@@ -376,6 +463,9 @@ class Chaos:
             f"{self.receiver.refused} / {self.receiver.forged}"
         )
         r.figures["worker deaths (each restarted)"] = self.workers.deaths
+        self.check_hangs()
+        self.check_restarts()
+        self.check_memory(end.timestamp())
         unreached = [k for k in ARMED_WINDOWS if r.injected[k] and not r.hit[k]]
         r.check(
             "run valid: every armed window was hit",
@@ -494,6 +584,64 @@ class Chaos:
             "every re-send explained by a crash between send and record",
             not unexplained,
             f"{resent} re-sends, unexplained: {unexplained[:3] or 'none'}",
+        )
+
+    def check_hangs(self) -> None:
+        """Every call a black hole swallowed ended within its dependency's bound."""
+        hangs = [hang for proxy in self.proxies.values() for hang in proxy.hangs]
+        over = [
+            f"{h.dependency} {h.waited:.1f}s{'' if h.ended else ' (still waiting)'}"
+            for h in hangs
+            if h.waited > HANG_BOUNDS[h.dependency] + HANG_SLACK
+        ]
+        for dependency in DEPENDENCIES:
+            waited = [h.waited for h in hangs if h.dependency == dependency]
+            self.report.figures[f"hung calls into {dependency} (longest; bound)"] = (
+                f"{len(waited)} ({max(waited, default=0):.1f} s; {HANG_BOUNDS[dependency]:g} s)"
+            )
+        self.report.check(
+            "every hung call ended within its bound",
+            not over,
+            f"{len(hangs)} calls swallowed by black holes; over the bound: {over[:3] or 'none'}",
+        )
+
+    def check_restarts(self) -> None:
+        """The supervisor restarted only workers the run killed (armed windows)."""
+        caused = {int(str(h["pid"])) for h in self.hits if h["window"] != "zombie"}
+        unexplained = [pid for pid in self.workers.died if pid not in caused]
+        self.report.check(
+            "no worker needed a restart the run did not cause",
+            not unexplained,
+            f"{len(self.workers.died)} deaths, {len(unexplained)} not caused by the run "
+            f"(pids {unexplained[:3] or 'none'})",
+        )
+
+    def check_memory(self, end: float) -> None:
+        """Workers' peak memory in the last fifth of the run against the first fifth."""
+        start = end - self.options.seconds
+        fifth = self.options.seconds / 5
+        first = max((b for t, b in self.workers.rss if t <= start + fifth), default=0)
+        last = max((b for t, b in self.workers.rss if t >= end - fifth), default=0)
+        mib = 2**20
+        self.report.check(
+            "workers' memory flat (peak RSS, first and last fifth)",
+            0 < last <= 1.25 * first + 32 * mib,
+            f"{first / mib:.0f} MiB, then {last / mib:.0f} MiB",
+        )
+
+    async def check_mail(self) -> None:
+        """Each change reached the email channel: one distinct Message-ID per changed row."""
+        changed = await self.pool.fetchval(
+            "SELECT count(*) FROM source_checks WHERE status = 'changed'"
+        )
+        ids = {message_id for message_id, _ in self.mailbox.received}
+        self.report.figures["emails accepted (distinct Message-IDs)"] = (
+            f"{len(self.mailbox.received)} ({len(ids)})"
+        )
+        self.report.check(
+            "the mail server's distinct Message-IDs = changed rows",
+            len(ids) == changed,
+            f"{len(ids)} = {changed}",
         )
 
     async def check_workflows(self) -> None:
@@ -621,12 +769,13 @@ SELECT count(*) FILTER (WHERE lease_token IS NOT NULL), count(*) FILTER (WHERE e
 def fault_schedule(
     options: ChaosOptions, rng: random.Random, start: float
 ) -> list[tuple[float, str]]:
-    """Seeded moments from 5 s to half the run, every kind at least once. Armed windows
-    stay armed until reached, or a minute past the end of the run (see `Chaos.disarm`)."""
-    window = (start + 5, start + 0.5 * options.seconds)
+    """Seeded moments from 5 s to `fault_share` of the run, every kind at least once. Armed
+    windows stay armed until reached, or a minute past the end of the run (see
+    `Chaos.disarm`)."""
+    window = (start + 5, start + options.fault_share * options.seconds)
     events = [
         (rng.uniform(*window), kind)
-        for kind, rate in FAULT_RATES.items()
+        for kind, rate in options.rates.items()
         for _ in range(max(1, round(rate * options.minutes)))
     ]
     return sorted(events)
@@ -673,15 +822,20 @@ async def _run(
 ) -> None:
     pages = Pages(options.seed, change_every=3 * options.interval_seconds)
     receiver = Receiver(options.seed, pool)
+    mailbox = Mailbox(free_port())
+    mailbox.controller.start()
     async with (
         serve([web.get("/page/{target}", pages.handle)]) as page_url,
         serve([web.post("/hook/{channel}/{target}", receiver.handle)]) as hook_url,
+        _proxies(temporal, postgres, page_url, hook_url, mailbox) as proxies,
     ):
         client = await Client.connect(temporal.address, data_converter=DATA_CONVERTER)
         env = {
             **os.environ,
-            "TEMPORAL_ADDRESS": temporal.address,
-            "PRICEWATCH_DATABASE_URL": postgres.url,
+            "TEMPORAL_ADDRESS": proxies["temporal"].address,
+            "PRICEWATCH_DATABASE_URL": through(postgres.url, proxies["postgres"]),
+            "PRICEWATCH_SMTP_HOST": "127.0.0.1",
+            "PRICEWATCH_SMTP_PORT": str(proxies["smtp"].port),
             "PRICEWATCH_TASK_QUEUE": TASK_QUEUE,
             "PRICEWATCH_MIN_INTERVAL": "1s",  # test-only: seconds, not the 15 min minimum
             "PRICEWATCH_ALLOW_NETWORKS": "127.0.0.1/32",  # the run's pages and receiver
@@ -690,10 +844,13 @@ async def _run(
             "PRICEWATCH_CHAOS_DIR": str(folder / "faults"),
         }
         workers = Workers(options.workers, env, folder)
+        targets = await _register(
+            options, client, f"http://{proxies['pages'].address}",
+            f"http://{proxies['webhooks'].address}",
+        )  # fmt: skip
         chaos = Chaos(
             options, folder, client, pool, temporal, postgres, workers, pages, receiver,
-            targets=await _register(options, client, page_url, hook_url),
-            report=report, random=rng,
+            mailbox, proxies, targets=targets, report=report, random=rng,
         )  # fmt: skip
         background = [
             asyncio.create_task(workers.supervise()),
@@ -709,14 +866,42 @@ async def _run(
                     report.figures[f"{kind}: refused by the server"] = str(err)[:60]
             end = start + options.seconds
             await asyncio.sleep(max(0.0, end - time.time()))
+            await asyncio.gather(*chaos.network)  # each ends on its own, well before `end`
             pages.frozen_at, pages.faulty, receiver.faulty = time.time(), False, False
             await chaos.disarm(deadline=end + 60)
             settled = await chaos.settle(end, patience=max(180.0, options.seconds))
             await chaos.verify(end, settled)
         finally:
-            for task in background + chaos.background:
+            for task in background + chaos.background + chaos.network:
                 task.cancel()
             await asyncio.to_thread(workers.stop)
+            mailbox.controller.stop()
+
+
+@contextlib.asynccontextmanager
+async def _proxies(
+    temporal: TemporalServer, postgres: Postgres, page_url: str, hook_url: str, mailbox: Mailbox
+) -> AsyncIterator[dict[str, Proxy]]:
+    """One proxy per dependency, between the workers and it (the run itself goes direct)."""
+
+    def host_port(address: str) -> tuple[str, int]:
+        host, _, port = address.removeprefix("http://").rpartition(":")
+        return host, int(port)
+
+    proxies = {
+        "postgres": Proxy("postgres", postgres_upstream(postgres.url)),
+        "temporal": Proxy("temporal", host_port(temporal.address)),
+        "pages": Proxy("pages", host_port(page_url)),
+        "webhooks": Proxy("webhooks", host_port(hook_url)),
+        "smtp": Proxy("smtp", ("127.0.0.1", mailbox.port)),
+    }
+    for proxy in proxies.values():
+        await proxy.start()
+    try:
+        yield proxies
+    finally:
+        for proxy in proxies.values():
+            await proxy.stop()
 
 
 async def _register(
@@ -735,7 +920,8 @@ async def _register(
             channels=[
                 Channel(kind=ChannelKind.WEBHOOK, destination=f"{hook_url}/hook/{c}/{target_id}")
                 for c in CHANNELS
-            ],
+            ]
+            + [Channel(kind=ChannelKind.EMAIL, destination=f"{target_id}@chaos.test")],
         )
         anchor = base + index * spread
         anchor = anchor.replace(microsecond=anchor.microsecond // 1000 * 1000)

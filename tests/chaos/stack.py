@@ -3,8 +3,8 @@
 Temporal's dev server (a SQLite file, restarted by SIGKILL on the same file), the embedded
 Postgres (stopped in immediate mode, i.e. a crash, then started on the same data), worker
 processes (kept running by a supervisor, whatever kills them), a page server whose pages
-change on a known schedule and misbehave on purpose, and a webhook receiver that verifies
-every signature and logs every delivery it accepts.
+change on a known schedule and misbehave on purpose, a webhook receiver that verifies every
+signature and logs every delivery it accepts, and an SMTP server that logs every message.
 """
 
 import asyncio
@@ -18,10 +18,13 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from email import message_from_bytes
 from pathlib import Path
 
 import asyncpg
 from aiohttp import web
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import Envelope
 from standardwebhooks import Webhook
 
 from workers.dev import DEV_SQLITE_PRAGMAS
@@ -100,6 +103,8 @@ class Workers:
         self.processes: list[subprocess.Popen[bytes]] = []
         self.frozen: set[int] = set()
         self.deaths = 0
+        self.died: list[int] = []  # the pid of each death (the run tells which it caused)
+        self.rss: list[tuple[float, int]] = []  # (when, bytes) of each live worker, sampled
         self.outages = Outages()  # "workers" down: no worker alive and unfrozen
         self._all_down_since: float | None = None
         self.skewed: list[subprocess.Popen[bytes]] = []
@@ -147,16 +152,21 @@ class Workers:
             os.kill(pid, signal.SIGCONT)
         self.frozen.discard(pid)
 
-    async def supervise(self, restart_after: float = 1.0) -> None:
-        """Restart dead workers; note when no worker could take work."""
+    async def supervise(self, restart_after: float = 1.0, sample_every: float = 5.0) -> None:
+        """Restart dead workers; note when no worker could take work; sample their memory."""
+        sampled = 0.0
         while True:
             for index, process in enumerate(self.processes):
                 if process.poll() is not None:
                     self.deaths += 1
+                    self.died.append(process.pid)
                     self.frozen.discard(process.pid)
                     await asyncio.sleep(restart_after)
                     self.processes[index] = self._spawn(index)
             self._note_availability()
+            if time.time() - sampled >= sample_every:
+                sampled = time.time()
+                self.rss += [(sampled, rss) for p in self.processes if (rss := _rss(p.pid))]
             await asyncio.sleep(0.2)
 
     def _note_availability(self) -> None:
@@ -175,6 +185,32 @@ class Workers:
             stop_process(process)
         for process in self.skewed:
             stop_process(process)
+
+
+def _rss(pid: int) -> int | None:
+    """Resident memory in bytes (None: the process is gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    line = next((line for line in status.splitlines() if line.startswith("VmRSS:")), None)
+    return int(line.split()[1]) * 1024 if line else None
+
+
+class Mailbox:
+    """The SMTP server the workers send to (aiosmtpd, in its own thread): each message's
+    Message-ID and when it arrived."""
+
+    def __init__(self, port: int) -> None:
+        self.received: list[tuple[str, float]] = []
+        self.controller = Controller(self, hostname="127.0.0.1", port=port)
+        self.port = port
+
+    async def handle_DATA(self, server: object, session: object, envelope: Envelope) -> str:
+        assert isinstance(envelope.content, bytes)
+        message = message_from_bytes(envelope.content)
+        self.received.append((str(message["Message-ID"]), time.time()))
+        return "250 OK"
 
 
 class Pages:
