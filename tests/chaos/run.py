@@ -759,7 +759,10 @@ SELECT count(*) FROM source_checks c JOIN channels ch USING (target_id)
 FUTURE_SKIPS = """
 SELECT count(*) FROM source_checks WHERE status = 'skipped' AND scheduled_for > checked_at
 """
-SENT_CHANGE_IDS = "SELECT message_id FROM deliveries WHERE notice = 'changed' AND status = 'sent'"
+SENT_CHANGE_IDS = """
+SELECT d.message_id FROM deliveries d JOIN channels c USING (target_id, channel_id)
+ WHERE d.notice = 'changed' AND d.status = 'sent' AND c.kind = 'webhook'
+"""
 LEASES = """
 SELECT count(*) FILTER (WHERE lease_token IS NOT NULL), count(*) FILTER (WHERE enabled)
   FROM monitor_targets
