@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pricewatch.durations import format_duration
-from pricewatch.models import CheckResult, MonitorStatus
+from pricewatch.models import CheckResult, MonitorStatus, PriceSettings
 from pricewatch.slots import format_slot
 from pricewatch.views import ChannelView, DeliveryView, PricesRow, PriceView, TargetSummary
 
@@ -37,6 +37,7 @@ def status(status: MonitorStatus, retrying: list[CheckResult], link: str) -> lis
         f"target:     {config.target_id}",
         f"url:        {config.url}",
         f"every:      {format_duration(config.interval)}",
+        *([f"prices:     {price_rules(config.prices)}"] if config.prices else []),
         f"state:      {'paused' if status.paused else 'active'}",
         f"health:     {health if status.unhealthy else 'healthy'}",
         f"next slot:  {format_slot(status.next_slot) if status.next_slot else '-'}",
@@ -47,6 +48,19 @@ def status(status: MonitorStatus, retrying: list[CheckResult], link: str) -> lis
     lines += [f"now:        {check(result)}" for result in retrying]
     last = check(status.last_result) if status.last_result else "(no check yet)"
     return [*lines, f"last:       {last}", f"history:    {link}"]
+
+
+def price_rules(rules: PriceSettings) -> str:
+    """`selector tr.plan (names: th), tell drop below 10`: price mode as `add` set it."""
+    source = "structured data" if rules.selector is None else f"selector {rules.selector}"
+    if rules.name:
+        source += f" (names: {rules.name})"
+    tell = [rules.notify_on.value]
+    tell += [f"below {rules.below}"] if rules.below is not None else []
+    tell += [f"above {rules.above}"] if rules.above is not None else []
+    if rules.min_change_percent is not None:
+        tell.append(f"by {rules.min_change_percent}% or more")
+    return f"{source}, tell {' '.join(tell)}"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

@@ -482,6 +482,8 @@ async def test_each_price_move_a_rule_matches_is_one_signed_price_notice(
         assert [str(p.amount) for p in rows[-1].prices] == ["9.00", "21.10"]
         code, out, _ = await cli(env, "list")
         assert "Basic 9.00 EUR" in out and "(+1 more)" in out
+        code, out, _ = await cli(env, "status", "e2e-plans")
+        assert "prices:     selector tr.plan (names: th), tell price-change by 5% or more" in out
         history = await Client.connect(temporal_address, data_converter=DATA_CONVERTER)
         recorded = await history.get_workflow_handle(workflow_id("e2e-plans")).fetch_history()
         assert (await cli(env, "remove", "e2e-plans"))[0] == 0
