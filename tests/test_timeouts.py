@@ -32,9 +32,21 @@ from tests.conftest import LOOPBACK, MailSink
 SLACK = 3.0  # scheduling on a busy two-core machine
 
 
-async def test_a_black_holed_database_fails_a_statement_within_twice_its_timeout(
+async def test_every_bound_holds_against_a_black_hole(
     database_url: str,
+    pool: asyncpg.Pool,
+    smtp_server: tuple[MailSink, SmtpSettings],
+    time_skipping_env: WorkflowEnvironment,
 ) -> None:
+    """The probes run side by side (each waits out its bound); any that fails is named."""
+    async with asyncio.TaskGroup() as probes:
+        probes.create_task(a_statement_fails_within_twice_its_timeout(database_url))
+        probes.create_task(a_new_connection_gives_up_within_the_connect_timeout(database_url))
+        probes.create_task(an_email_fails_within_the_send_deadline(pool, smtp_server))
+        probes.create_task(our_temporal_calls_fail_within_the_rpc_timeout(time_skipping_env))
+
+
+async def a_statement_fails_within_twice_its_timeout(database_url: str) -> None:
     """Without the pool's statement timeout the claim waits forever (asyncpg's default)."""
     proxy = Proxy("postgres", postgres_upstream(database_url))
     await proxy.start()
@@ -58,9 +70,7 @@ async def test_a_black_holed_database_fails_a_statement_within_twice_its_timeout
         await proxy.stop()
 
 
-async def test_a_new_connection_into_a_black_hole_gives_up_within_the_connect_timeout(
-    database_url: str,
-) -> None:
+async def a_new_connection_gives_up_within_the_connect_timeout(database_url: str) -> None:
     proxy = Proxy("postgres", postgres_upstream(database_url))
     await proxy.start()
     hole = asyncio.create_task(proxy.fault("blackhole", 30))
@@ -75,7 +85,7 @@ async def test_a_new_connection_into_a_black_hole_gives_up_within_the_connect_ti
         await proxy.stop()
 
 
-async def test_a_black_holed_smtp_server_fails_the_delivery_within_its_deadline(
+async def an_email_fails_within_the_send_deadline(
     pool: asyncpg.Pool, smtp_server: tuple[MailSink, SmtpSettings]
 ) -> None:
     _, smtp = smtp_server
@@ -110,11 +120,9 @@ async def test_a_black_holed_smtp_server_fails_the_delivery_within_its_deadline(
         await proxy.stop()
 
 
-async def test_a_black_holed_temporal_frontend_fails_our_own_calls_within_the_rpc_timeout(
-    time_skipping_env: WorkflowEnvironment,
-) -> None:
+async def our_temporal_calls_fail_within_the_rpc_timeout(env: WorkflowEnvironment) -> None:
     """The worker's start-up call (the retention Schedule) must not hang a worker's start."""
-    target = time_skipping_env.client.service_client.config.target_host
+    target = env.client.service_client.config.target_host
     host, _, port = target.rpartition(":")
     proxy = Proxy("temporal", (host, int(port)))
     await proxy.start()
