@@ -236,6 +236,31 @@ async def test_slots_due_before_the_first_task_ran_get_skipped_rows(
     assert "late start" in records[0]["error_message"]
 
 
+async def test_a_pause_and_resume_before_the_first_task_leave_the_target_running(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+) -> None:
+    """Both signals land in the run's first workflow task, before it registers (as after a
+    reset to that task, which re-applies them): the target is watched, not stuck failing."""
+    config = new_target(page_server, interval=timedelta(seconds=2))
+    handle = await start(config, min_interval_seconds=1)
+    await handle.signal(MonitorTarget.pause)
+    await handle.signal(MonitorTarget.resume)
+    async with running_worker(time_skipping_env.client, task_queue, pool):
+        await asyncio.sleep(3)
+        status = await handle.query(MonitorTarget.status)
+        history = await handle.fetch_history()
+    failed = [
+        e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+    ]
+    assert not failed, "the first workflow task failed"
+    assert not status.paused and status.next_slot is not None
+    assert [r["status"] for r in await rows(pool, config.target_id)][:1] == ["unchanged"]
+
+
 async def test_reconfigure_keeps_the_pending_slot_then_uses_the_new_interval(
     time_skipping_env: WorkflowEnvironment,
     pool: asyncpg.Pool,

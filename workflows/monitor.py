@@ -73,6 +73,11 @@ SHORT_RUNS = "short-runs"
 # instead of waiting for them (with short runs, a receiver in its retries would otherwise hold
 # the schedule up for up to its retry budget, about 15 minutes).
 NOTICES_DO_NOT_HOLD_CHECKS = "notices-do-not-hold-checks"
+# 1.1: a resume that arrives before the run has registered (a pause and a resume in the first
+# workflow task, e.g. re-applied after a reset to it) just lifts the pause: registration finds
+# the slot. Before, the handler asked for a slot there was none of yet, and the workflow task
+# failed on every attempt (found by the soak).
+RESUME_BEFORE_REGISTRATION = "resume-before-registration"
 # 1.1: in price mode a change is told only if a price rule fired (`CheckResult.notify`).
 # Every result recorded before it says notify (the default), so it takes no other path there.
 PRICE_RULES = "price-rules"
@@ -173,6 +178,10 @@ class MonitorTarget:
         """Continue on the grid: slots that went by while paused are not due. Slots that
         were overdue when the pause took effect (it can arrive late, e.g. while a worker
         was down) were due: they get skipped rows."""
+        unregistered = self.state.paused and self.state.next_slot is None
+        if unregistered and workflow.patched(RESUME_BEFORE_REGISTRATION):
+            self.state.paused, self.state.paused_at = False, None
+            return
         if self.state.paused:
             self.state.paused = False
             resumed = first_slot(self._slot(), self.state.config.interval, workflow.now())
