@@ -872,7 +872,7 @@ async def _run(
             await asyncio.gather(*chaos.network)  # each ends on its own, well before `end`
             pages.frozen_at, pages.faulty, receiver.faulty = time.time(), False, False
             await chaos.disarm(deadline=end + 60)
-            settled = await chaos.settle(end, patience=max(180.0, options.seconds))
+            settled = await chaos.settle(end, patience=max(180.0, min(options.seconds, 300.0)))
             await chaos.verify(end, settled)
         finally:
             for task in background + chaos.background + chaos.network:
