@@ -35,6 +35,7 @@ from activities.migrate import migrate
 from activities.notify import SmtpSettings
 from pricewatch.models import MonitorState, TargetConfig
 from pricewatch.temporal import DATA_CONVERTER, register_search_attributes, start_monitor
+from tests.chaos.stack import serve
 from workers.embedded import find_binary, free_port, start_embedded_postgres
 
 TEMPLATE_DB = "pricewatch_template"
@@ -252,16 +253,9 @@ class WebhookReceiver:
 @pytest.fixture
 async def webhook_receiver(pool: asyncpg.Pool) -> AsyncIterator[WebhookReceiver]:
     receiver = WebhookReceiver(pool=pool)
-    app = web.Application()
-    app.router.add_post("/hook", receiver.handle)
-    runner = web.AppRunner(app, shutdown_timeout=1.0)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    receiver.url = f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
-    try:
+    async with serve([web.post("/hook", receiver.handle)]) as url:
+        receiver.url = f"{url}/hook"
         yield receiver
-    finally:
-        await runner.cleanup()
 
 
 class MailSink:
@@ -333,16 +327,9 @@ class Site:
 @pytest.fixture
 async def site() -> AsyncIterator[Site]:
     site = Site()
-    app = web.Application()
-    app.router.add_get("/pricing", site.handle)
-    runner = web.AppRunner(app, shutdown_timeout=1.0)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    site.url = f"http://127.0.0.1:{runner.addresses[0][1]}/pricing"
-    try:
+    async with serve([web.get("/pricing", site.handle)]) as url:
+        site.url = f"{url}/pricing"
         yield site
-    finally:
-        await runner.cleanup()
 
 
 @pytest.fixture
