@@ -146,7 +146,11 @@ class NotifyActivities:
         except DeliveryError as err:
             count("pricewatch_deliveries", "notices by outcome", notice=delivery.notice.value,
                   kind=row["kind"], outcome="failed")  # fmt: skip
-            await self._record(delivery, "failed", attempts=1, error=str(err))
+            # A transient failure stays `pending`: another attempt will come, and if the run
+            # that would make it is gone (a reset), the next run finds the notice still owed.
+            # Only a permanent failure, or the workflow giving up, makes it `failed`.
+            status = "pending" if err.transient else "failed"
+            await self._record(delivery, status, attempts=1, error=str(err))
             raise expected_failure(
                 str(err),
                 TRANSIENT_DELIVERY_ERROR if err.transient else PERMANENT_DELIVERY_ERROR,
