@@ -27,6 +27,7 @@ from pricewatch.models import TargetConfig
 from pricewatch.names import RETENTION_SCHEDULE_ID, RETENTION_WORKFLOW_TYPE
 from pricewatch.settings import Settings
 from pricewatch.temporal import DATA_CONVERTER, workflow_id
+from tests.chaos.proxy import Proxy, postgres_upstream, through
 from tests.conftest import MailSink, PageServer, WebhookReceiver
 from workers.embedded import free_port, start_temporal_dev_server, stop_process
 from workflows.monitor import MonitorTarget
@@ -194,6 +195,48 @@ async def test_checks_run_a_change_is_recorded_once_and_the_cli_shows_it(
     await Replayer(workflows=[MonitorTarget], data_converter=DATA_CONVERTER).replay_workflow(
         history
     )
+
+
+async def test_a_worker_started_while_its_dependencies_are_away_waits_for_them(
+    env: dict[str, str], database_url: str, temporal_address: str
+) -> None:
+    """Temporal black-holed, then Postgres resetting every connection: the worker says what
+    it waits for and starts polling once both are back, instead of exiting (the soak saw
+    workers die at start-up this way, a hundred times in 24 minutes)."""
+    host, _, port = temporal_address.rpartition(":")
+    frontend, database = (
+        Proxy("temporal", (host, int(port))),
+        Proxy("postgres", postgres_upstream(database_url)),
+    )
+    await frontend.start()
+    await database.start()
+    faults = [
+        asyncio.create_task(frontend.fault("blackhole", 3)),
+        asyncio.create_task(database.fault("reset", 8)),
+    ]
+    env = {**env, "TEMPORAL_ADDRESS": frontend.address,
+           "PRICEWATCH_DATABASE_URL": through(database_url, database)}  # fmt: skip
+    process = await asyncio.create_subprocess_exec(
+        PRICEWATCH, "worker", env=env, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    assert process.stdout is not None
+    seen: list[bytes] = []
+    try:
+        async with asyncio.timeout(60):
+            while b"polling" not in (line := await process.stdout.readline()):
+                assert line, b"the worker exited:\n" + b"".join(seen)
+                seen.append(line)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(process.wait(), timeout=40)
+        for fault in faults:
+            fault.cancel()
+        await frontend.stop()
+        await database.stop()
+    text = b"".join(seen).decode()
+    assert "waiting for Temporal" in text and "waiting for Postgres" in text, text
+    assert process.returncode == 0
 
 
 async def test_the_python_client_drives_a_target_like_the_cli(

@@ -3,14 +3,16 @@
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
@@ -22,7 +24,7 @@ from activities.migrate import migrate
 from activities.notify import NotifyActivities, SmtpSettings
 from activities.retention import Retention, RetentionActivities
 from pricewatch.settings import Settings
-from pricewatch.temporal import connect, ensure_retention_schedule
+from pricewatch.temporal import RPC_TIMEOUT, connect, ensure_retention_schedule
 from workers.observability import (
     configure_logging,
     configure_tracing,
@@ -162,7 +164,10 @@ async def worker_activities(
                 RetentionActivities(pool, retention),
             )
     finally:
-        await pool.close()
+        try:
+            await asyncio.wait_for(pool.close(), POOL_CLOSE_TIMEOUT)
+        except TimeoutError:
+            pool.terminate()
 
 
 def build_worker(
@@ -195,27 +200,91 @@ def build_worker(
     )
 
 
+# Start-up waits for a dependency that is away (a deploy racing a database failover, a
+# frontend restarting): it tries again, at most this far apart, instead of exiting for a
+# supervisor to restart it.
+STARTUP_RETRY_CAP = 30.0
+# What says "not reachable now" at start-up, as opposed to a real error (a bad migration).
+UNREACHABLE = (
+    OSError,  # refused, reset, unknown host; ConnectionError from `connect`
+    TimeoutError,
+    asyncpg.InterfaceError,  # the connection closed under a statement
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,  # starting up or shutting down
+)
+LOG = logging.getLogger("pricewatch.worker")
+T = TypeVar("T")
+# Closing the pool waits for its connections; one stuck in a black hole gets this long.
+POOL_CLOSE_TIMEOUT = 5.0
+
+
+class Stopping(Exception):
+    """SIGINT or SIGTERM came while start-up was still waiting."""
+
+
+async def until_up(what: str, start: Callable[[], Awaitable[T]], stop: asyncio.Event) -> T:
+    """`start()`, tried again with backoff (one line each) while `what` is unreachable."""
+    delay = 1.0
+    while True:
+        try:
+            return await start()
+        except RPCError as err:
+            if err.status not in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+                raise
+            problem = f"{type(err).__name__}: {err}"
+        except UNREACHABLE as err:
+            problem = f"{type(err).__name__}: {err}".rstrip(": ")
+        LOG.warning("waiting for %s (%s); trying again in %.0f s", what, problem, delay)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)
+        if stop.is_set():
+            raise Stopping
+        delay = min(2 * delay, STARTUP_RETRY_CAP)
+
+
 async def run_worker(settings: Settings) -> None:
-    """Run until SIGINT or SIGTERM, then shut down gracefully and exit 0."""
+    """Run until SIGINT or SIGTERM, then shut down gracefully and exit 0. Start-up waits
+    for Temporal and Postgres if they are away."""
     configure_logging(settings.log_format)
     if settings.tracing:
         configure_tracing()
-    client = await connect(metrics_runtime(settings.metrics_address), settings.tracing)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
+    with contextlib.suppress(Stopping):
+        await _serve(settings, stop)
+
+
+async def _serve(settings: Settings, stop: asyncio.Event) -> None:
+    runtime = metrics_runtime(settings.metrics_address)
+    client = await until_up(
+        "Temporal",
+        lambda: asyncio.wait_for(connect(runtime, settings.tracing), RPC_TIMEOUT.total_seconds()),
+        stop,
+    )
     tuning = WorkerTuning.from_settings(settings)
-    async with worker_activities(
-        settings.resolved_database_url(),
-        smtp_settings(settings),
-        address_policy(settings),
-        settings.snapshot_retention,
-        tuning.pool_size,
-        retention_settings(settings),
-        migrate_schema=settings.migrate,
-    ) as activities:
-        await ensure_retention_schedule(client, settings.task_queue)
+
+    def open_activities() -> contextlib.AbstractAsyncContextManager[Activities]:
+        return worker_activities(
+            settings.resolved_database_url(),
+            smtp_settings(settings),
+            address_policy(settings),
+            settings.snapshot_retention,
+            tuning.pool_size,
+            retention_settings(settings),
+            migrate_schema=settings.migrate,
+        )
+
+    async with contextlib.AsyncExitStack() as stack:
+        activities = await until_up(
+            "Postgres", lambda: stack.enter_async_context(open_activities()), stop
+        )
+        await until_up(
+            "Temporal (the retention Schedule)",
+            lambda: ensure_retention_schedule(client, settings.task_queue),
+            stop,
+        )
         worker = build_worker(client, settings.task_queue, activities, tuning)
         pool = activities.checks.pool
 
