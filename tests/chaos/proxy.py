@@ -36,6 +36,8 @@ class Hang:
     since: float
     ended: float | None
     hole_ended: float
+    first_bytes: bytes = b""
+    """The start of what the client sent into the hole (which call it was)."""
 
     @property
     def waited(self) -> float:
@@ -50,6 +52,7 @@ class Link:
     upstream: asyncio.StreamWriter | None = None
     swallowed: bool = False  # was in a black hole: reset when it ends
     pending_since: float | None = None  # the first swallowed client bytes
+    swallowed_bytes: bytes = b""  # the start of them
     closed_at: float | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -128,7 +131,12 @@ class Proxy:
     def _close_hole(self, now: float) -> None:
         for link in [link for link in self.links if link.swallowed]:
             if link.pending_since is not None:
-                self.hangs.append(Hang(self.dependency, link.pending_since, link.closed_at, now))
+                self.hangs.append(
+                    Hang(
+                        self.dependency, link.pending_since, link.closed_at, now,
+                        link.swallowed_bytes,
+                    )
+                )  # fmt: skip
             link.reset()
             self.links.discard(link)
 
@@ -167,6 +175,8 @@ class Proxy:
                 if link.swallowed or sink is None:
                     if from_client and link.pending_since is None:
                         link.pending_since = time.time()
+                    if from_client and len(link.swallowed_bytes) < 48:
+                        link.swallowed_bytes += data[: 48 - len(link.swallowed_bytes)]
                     continue
                 if self.mode == "reset":
                     link.reset()

@@ -590,7 +590,8 @@ class Chaos:
         """Every call a black hole swallowed ended within its dependency's bound."""
         hangs = [hang for proxy in self.proxies.values() for hang in proxy.hangs]
         over = [
-            f"{h.dependency} {h.waited:.1f}s{'' if h.ended else ' (still waiting)'}"
+            f"{h.dependency} {h.waited:.1f}s{'' if h.ended else ' (still waiting)'} "
+            f"after {h.first_bytes[:24]!r}"
             for h in hangs
             if h.waited > HANG_BOUNDS[h.dependency] + HANG_SLACK
         ]
