@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
@@ -211,6 +211,7 @@ UNREACHABLE = (
     asyncpg.InterfaceError,  # the connection closed under a statement
     asyncpg.PostgresConnectionError,
     asyncpg.CannotConnectNowError,  # starting up or shutting down
+    RPCError,  # a frontend away or overloaded: "Timeout expired", "transport error"
 )
 LOG = logging.getLogger("pricewatch.worker")
 T = TypeVar("T")
@@ -228,10 +229,6 @@ async def until_up(what: str, start: Callable[[], Awaitable[T]], stop: asyncio.E
     while True:
         try:
             return await start()
-        except RPCError as err:
-            if err.status not in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
-                raise
-            problem = f"{type(err).__name__}: {err}"
         except UNREACHABLE as err:
             problem = f"{type(err).__name__}: {err}".rstrip(": ")
         LOG.warning("waiting for %s (%s); trying again in %.0f s", what, problem, delay)
