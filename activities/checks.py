@@ -368,7 +368,7 @@ class CheckActivities:
 
 
 def described(result: CheckResult, outcome: store.Outcome) -> str:
-    """`changed`, or in price mode `changed: Pro 19.90 -> 24.90 EUR (not told)`."""
+    """`changed`, or in price mode `changed: Pro 19.90 -> 24.90 EUR (no rule matched)`."""
     if not outcome.price_moves:
         return result.status.value
     moves = ", ".join(
