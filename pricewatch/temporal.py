@@ -7,6 +7,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType, IndexedValueType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import (
     Client,
     Schedule,
@@ -105,6 +106,14 @@ async def ensure_retention_schedule(client: Client, task_queue: str) -> None:
         await client.get_schedule_handle(RETENTION_SCHEDULE_ID).update(
             lambda _: ScheduleUpdate(schedule=schedule), rpc_timeout=RPC_TIMEOUT
         )
+
+
+async def check_namespace(client: Client) -> None:
+    """Ask for the client's namespace, as the SDK does when a worker starts (where a failure
+    is fatal); asked first, a frontend that is away can be waited out."""
+    await client.workflow_service.describe_namespace(
+        DescribeNamespaceRequest(namespace=client.namespace), timeout=RPC_TIMEOUT
+    )
 
 
 async def register_search_attributes(client: Client) -> None:

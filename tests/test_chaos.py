@@ -1,16 +1,17 @@
 """The short seeded chaos run (about two minutes): every fault kind once, every invariant
 PASS. The long run is `make chaos` (see docs/testing.md)."""
 
+import asyncio
 import subprocess
 import sys
 
 import pytest
 
+from tests.chaos.proxy import Proxy
 from tests.chaos.run import ALL_RATES
 
-pytestmark = pytest.mark.e2e
 
-
+@pytest.mark.e2e
 @pytest.mark.timeout(480)
 def test_a_short_seeded_chaos_run_passes_every_invariant() -> None:
     run = subprocess.run(
@@ -24,3 +25,30 @@ def test_a_short_seeded_chaos_run_passes_every_invariant() -> None:
         assert kind in report
     assert "FAIL" not in report
     assert report.rstrip().endswith("PASS")
+
+
+async def test_the_proxy_measures_a_hang_until_the_client_gives_up() -> None:
+    """A connection that was live when the hole opened: its hang ends when the client
+    closes, although the upstream (which never hears of it) keeps its end open."""
+
+    async def upstream_keeps_open(reader: asyncio.StreamReader, _: asyncio.StreamWriter) -> None:
+        await reader.read()
+
+    server = await asyncio.start_server(upstream_keeps_open, "127.0.0.1", 0)
+    proxy = Proxy("postgres", ("127.0.0.1", server.sockets[0].getsockname()[1]))
+    await proxy.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        hole = asyncio.create_task(proxy.fault("blackhole", 3))
+        await asyncio.sleep(0.1)
+        writer.write(b"Q statement")
+        await writer.drain()
+        await asyncio.sleep(1)
+        writer.close()  # the client's own timeout
+        await hole
+        [hang] = proxy.hangs
+        assert hang.ended is not None and 0.9 < hang.waited < 1.5, hang
+        assert hang.first_bytes == b"Q statement"
+    finally:
+        await proxy.stop()
+        server.close()

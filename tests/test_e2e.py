@@ -239,6 +239,21 @@ async def test_a_worker_started_while_its_dependencies_are_away_waits_for_them(
     assert process.returncode == 0
 
 
+async def test_a_worker_for_a_namespace_that_does_not_exist_exits_with_one_line(
+    env: dict[str, str],
+) -> None:
+    """Waiting out an unreachable Temporal must not wait out a misspelt namespace."""
+    process = await asyncio.create_subprocess_exec(
+        PRICEWATCH, "worker", env={**env, "TEMPORAL_NAMESPACE": "no-such-namespace"},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), timeout=60)
+    lines = err.decode().strip().splitlines()
+    assert process.returncode == 1, (out, err)
+    assert lines[-1].startswith("pricewatch: RPCError: ") and "no-such-namespace" in lines[-1]
+    assert "waiting for" not in err.decode()
+
+
 async def test_the_python_client_drives_a_target_like_the_cli(
     env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer, temporal_address: str
 ) -> None:

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 from temporalio.client import Client
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
@@ -24,7 +24,12 @@ from activities.migrate import migrate
 from activities.notify import NotifyActivities, SmtpSettings
 from activities.retention import Retention, RetentionActivities
 from pricewatch.settings import Settings
-from pricewatch.temporal import RPC_TIMEOUT, connect, ensure_retention_schedule
+from pricewatch.temporal import (
+    RPC_TIMEOUT,
+    check_namespace,
+    connect,
+    ensure_retention_schedule,
+)
 from workers.observability import (
     configure_logging,
     configure_tracing,
@@ -213,6 +218,13 @@ UNREACHABLE = (
     asyncpg.CannotConnectNowError,  # starting up or shutting down
     RPCError,  # a frontend away or overloaded: "Timeout expired", "transport error"
 )
+# Temporal's answers that waiting will not change: a misspelt namespace, bad credentials.
+FATAL_RPC = (
+    RPCStatusCode.NOT_FOUND,
+    RPCStatusCode.INVALID_ARGUMENT,
+    RPCStatusCode.PERMISSION_DENIED,
+    RPCStatusCode.UNAUTHENTICATED,
+)
 LOG = logging.getLogger("pricewatch.worker")
 T = TypeVar("T")
 # Closing the pool waits for its connections; one stuck in a black hole gets this long.
@@ -230,6 +242,8 @@ async def until_up(what: str, start: Callable[[], Awaitable[T]], stop: asyncio.E
         try:
             return await start()
         except UNREACHABLE as err:
+            if isinstance(err, RPCError) and err.status in FATAL_RPC:
+                raise
             problem = f"{type(err).__name__}: {err}".rstrip(": ")
         LOG.warning("waiting for %s (%s); trying again in %.0f s", what, problem, delay)
         with contextlib.suppress(TimeoutError):
@@ -281,6 +295,11 @@ async def _serve(settings: Settings, stop: asyncio.Event) -> None:
             "Temporal (the retention Schedule)",
             lambda: ensure_retention_schedule(client, settings.task_queue),
             stop,
+        )
+        # The SDK checks the namespace as the worker starts and exits if the frontend is
+        # away; asked just before, that is a window of one round trip.
+        await until_up(
+            f"Temporal (namespace {client.namespace!r})", lambda: check_namespace(client), stop
         )
         worker = build_worker(client, settings.task_queue, activities, tuning)
         pool = activities.checks.pool

@@ -154,11 +154,14 @@ class Proxy:
                     up_reader, link.upstream = await asyncio.open_connection(*self.upstream)
                 link.tasks.append(asyncio.create_task(self._pump(link, up_reader, writer, False)))
             await self._pump(link, reader, link.upstream, True)
+            # The client is done: its call ended here, whatever the upstream still does (a
+            # swallowed connection's upstream never hears of the close).
+            link.closed_at = time.time()
             await asyncio.gather(*link.tasks)
         except (OSError, asyncio.IncompleteReadError):
             link.reset()
         finally:
-            link.closed_at = time.time()
+            link.closed_at = link.closed_at or time.time()
             if not link.swallowed:
                 self.links.discard(link)
                 link.close()
