@@ -38,7 +38,7 @@ async def test_the_proxy_measures_a_hang_until_the_client_gives_up() -> None:
     proxy = Proxy("postgres", ("127.0.0.1", server.sockets[0].getsockname()[1]))
     await proxy.start()
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        _, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
         hole = asyncio.create_task(proxy.fault("blackhole", 3))
         await asyncio.sleep(0.1)
         writer.write(b"Q statement")
