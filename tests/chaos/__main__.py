@@ -28,7 +28,11 @@ def chaos(
         options = dataclasses.replace(SOAK, seed=seed)
     else:
         options = ChaosOptions(targets, minutes, interval, seed, workers, faults_per_minute)
-    report = asyncio.run(run_chaos(options))
+    try:
+        report = asyncio.run(run_chaos(options))
+    except KeyboardInterrupt:
+        print("pricewatch chaos: interrupted; every process it started is stopped", flush=True)
+        os._exit(130)
     print(report.render(), flush=True)
     sys.stdout.flush()
     # temporalio can abort a finalising interpreter (sdk-python#300): leave without it.

@@ -157,7 +157,7 @@ class Proxy:
             # The client is done: its call ended here, whatever the upstream still does (a
             # swallowed connection's upstream never hears of the close).
             link.closed_at = time.time()
-            await asyncio.gather(*link.tasks)
+            await asyncio.gather(*link.tasks, return_exceptions=True)  # `stop` cancels them
         except (OSError, asyncio.IncompleteReadError):
             link.reset()
         finally:

@@ -544,9 +544,14 @@ class Chaos:
             f"{len(rows)} rows and {len(stored)} anchors on their grid after {resets} resets "
             f"to the first task; off the grid: {off_grid[:3] or 'none'}",
         )
-        future = await self.pool.fetchval(FUTURE_SKIPS)
+        future = await self.pool.fetch(FUTURE_SKIPS)
+        named = [f"{r['work_id']} {r['ahead']:.1f} s ahead at {r['checked_at']:%H:%M:%S.%f} "
+                 f"({r['error_message']})" for r in future[:3]]  # fmt: skip
         self.report.check(
-            "no future skipped rows", future == 0, f"{future} skipped rows for slots not yet due"
+            "no future skipped rows",
+            not future,
+            f"{len(future)} skipped rows for slots not yet due{': ' if named else ''}"
+            + "; ".join(named),
         )
 
     async def check_deliveries(self) -> None:
@@ -758,7 +763,10 @@ SELECT count(*) FROM source_checks c JOIN channels ch USING (target_id)
 """
 # The database's clock when each skipped row was written is its checked_at.
 FUTURE_SKIPS = """
-SELECT count(*) FROM source_checks WHERE status = 'skipped' AND scheduled_for > checked_at
+SELECT work_id, checked_at, extract(epoch FROM scheduled_for - checked_at) AS ahead,
+       error_message
+  FROM source_checks WHERE status = 'skipped' AND scheduled_for > checked_at
+ ORDER BY checked_at
 """
 SENT_CHANGE_IDS = """
 SELECT d.message_id FROM deliveries d JOIN channels c USING (target_id, channel_id)
@@ -807,11 +815,13 @@ async def run_chaos(options: ChaosOptions) -> Report:
         finally:
             temporal.stop()
             postgres.stop()
-    finally:
-        if report.passed:
-            shutil.rmtree(folder, ignore_errors=True)
-        else:
-            report.figures["data kept for inspection"] = str(folder)
+    except (asyncio.CancelledError, KeyboardInterrupt):  # Ctrl-C: nothing to inspect
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    if report.passed:
+        shutil.rmtree(folder, ignore_errors=True)
+    else:
+        report.figures["data kept for inspection"] = str(folder)
     return report
 
 
