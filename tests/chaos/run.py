@@ -834,6 +834,7 @@ async def _run(
     temporal: TemporalServer,
     postgres: Postgres,
 ) -> None:
+    began = time.time()
     pages = Pages(options.seed, change_every=3 * options.interval_seconds)
     receiver = Receiver(options.seed, pool)
     mailbox = Mailbox(free_port())
@@ -882,9 +883,16 @@ async def _run(
             await asyncio.sleep(max(0.0, end - time.time()))
             await asyncio.gather(*chaos.network)  # each ends on its own, well before `end`
             pages.frozen_at, pages.faulty, receiver.faulty = time.time(), False, False
+            marks = [time.time()]
             await chaos.disarm(deadline=end + 60)
+            marks.append(time.time())
             settled = await chaos.settle(end, patience=max(180.0, min(options.seconds, 300.0)))
+            marks.append(time.time())
             await chaos.verify(end, settled)
+            marks.append(time.time())
+            report.figures["seconds: set-up / faults / armed windows / settling / checks"] = (
+                " / ".join(f"{b - a:.0f}" for a, b in itertools.pairwise([began, start, *marks]))
+            )
         finally:
             for task in background + chaos.background + chaos.network:
                 task.cancel()
