@@ -30,6 +30,10 @@ COLUMNS = [  # (header, JSON key; dotted for one process)
         "checks_per_run_at_window_start run_events_at_wake_up events_replayed_per_wake_up",
     ),
     ("rows / source_checks MiB / db MiB", "database_rows source_checks_mib database_mib"),
+    (
+        "worker MiB, window's first / last fifth",
+        "worker_peak_mib_first_fifth worker_peak_mib_last_fifth",
+    ),
 ]
 
 

@@ -106,6 +106,9 @@ class Result:
     lateness_p99_by_stage_s: dict[str, float | None]
     cpu_seconds_per_check: dict[str, float | None] = field(default_factory=dict)
     peak_rss_mib: dict[str, float | None] = field(default_factory=dict)
+    worker_peak_mib_first_fifth: float | None = None
+    worker_peak_mib_last_fifth: float | None = None
+    """The worker's peak in the window's first and last fifth (sampled as peak_rss_mib)."""
     registration_s: float | None = None
     """From the first start (or row) to every target registered."""
     warm_up_s: float | None = None
@@ -148,15 +151,28 @@ async def sleep_until(moment: datetime) -> None:
     await asyncio.sleep(max(0.0, (moment - datetime.now(UTC)).total_seconds()))
 
 
-async def peak_memory(stack: Stack, running: Running, until: datetime) -> dict[str, int]:
+@dataclass(frozen=True)
+class Memory:
+    peaks: dict[str, int]
+    """Per process, the window's peak."""
+    worker_fifths: list[int]
+    """The worker's peak in each fifth of the window: flat once its cache is full?"""
+
+
+async def peak_memory(stack: Stack, running: Running, until: datetime) -> Memory:
     peaks: dict[str, int] = {}
-    while datetime.now(UTC) < until:
+    start = datetime.now(UTC)
+    fifths = [0] * 5
+    while (now := datetime.now(UTC)) < until:
         # Off the loop, which also serves the pages and the round-trip proxy.
         sizes = await asyncio.to_thread(procs.memory_bytes, roots(stack, running))
         for role, size in sizes.items():
             peaks[role] = max(peaks.get(role, 0), size)
-        await asyncio.sleep(min(MEMORY_SAMPLE_EVERY, (until - datetime.now(UTC)).total_seconds()))
-    return peaks
+        fifth = min(4, int(5 * (now - start) / (until - start)))
+        fifths[fifth] = max(fifths[fifth], sizes.get("worker", 0))
+        every = min(MEMORY_SAMPLE_EVERY, (until - start).total_seconds() / 5)
+        await asyncio.sleep(min(every, (until - datetime.now(UTC)).total_seconds()))
+    return Memory(peaks, fifths)
 
 
 async def wait_registered(pool: asyncpg.Pool, workload: Workload) -> None:
@@ -201,7 +217,7 @@ async def run_design(name: str, stack: Stack, workload: Workload) -> Result:
             await sleep_until(window_start)
             before = snapshot(stack, running)
             cache_before = await cache_counts(running.metrics_urls)
-            peaks = await peak_memory(stack, running, window_end)
+            memory = await peak_memory(stack, running, window_end)
             after = snapshot(stack, running)
             cache_after = await cache_counts(running.metrics_urls)
             size = await pool.fetchrow(DATABASE_SIZE)
@@ -256,7 +272,11 @@ async def run_design(name: str, stack: Stack, workload: Workload) -> Result:
             role: per_check(after.cpu[role] - before.cpu[role]) if role in after.cpu else None
             for role in ROLES
         },
-        peak_rss_mib={role: peaks[role] / 2**20 if role in peaks else None for role in ROLES},
+        peak_rss_mib={
+            role: memory.peaks[role] / 2**20 if role in memory.peaks else None for role in ROLES
+        },
+        worker_peak_mib_first_fifth=memory.worker_fifths[0] / 2**20 or None,
+        worker_peak_mib_last_fifth=memory.worker_fifths[-1] / 2**20 or None,
         registration_s=registration,
         warm_up_s=warm_up,
         cache_hits_per_check=per_check(hits),

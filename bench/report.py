@@ -41,13 +41,16 @@ SCALE_COLUMNS: list[tuple[str, str]] = [
     ("rows", "database_rows"),
     ("source_checks MiB", "source_checks_mib"),
     ("database MiB", "database_mib"),
+    ("worker MiB 1st fifth", "worker_peak_mib_first_fifth"),
+    ("last fifth", "worker_peak_mib_last_fifth"),
 ]
 SCALE_LEGEND = (
     "registration: first start to every target registered; cache: the workers' workflow "
     "cache, per check (Prometheus); chk/run at start: checks the current run held at its "
     "first wake-up in the window; run events at wake-up: events the run held when its timer "
     "fired (histories), replayed: that times the share of cache misses; rows and MiB: the "
-    "design's database at the window's end"
+    "design's database at the window's end; worker MiB: its peak in the window's first and "
+    "last fifth"
 )
 
 

@@ -63,6 +63,7 @@ async def test_bench_runs_every_design_and_prints_every_column(scratch: Path) ->
         assert design["sql_round_trips_per_check"] >= 1, name
         assert all(value > 0 for value in design["cpu_seconds_per_check"].values() if value), name
         assert design["peak_rss_mib"]["worker"] > 0, name
+        assert 0 < design["worker_peak_mib_last_fifth"] <= design["peak_rss_mib"]["worker"], name
         timeline = design["lateness_p99_per_interval_s"]
         assert len(timeline["window"]) == 3 and any(timeline["window"]), name
         assert design["registration_s"] > 0 and design["warm_up_s"] >= AGED - 1, name
