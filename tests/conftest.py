@@ -38,7 +38,8 @@ from pricewatch.temporal import DATA_CONVERTER, register_search_attributes, star
 from tests.chaos.stack import serve
 from workers.embedded import find_binary, free_port, start_embedded_postgres
 
-TEMPLATE_DB = "pricewatch_template"
+# One per test process (pytest-xdist), which may share an external server.
+TEMPLATE_DB = f"pricewatch_template_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
 # The tests' pages and receivers live on 127.0.0.1, which the SSRF guard refuses by default.
 LOOPBACK = AddressPolicy.allowing(["127.0.0.1/32"])
 
