@@ -50,6 +50,7 @@ from pricewatch.policy import (
     TRANSIENT_FETCH_ERROR,
     expected_failure,
 )
+from pricewatch.prices import move_line
 
 # One line per check attempt: its target, what became of it and how long it took. What
 # `pricewatch dev` prints; in JSON logs with `outcome` and `elapsed_ms` fields.
@@ -368,14 +369,11 @@ class CheckActivities:
 
 
 def described(result: CheckResult, outcome: store.Outcome) -> str:
-    """`changed`, or in price mode `changed: Pro 19.90 -> 24.90 EUR (no rule matched)`."""
+    """`changed`, or in price mode `changed: Pro: 19.90 -> 24.90 EUR (+5.00, +25.13%)
+    [price-change]` (`(no rule matched)` where none did)."""
     if not outcome.price_moves:
         return result.status.value
-    moves = ", ".join(
-        f"{m.name} {m.old if m.old is not None else '-'} -> "
-        f"{m.new if m.new is not None else '-'} {m.currency or m.old_currency or ''}".rstrip()
-        for m in outcome.price_moves
-    )
+    moves = ", ".join(move_line(move.as_json()) for move in outcome.price_moves)
     return f"{result.status.value}: {moves}" + ("" if result.notify else " (no rule matched)")
 
 

@@ -38,6 +38,7 @@ from pricewatch.policy import (
     TRANSIENT_DELIVERY_ERROR,
     expected_failure,
 )
+from pricewatch.prices import move_line
 from pricewatch.slots import format_slot
 
 # Longer than one attempt (10 s): a second execution of the same delivery waits it out.
@@ -255,7 +256,7 @@ class NotifyActivities:
         if notice["excerpt"]:
             text = f"What changed:\n{notice['excerpt']}\n\n{text}"
         if isinstance(moves := notice.get("prices"), list):
-            text = "Prices:\n" + "\n".join(map(_move_line, moves)) + f"\n\n{text}"
+            text = "Prices:\n" + "\n".join(map(move_line, moves)) + f"\n\n{text}"
         message.set_content(text)
         try:
             async with asyncio.timeout(SEND_DEADLINE.total_seconds()):
@@ -281,21 +282,6 @@ class NotifyActivities:
             raise DeliveryError(f"SMTP {err.code} {err.message}", transient=err.code < 500) from err
         except (aiosmtplib.SMTPException, OSError) as err:
             raise DeliveryError(f"SMTP unreachable: {err}", transient=True) from err
-
-
-def _move_line(move: dict[str, object]) -> str:
-    """`Pro: 12.00 -> 13.00 EUR (+1.00, +8.33%) [rise]`"""
-
-    def signed(value: object) -> str:
-        return str(value) if str(value).startswith("-") else f"+{value}"
-
-    line = f"{move['name']}: {move['old'] or '-'} -> {move['new'] or '-'} {move['currency'] or ''}"
-    if move["change"] is not None:
-        line += f" ({signed(move['change'])}"
-        line += f", {signed(move['change_percent'])}%)" if move["change_percent"] else ")"
-    if isinstance(rules := move["rules"], list) and rules:
-        line += f" [{', '.join(map(str, rules))}]"
-    return line
 
 
 def _subject(delivery: DeliveryInput, price: bool = False) -> str:

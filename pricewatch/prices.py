@@ -69,6 +69,22 @@ class Move:
         }
 
 
+def move_line(move: dict[str, object]) -> str:
+    """A move in its JSON form (as notices carry it and the database keeps it), for people:
+    `Pro: 12.00 -> 13.00 EUR (+1.00, +8.33%) [rise]`."""
+
+    def signed(value: object) -> str:
+        return str(value) if str(value).startswith("-") else f"+{value}"
+
+    line = f"{move['name']}: {move['old'] or '-'} -> {move['new'] or '-'} {move['currency'] or ''}"
+    if move["change"] is not None:
+        line += f" ({signed(move['change'])}"
+        line += f", {signed(move['change_percent'])}%)" if move["change_percent"] else ")"
+    if isinstance(rules := move["rules"], list) and rules:
+        line += f" [{', '.join(map(str, rules))}]"
+    return line.rstrip()
+
+
 def listing(prices: list[Price]) -> str:
     """The observation as text, one price per line: hashed, kept as the snapshot, diffed."""
     lines = (f"{p.name}: {p.amount.normalize():f} {p.currency or ''}" for p in prices)

@@ -26,7 +26,7 @@ from pricewatch.models import (
     PriceSettings,
     TargetConfig,
 )
-from pricewatch.prices import Price, listing, moves, tells
+from pricewatch.prices import Price, listing, move_line, moves, tells
 from tests.conftest import MailSink, Site, WebhookReceiver
 from tests.test_content import T0, Checker
 
@@ -131,6 +131,9 @@ def test_moves_name_the_old_and_new_price_and_the_change() -> None:
         "previous_currency": "EUR", "change": "-2.00", "change_percent": "-10.00",
         "rules": ["price-change"],
     }  # fmt: skip
+    assert move_line(move.as_json()) == "B: 20.00 -> 18.00 EUR (-2.00, -10.00%) [price-change]"
+    [gone] = moves(prices("10.00", "20.00"), prices("10.00"), PriceSettings())
+    assert move_line(gone.as_json()) == "B: 20.00 -> - EUR"
 
 
 @pytest.mark.parametrize(
