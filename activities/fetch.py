@@ -263,9 +263,19 @@ def _status_error(response: httpx.Response) -> FetchError:
     status = response.status_code
     message = f"HTTP {status} {response.reason_phrase}".strip()
     if status in TRANSIENT_STATUSES:
-        retry_after = parse_retry_after(response.headers.get("retry-after"), datetime.now(UTC))
+        retry_after = parse_retry_after(response.headers.get("retry-after"), _answered_at(response))
         return FetchError(message, transient=True, retry_after=retry_after)
     return FetchError(message, transient=False)
+
+
+def _answered_at(response: httpx.Response) -> datetime:
+    """The origin's clock when it answered (its Date header): an HTTP-date Retry-After is on
+    that clock. Only without a readable Date, the worker's."""
+    try:
+        said = parsedate_to_datetime(response.headers.get("date", ""))
+    except (TypeError, ValueError):
+        return datetime.now(UTC)
+    return said.replace(tzinfo=said.tzinfo or UTC)
 
 
 def parse_retry_after(value: str | None, now: datetime) -> timedelta | None:

@@ -36,6 +36,8 @@ async def status(request: web.Request) -> web.Response:
     headers = {}
     if "retry_after" in request.query:
         headers["Retry-After"] = request.query["retry_after"]
+    if "date" in request.query:  # the origin's clock, as it says in its Date header
+        headers["Date"] = request.query["date"]
     return web.Response(status=int(request.match_info["code"]), headers=headers)
 
 
@@ -148,6 +150,18 @@ async def test_retry_after_http_date(server: str, http: httpx.AsyncClient) -> No
 
     assert error.retry_after is not None
     assert timedelta(seconds=55) <= error.retry_after <= timedelta(seconds=60)
+
+
+async def test_an_http_date_retry_after_is_read_on_the_origins_clock(
+    server: str, http: httpx.AsyncClient
+) -> None:
+    """The origin's clock is 20 years behind ours (its Date header): its Retry-After date,
+    90 s after its Date, still means 90 s. The worker's clock never decides a delay."""
+    said = datetime(2006, 8, 7, 8, 0, tzinfo=UTC)
+    query = {"date": format_datetime(said, usegmt=True),
+             "retry_after": format_datetime(said + timedelta(seconds=90), usegmt=True)}  # fmt: skip
+    error = await fetch_error(http, f"{server}/status/503?{urlencode(query)}")
+    assert error.retry_after == timedelta(seconds=90)
 
 
 @pytest.mark.parametrize(
