@@ -24,6 +24,7 @@ COLUMNS = [  # (header, JSON key; dotted for one process)
     ),
     ("MiB server / worker / pg", "peak_rss_mib.server peak_rss_mib.worker peak_rss_mib.postgres"),
     ("registration s", "registration_s"),
+    ("worker gc ms/chk", "worker_gc_seconds_per_check"),
     ("cache hits / misses per chk", "cache_hits_per_check cache_misses_per_check"),
     (
         "chk/run at start / run events / replayed per wake-up",
@@ -45,7 +46,7 @@ def cell(design: dict[str, Any], keys: str) -> str:
             value = value.get(part) if isinstance(value, dict) else None
         if value is None:
             parts.append("-")
-        elif key.startswith("cpu_seconds"):
+        elif key.startswith(("cpu_seconds", "worker_gc_seconds")):
             parts.append(f"{value * 1000:.3g}")
         else:
             parts.append(f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}")

@@ -52,6 +52,7 @@ LOOPS = {
 # The SDK's workflow-cache counters (a workflow task for a run in the cache, or not: then
 # the worker fetches and replays the run's whole history).
 CACHE_HIT, CACHE_MISS = "temporal_sticky_cache_hit", "temporal_sticky_cache_miss"
+GC_SECONDS = "pricewatch_gc_pause_seconds_sum"  # the product's worker only
 DATABASE_SIZE = """
 SELECT (SELECT count(*) FROM source_checks) AS rows,
        pg_total_relation_size('source_checks') AS table_bytes,
@@ -113,6 +114,8 @@ class Result:
     """From the first start (or row) to every target registered."""
     warm_up_s: float | None = None
     """From registration to the window's start."""
+    worker_gc_seconds_per_check: float | None = None
+    """The worker's garbage-collection pauses (part of its CPU), per check."""
     cache_hits_per_check: float | None = None
     cache_misses_per_check: float | None = None
     checks_per_run_at_window_start: float | None = None
@@ -242,10 +245,11 @@ async def run_design(name: str, stack: Stack, workload: Workload) -> Result:
     def per_check(value: float | None) -> float | None:
         return value / completed if value is not None and completed else None
 
-    hits = misses = replayed = None
+    hits = misses = replayed = gc_seconds = None
     if running.metrics_urls:  # a Temporal design
         hits = cache_after[CACHE_HIT] - cache_before[CACHE_HIT]
         misses = cache_after[CACHE_MISS] - cache_before[CACHE_MISS]
+        gc_seconds = (cache_after[GC_SECONDS] - cache_before[GC_SECONDS]) or None
         if history.run_events_at_wake_up is not None and hits + misses:
             replayed = history.run_events_at_wake_up * misses / (hits + misses)
 
@@ -279,6 +283,7 @@ async def run_design(name: str, stack: Stack, workload: Workload) -> Result:
         worker_peak_mib_last_fifth=memory.worker_fifths[-1] / 2**20 or None,
         registration_s=registration,
         warm_up_s=warm_up,
+        worker_gc_seconds_per_check=per_check(gc_seconds),
         cache_hits_per_check=per_check(hits),
         cache_misses_per_check=per_check(misses),
         checks_per_run_at_window_start=history.checks_at_start,
@@ -291,8 +296,9 @@ async def run_design(name: str, stack: Stack, workload: Workload) -> Result:
 
 
 async def cache_counts(urls: list[str]) -> dict[str, float]:
-    """The workers' workflow-cache hits and misses so far, summed over workers."""
-    counts = dict.fromkeys((CACHE_HIT, CACHE_MISS), 0.0)
+    """The workers' workflow-cache hits and misses, and seconds paused for garbage
+    collection, so far, summed over workers."""
+    counts = dict.fromkeys((CACHE_HIT, CACHE_MISS, GC_SECONDS), 0.0)
     async with httpx.AsyncClient(trust_env=False) as http:
         for url in urls:
             for line in (await http.get(url)).text.splitlines():

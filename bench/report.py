@@ -33,6 +33,7 @@ LEGEND = (
 SCALE_COLUMNS: list[tuple[str, str]] = [
     ("registration s", "registration_s"),
     ("warm-up s", "warm_up_s"),
+    ("worker gc ms/chk", "worker_gc_seconds_per_check"),
     ("cache hits/chk", "cache_hits_per_check"),
     ("misses/chk", "cache_misses_per_check"),
     ("chk/run at start", "checks_per_run_at_window_start"),
@@ -45,7 +46,8 @@ SCALE_COLUMNS: list[tuple[str, str]] = [
     ("last fifth", "worker_peak_mib_last_fifth"),
 ]
 SCALE_LEGEND = (
-    "registration: first start to every target registered; cache: the workers' workflow "
+    "registration: first start to every target registered; gc: the worker's garbage-"
+    "collection pauses (part of its cpu); cache: the workers' workflow "
     "cache, per check (Prometheus); chk/run at start: checks the current run held at its "
     "first wake-up in the window; run events at wake-up: events the run held when its timer "
     "fired (histories), replayed: that times the share of cache misses; rows and MiB: the "
@@ -82,7 +84,7 @@ def ratios(results: list[Result]) -> dict[str, dict[str, float | None]]:
 def _cell(key: str, number: float | None) -> str:
     if number is None:
         return "-"
-    if key.startswith("cpu_seconds"):
+    if key.startswith(("cpu_seconds", "worker_gc_seconds")):
         number *= 1000
     if key == "slots_missed":
         return f"{number:.0f}"

@@ -56,6 +56,7 @@ async def test_bench_runs_every_design_and_prints_every_column(scratch: Path) ->
     )
     by_name = {design["design"]: design for design in report["designs"]}
     assert list(by_name) == list(DESIGNS)
+    assert by_name["pricewatch"]["worker_gc_seconds_per_check"] > 0
     for name, design in by_name.items():
         assert design["checks_per_s"] > 0, name
         assert design["slots_missed"] >= 0, name

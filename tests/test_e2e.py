@@ -608,6 +608,7 @@ async def test_three_workers_share_the_work_and_each_slot_is_recorded_once(
         status, exposition = await http_get(metrics, "/metrics")
         assert status == 200
         assert "pricewatch_checks" in exposition and "temporal_" in exposition
+        assert 'pricewatch_gc_pause_seconds_count{generation="0"' in exposition
         # Bounded labels only: the per-target story is the ledger's and the UI's.
         checks = [line for line in exposition.splitlines() if line.startswith("pricewatch_checks")]
         assert checks and not any("target_id" in line for line in checks)

@@ -1,10 +1,13 @@
 """The worker's JSON log lines and health endpoints (metrics are checked end to end)."""
 
+import gc
 import json
 import logging
 
 import httpx
+import pytest
 
+from workers import observability
 from workers.embedded import free_port
 from workers.observability import JsonFormatter, serve_health
 
@@ -48,3 +51,17 @@ async def test_health_answers_live_and_ready_as_the_check_says() -> None:
     finally:
         server.close()
         await server.wait_closed()
+
+
+def test_a_long_garbage_collection_is_a_warning(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(observability, "GC_PAUSE_WORTH_A_LINE", 0.0)
+    before = list(gc.callbacks)
+    try:
+        observability.watch_gc_pauses(None)
+        with caplog.at_level(logging.WARNING, "pricewatch.worker"):
+            gc.collect()
+    finally:
+        gc.callbacks[:] = before
+    assert "garbage collection (generation 2) paused the worker for" in caplog.text

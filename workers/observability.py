@@ -5,8 +5,10 @@ and pricewatch's, recorded with `activity.metric_meter()`), so there is no secon
 """
 
 import asyncio
+import gc
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
@@ -81,6 +83,38 @@ def configure_tracing() -> None:
     provider = TracerProvider(resource=Resource.create({"service.name": "pricewatch"}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
+
+
+# A full collection walks every object the worker holds, its cached workflows included
+# (about 0.1 MiB each): with thousands cached, one can stop the worker for most of a second.
+GC_PAUSE_WORTH_A_LINE = 0.1
+
+
+def watch_gc_pauses(runtime: Runtime | None) -> None:
+    """Time each garbage collection: `pricewatch_gc_pause_seconds` (per generation) and a
+    warning for one that stops the worker for GC_PAUSE_WORTH_A_LINE or more."""
+    meter = runtime.metric_meter if runtime is not None else None
+    pauses = meter.create_histogram_float(
+        "pricewatch_gc_pause_seconds", "garbage collection pauses", unit="s"
+    ) if meter is not None else None  # fmt: skip
+    started = 0.0
+    log = logging.getLogger("pricewatch.worker")
+
+    def timed(phase: str, info: dict[str, int]) -> None:
+        nonlocal started
+        if phase == "start":
+            started = time.perf_counter()
+            return
+        paused = time.perf_counter() - started
+        if pauses is not None:
+            pauses.record(paused, {"generation": str(info["generation"])})
+        if paused >= GC_PAUSE_WORTH_A_LINE:
+            log.warning(
+                "garbage collection (generation %d) paused the worker for %.0f ms",
+                info["generation"], paused * 1000,
+            )  # fmt: skip
+
+    gc.callbacks.append(timed)
 
 
 def metrics_runtime(address: str | None) -> Runtime | None:

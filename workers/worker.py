@@ -35,6 +35,7 @@ from workers.observability import (
     configure_tracing,
     metrics_runtime,
     serve_health,
+    watch_gc_pauses,
 )
 from workflows.monitor import MonitorTarget
 from workflows.retention import PruneChecks
@@ -269,6 +270,7 @@ async def run_worker(settings: Settings) -> None:
 
 async def _serve(settings: Settings, stop: asyncio.Event) -> None:
     runtime = metrics_runtime(settings.metrics_address)
+    watch_gc_pauses(runtime)
     client = await until_up(
         "Temporal",
         lambda: asyncio.wait_for(connect(runtime, settings.tracing), RPC_TIMEOUT.total_seconds()),
