@@ -123,6 +123,7 @@ def test_figures_are_generated_into_the_docs_block(tmp_path: Path) -> None:
                 "cpu_seconds_per_check": {"server": 0.0144, "worker": 0.0142, "postgres": None},
                 "peak_rss_mib": {"server": 300.0, "worker": 180.0, "postgres": 90.0},
                 "registration_s": 8.5,
+                "worker_gc_seconds_per_check": 0.0004,
                 "cache_hits_per_check": 0.5,
                 "cache_misses_per_check": 0.5,
                 "checks_per_run_at_window_start": 40.5,
@@ -146,4 +147,4 @@ def test_figures_are_generated_into_the_docs_block(tmp_path: Path) -> None:
     assert "2026-11-30 `abc1234`" in row
     assert "200 / 10 s, 30 s, cache 100, 50 chk/run, aged 40" in row
     assert "| 20 | 0 | 0.1 / 0.4 / 0.5 | 6 / 1 | 2 | 14.4 / 14.2 / - | 300 / 180 / 90 |" in row
-    assert "| 8.5 | 0.5 / 0.5 | 40.5 / 250 / 125 | 12000 / 3.2 / 11 |" in row
+    assert "| 8.5 | 0.4 | 0.5 / 0.5 | 40.5 / 250 / 125 | 12000 / 3.2 / 11 | - / - |" in row
