@@ -20,7 +20,7 @@ def chaos(
         None, min=1, help="All fault kinds together, per minute of the run."
     ),
     soak: bool = typer.Option(
-        False, "--soak", help="The soak preset: 1,100 faults in 24 minutes (only --seed applies)."
+        False, "--soak", help="The soak preset: 1,100 faults in 23 minutes (only --seed applies)."
     ),
 ) -> None:
     """Run a real stack under seeded faults and check the promise from the outside."""
