@@ -36,16 +36,25 @@ class Faults:
         self.taken = folder / "taken"
         self.hits = folder / "hits.jsonl"
 
-    def take(self, window: str) -> str | None:
-        """Claim one armed fault for `window`; only one process can get each."""
-        for name in sorted(os.listdir(self.armed)):
-            if name.startswith(f"{window}."):
+    def take(self, *windows: str) -> tuple[str, str] | None:
+        """Claim the oldest armed fault for any of `windows` (window, arm); only one process
+        can get each. Oldest first, so one window kind cannot starve another at the same
+        point (after a fetch: `after_fetch` and `zombie`)."""
+        for name in sorted(os.listdir(self.armed), key=self._armed_at):
+            window = name.partition(".")[0]
+            if window in windows:
                 try:
                     os.rename(self.armed / name, self.taken / name)
                 except FileNotFoundError:  # another worker took it first
                     continue
-                return name
+                return window, name
         return None
+
+    def _armed_at(self, name: str) -> int:
+        try:
+            return (self.armed / name).stat().st_mtime_ns
+        except FileNotFoundError:  # just taken: sorts last, and its rename fails
+            return 2**63
 
     def fire(self, window: str, arm: str, **details: object) -> None:
         """Record the hit durably, then die (or freeze) right here, inside the window."""
@@ -66,18 +75,17 @@ def install(faults: Faults) -> None:
     async def fetch_page(client: httpx.AsyncClient, request: Request | str) -> Page:
         fetch = asyncio.create_task(real_fetch(client, request))
         await asyncio.sleep(0.01)  # the page server answers in 20-80 ms: still in flight
-        if not fetch.done() and (arm := faults.take("mid_fetch")):
-            faults.fire("mid_fetch", arm)
+        if not fetch.done() and (taken := faults.take("mid_fetch")):
+            faults.fire(*taken)
         page = await fetch
-        for window in ("after_fetch", "zombie"):
-            if arm := faults.take(window):
-                faults.fire(window, arm)
+        if taken := faults.take("after_fetch", "zombie"):
+            faults.fire(*taken)
         return page
 
     async def commit(pool: object, **kwargs: object) -> CheckResult | None:
         result = await real_commit(pool, **kwargs)  # type: ignore[arg-type]
-        if result is not None and (arm := faults.take("after_commit")):
-            faults.fire("after_commit", arm, work_id=result.work_id, status=result.status)
+        if result is not None and (taken := faults.take("after_commit")):
+            faults.fire(*taken, work_id=result.work_id, status=result.status)
         return result
 
     async def post_webhook(
@@ -89,8 +97,8 @@ def install(faults: Faults) -> None:
         now: datetime,
     ) -> None:
         await real_post(self, delivery, notice, url, secret, now)
-        if arm := faults.take("after_send"):
-            faults.fire("after_send", arm, webhook_id=NotifyActivities.message_id(delivery))
+        if taken := faults.take("after_send"):
+            faults.fire(*taken, webhook_id=NotifyActivities.message_id(delivery))
 
     checks.fetch_page = fetch_page  # type: ignore[attr-defined]
     store.commit = commit
