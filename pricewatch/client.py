@@ -179,7 +179,7 @@ class Pricewatch:
                 f"interval {format_duration(config.interval)} is below the minimum "
                 f"{format_duration(minimum)} (PRICEWATCH_MIN_INTERVAL)"
             )
-        policy = AddressPolicy.allowing(self.settings.allow_networks.split(","))
+        policy = AddressPolicy.allowing(self.settings.resolved_allow_networks().split(","))
         webhooks = [c.destination for c in config.channels if c.kind is ChannelKind.WEBHOOK]
         for url in [config.url, *webhooks]:
             await check_url(policy, url)

@@ -15,6 +15,8 @@ from pricewatch.durations import parse_duration
 from pricewatch.policy import CHANGE_RETENTION, CHECK_RETENTION
 
 EMBEDDED_DATABASE_URL_FILE = "postgres.url"
+# What a running `pricewatch dev` lets its worker fetch besides the public internet.
+DEV_ALLOW_NETWORKS_FILE = "allow-networks"
 
 
 class Settings(BaseSettings):
@@ -80,6 +82,14 @@ class Settings(BaseSettings):
         if isinstance(value, str) and value and value[-1] in "smhd" and value[0].isdigit():
             return parse_duration(value)
         return value
+
+    def resolved_allow_networks(self) -> str:
+        """The configured networks; against a running `pricewatch dev` (its database from the
+        data dir), else the ones it allows: a page its worker can watch can be added."""
+        if self.allow_networks or self.database_url:
+            return self.allow_networks
+        dev_file = self.data_dir / DEV_ALLOW_NETWORKS_FILE
+        return dev_file.read_text().strip() if dev_file.exists() else ""
 
     def resolved_database_url(self) -> str:
         """The configured URL, else the one the embedded Postgres wrote when it started."""

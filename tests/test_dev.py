@@ -108,6 +108,18 @@ async def test_dev_runs_the_demo_stops_cleanly_and_resumes(tmp_path: Path) -> No
         plans = await demo_plan_prices(tmp_path, ports["temporal"])
         assert all(plan in plans for plan in ("Small", "Medium", "Large")), plans
         assert "EUR" in plans, plans
+        # From a second terminal with no settings: a local page the dev worker can watch can
+        # be added (the dev stack says which networks it allows, in the data dir).
+        env = {**os.environ, "PRICEWATCH_DATA_DIR": str(tmp_path),
+               "TEMPORAL_ADDRESS": f"127.0.0.1:{ports['temporal']}"}  # fmt: skip
+        for name in ("PRICEWATCH_DATABASE_URL", "PRICEWATCH_ALLOW_NETWORKS"):
+            env.pop(name, None)
+        add = await asyncio.create_subprocess_exec(
+            PRICEWATCH, "add", "local-page", f"http://127.0.0.1:{ports['demo']}/", "--every",
+            "15m", env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await add.communicate()
+        assert add.returncode == 0 and b"added local-page" in out, err
         postmaster = (tmp_path / "pgdata" / "postmaster.pid").read_text().split()[0]
     assert not any(listening(port) for port in ports.values()), "a port is still served"
     assert not running(postmaster), "Postgres still runs"

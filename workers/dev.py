@@ -18,7 +18,7 @@ from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from pricewatch.models import MonitorState, PriceSettings, TargetConfig
-from pricewatch.settings import EMBEDDED_DATABASE_URL_FILE, Settings
+from pricewatch.settings import DEV_ALLOW_NETWORKS_FILE, EMBEDDED_DATABASE_URL_FILE, Settings
 from pricewatch.slots import spread_anchor
 from pricewatch.temporal import connect, ensure_retention_schedule, start_monitor
 from workers.embedded import start_embedded_postgres, start_temporal_dev_server, stop_process
@@ -193,6 +193,9 @@ def run_dev(
             url_file = data_dir / EMBEDDED_DATABASE_URL_FILE
             url_file.write_text(database_url + "\n")
             stack.callback(url_file.unlink, missing_ok=True)
+            allowed_file = data_dir / DEV_ALLOW_NETWORKS_FILE
+            allowed_file.write_text(settings.allow_networks + "\n")
+            stack.callback(allowed_file.unlink, missing_ok=True)
             print(f"postgres:  embedded, {database_url}", flush=True)
         temporal = start_temporal_dev_server(
             data_dir / "temporal.db",
