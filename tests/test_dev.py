@@ -83,11 +83,18 @@ def running(pid: str) -> bool:
     return state != "Z"
 
 
-async def demo_plan_prices(data_dir: Path, temporal_port: int) -> str:
-    """`pricewatch prices demo-plans` once the plan table's first check is recorded."""
+def second_terminal(data_dir: Path, temporal_port: int) -> dict[str, str]:
+    """The environment of a CLI in another terminal: only the data dir and Temporal."""
     env = {**os.environ, "PRICEWATCH_DATA_DIR": str(data_dir),
            "TEMPORAL_ADDRESS": f"127.0.0.1:{temporal_port}"}  # fmt: skip
-    env.pop("PRICEWATCH_DATABASE_URL", None)
+    for name in ("PRICEWATCH_DATABASE_URL", "PRICEWATCH_ALLOW_NETWORKS"):
+        env.pop(name, None)
+    return env
+
+
+async def demo_plan_prices(data_dir: Path, temporal_port: int) -> str:
+    """`pricewatch prices demo-plans` once the plan table's first check is recorded."""
+    env = second_terminal(data_dir, temporal_port)
     for _ in range(60):
         cli = await asyncio.create_subprocess_exec(
             PRICEWATCH, "prices", "demo-plans", env=env,
@@ -110,13 +117,10 @@ async def test_dev_runs_the_demo_stops_cleanly_and_resumes(tmp_path: Path) -> No
         assert "EUR" in plans, plans
         # From a second terminal with no settings: a local page the dev worker can watch can
         # be added (the dev stack says which networks it allows, in the data dir).
-        env = {**os.environ, "PRICEWATCH_DATA_DIR": str(tmp_path),
-               "TEMPORAL_ADDRESS": f"127.0.0.1:{ports['temporal']}"}  # fmt: skip
-        for name in ("PRICEWATCH_DATABASE_URL", "PRICEWATCH_ALLOW_NETWORKS"):
-            env.pop(name, None)
         add = await asyncio.create_subprocess_exec(
             PRICEWATCH, "add", "local-page", f"http://127.0.0.1:{ports['demo']}/", "--every",
-            "15m", env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            "15m", env=second_terminal(tmp_path, ports["temporal"]),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         out, err = await add.communicate()
         assert add.returncode == 0 and b"added local-page" in out, err
