@@ -18,6 +18,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from bench.process import worker_process
 from pricewatch.slots import first_slot, next_slot, work_id
+from workers.payloads import skip_idle_payload_walks
 from workers.worker import InlineActivations, keep_session
 
 WORKFLOW_NAME = "BenchBareLoop"
@@ -95,6 +96,7 @@ async def main() -> None:
         max_size=process.tuning.pool_size,
         reset=keep_session,  # the same pool as the worker's
     )
+    skip_idle_payload_walks()  # as pricewatch's worker does: the most this stack can do
     try:
         async with httpx.AsyncClient() as http:
             worker = Worker(

@@ -43,6 +43,7 @@ from workers.embedded import (
     start_temporal_dev_server,
     stop_process,
 )
+from workers.payloads import skip_idle_payload_walks
 from workers.worker import (
     InlineActivations,
     WorkerTuning,
@@ -114,6 +115,7 @@ def second_run_start(history: WorkflowHistory) -> int:
 
 
 async def replay_cpu_ms(history: WorkflowHistory) -> float:
+    skip_idle_payload_walks()  # as the worker does
     replayer = Replayer(
         workflows=[MonitorTarget],
         data_converter=DATA_CONVERTER,

@@ -37,6 +37,7 @@ from workers.observability import (
     serve_health,
     watch_gc_pauses,
 )
+from workers.payloads import skip_idle_payload_walks
 from workflows.monitor import MonitorTarget
 from workflows.retention import PruneChecks
 
@@ -180,6 +181,7 @@ def build_worker(
     client: Client, task_queue: str, activities: Activities, tuning: WorkerTuning = WorkerTuning()
 ) -> Worker:
     checks, notify = activities.checks, activities.notify
+    skip_idle_payload_walks()
     return Worker(
         client,
         task_queue=task_queue,
