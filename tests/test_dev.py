@@ -13,9 +13,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import asyncpg
+import httpx
 import pytest
 from aiohttp import web
 
+from workers.dev import demo_page
 from workers.embedded import free_port
 
 pytestmark = pytest.mark.e2e
@@ -213,3 +215,15 @@ async def test_the_dev_console_prints_one_line_per_check_and_no_tracebacks(
     assert "larger than" in outcomes["dev-big"]
     assert any("503" in m["outcome"] and "next attempt in" in m["outcome"]
                for m in checks if m["target"] == "dev-busy")  # fmt: skip
+
+
+async def test_the_demo_serves_pages_that_fail_for_a_newcomer_to_add() -> None:
+    port = free_port()
+    with demo_page(port) as url:
+        async with httpx.AsyncClient(base_url=url) as http:
+            page, plans = await http.get("/"), await http.get("/plans")
+            busy, gone = await http.get("/busy"), await http.get("/gone")
+    assert page.status_code == plans.status_code == 200
+    assert "EUR" in page.text and "Medium" in plans.text
+    assert busy.status_code == 503 and busy.headers["retry-after"] == "10"
+    assert gone.status_code == 404

@@ -50,6 +50,7 @@ DEMO_PLANS_TARGET = "demo-plans"
 # Demo only: far below PRICEWATCH_MIN_INTERVAL, so a newcomer sees a change within minutes.
 DEMO_INTERVAL_SECONDS = 20
 DEMO_PRICE_PERIOD_SECONDS = 120
+DEMO_BUSY_RETRY_AFTER_SECONDS = 10
 # The plan table: one plan's price moves each period, in turn (a rise, later a drop back).
 DEMO_PLANS = {"Small": Decimal("4.49"), "Medium": Decimal("8.99"), "Large": Decimal("17.99")}
 
@@ -82,24 +83,33 @@ def demo_plans_page(period: int) -> str:
 
 
 class DemoPricingPage(BaseHTTPRequestHandler):
-    """A pricing page whose price moves every two minutes, and a plan table (`/plans`)."""
+    """A pricing page whose price moves every two minutes, a plan table (`/plans`), and two
+    pages that fail, to watch from a second terminal: `/busy` is overloaded (503 with a
+    Retry-After: transient, tried again), any other path is gone (404: permanent)."""
 
     def do_GET(self) -> None:
         period = int(datetime.now(UTC).timestamp()) // DEMO_PRICE_PERIOD_SECONDS
         price = 4 + period % 5
-        body = (
-            demo_plans_page(period)
-            if self.path == "/plans"
-            else (
+        status, headers = 200, {}
+        if self.path == "/":
+            body = (
                 "<html><body><h1>Demo Cloud</h1>"
                 f"<p>Small server: <b>EUR {price}.49</b> per month</p></body></html>"
             )
-        ).encode()
-        self.send_response(200)
-        self.send_header("content-type", "text/html; charset=utf-8")
-        self.send_header("content-length", str(len(body)))
+        elif self.path == "/plans":
+            body = demo_plans_page(period)
+        elif self.path == "/busy":
+            status, headers = 503, {"retry-after": str(DEMO_BUSY_RETRY_AFTER_SECONDS)}
+            body = "<html><body><h1>Busy: try again later</h1></body></html>"
+        else:
+            status, body = 404, "<html><body><h1>No such page</h1></body></html>"
+        data = body.encode()
+        self.send_response(status)
+        for name, value in {**headers, "content-type": "text/html; charset=utf-8"}.items():
+            self.send_header(name, value)
+        self.send_header("content-length", str(len(data)))
         self.end_headers()
-        self.wfile.write(body)
+        self.wfile.write(data)
 
     def log_message(self, format: str, *args: object) -> None:
         """Quiet: the worker's output is the interesting part."""
@@ -157,7 +167,8 @@ async def serve(settings: Settings, database_url: str, demo_url: str | None, ver
                 f"demo:      watching {demo_url} as {DEMO_TARGET!r} and its plan table "
                 f"(price mode) as {DEMO_PLANS_TARGET!r}, every {DEMO_INTERVAL_SECONDS}s; a "
                 f"price moves every {DEMO_PRICE_PERIOD_SECONDS // 60} min. Try `pricewatch "
-                f"prices {DEMO_PLANS_TARGET}`.",
+                f"prices {DEMO_PLANS_TARGET}`. Pages that fail, to add yourself: "
+                f"{demo_url}busy (503, transient), {demo_url}gone (404, permanent).",
                 flush=True,
             )
         print(
