@@ -7,6 +7,8 @@ import uuid
 from datetime import timedelta
 
 import asyncpg
+import pytest
+import temporalio.bridge.worker
 from temporalio import workflow
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
@@ -70,6 +72,23 @@ async def test_only_the_sandboxed_worker_keeps_the_sdks_threads(
         sandboxed = build_worker(client, "tq-sandboxed", activities, WorkerTuning(sandboxed=True))
     assert isinstance(shipped.config()["workflow_task_executor"], InlineActivations)
     assert sandboxed.config()["workflow_task_executor"] is None
+
+
+async def test_building_a_worker_installs_the_payload_walk_skip(
+    client: Client, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("decode_activation", "encode_completion"):
+        walk = getattr(temporalio.bridge.worker, name)
+        monkeypatch.setattr(temporalio.bridge.worker, name, getattr(walk, "__wrapped_walk__", walk))
+    async with new_client(LOOPBACK) as http:
+        activities = Activities(
+            CheckActivities(pool, http),
+            NotifyActivities(pool, http, NO_SMTP),
+            RetentionActivities(pool, Retention()),
+        )
+        build_worker(client, "tq-skip", activities, WorkerTuning())
+    assert hasattr(temporalio.bridge.worker.decode_activation, "__wrapped_walk__")
+    assert hasattr(temporalio.bridge.worker.encode_completion, "__wrapped_walk__")
 
 
 async def test_a_worker_told_not_to_migrate_leaves_the_schema_alone(
