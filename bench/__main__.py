@@ -1,5 +1,5 @@
 """`python -m bench --targets N --interval S --seconds W --designs pricewatch,bare,...
-[--cache N] [--checks-per-run K] [--aged K] [--warm-up S]`"""
+[--cache N] [--checks-per-run K] [--aged K]`"""
 
 import argparse
 import asyncio
@@ -41,11 +41,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="checks each loop's current run holds when the window opens (the warm-up runs "
         "them: at least that many intervals)",
     )  # fmt: skip
-    parser.add_argument(
-        "--warm-up", type=float, default=0,
-        help="seconds at least between registration and the window (default: 3 intervals): "
-        "a small fleet run as long as a large one writes as many runs into the server's store",
-    )  # fmt: skip
     parser.add_argument("--designs", default=",".join(DESIGNS), help="comma-separated, in order")
     parser.add_argument("--json", action="store_true", help="JSON on stdout (the table: stderr)")
     args = parser.parse_args(argv)
@@ -54,8 +49,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
         parser.error(f"unknown design(s): {', '.join(sorted(unknown))}")
     if args.targets < 1 or args.interval < 1 or args.seconds <= 0 or args.workers < 1:
         parser.error("--targets, --interval, --seconds and --workers must be positive")
-    if args.warm_up < 0:
-        parser.error("--warm-up must not be negative")
     if args.checks_per_run < 1 or (args.cache is not None and args.cache < 0):
         parser.error("--checks-per-run must be positive and --cache not negative")
     if not 0 <= args.aged < args.checks_per_run:
@@ -78,7 +71,6 @@ async def main(argv: list[str]) -> None:
     workload = Workload(
         targets=args.targets, interval=args.interval, seconds=args.seconds, workers=args.workers,
         cache=args.cache, checks_per_run=args.checks_per_run, aged=args.aged,
-        warm_up=args.warm_up,
     )  # fmt: skip
     task = asyncio.current_task()
     assert task is not None
@@ -95,7 +87,6 @@ async def main(argv: list[str]) -> None:
         + (f", cache {workload.cache} workflows per worker" if workload.cache is not None else "")
         + f", {workload.checks_per_run} checks per run"
         + (f", runs aged {workload.aged} checks" if workload.aged else "")
-        + (f", warm-up at least {workload.warm_up:g} s" if workload.warm_up else "")
     )
     print(table(results, heading), file=sys.stderr if args.json else sys.stdout, flush=True)
     if args.json:

@@ -54,8 +54,6 @@ class Workload:
     """The loops continue as new after this many checks."""
     aged: int = 0
     """Checks each loop's current run holds when the window opens."""
-    warm_up: float = 0
-    """Seconds at least from registration to the window."""
 
     @property
     def offered_per_second(self) -> float:

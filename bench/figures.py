@@ -64,8 +64,6 @@ def rows(run: dict[str, Any]) -> list[str]:
         what += f", {workload['checks_per_run']} chk/run"
     if workload.get("aged"):
         what += f", aged {workload['aged']}"
-    if workload.get("warm_up"):
-        what += f", warm-up {workload['warm_up']:g} s"
     when = f"{run.get('date', '?')[:10]} `{run.get('commit', '?')}`"
     return [
         f"| {when} | {what} | {design['design']} | "

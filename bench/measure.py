@@ -191,17 +191,12 @@ async def wait_registered(pool: asyncpg.Pool, workload: Workload) -> None:
 def window_opens(workload: Workload, base: datetime, ready: datetime) -> tuple[datetime, int]:
     """When the window opens, and after how many slots of each target. On the grid's base
     plus whole intervals: every target (their phases spread over one interval from the
-    base) has then had as many slots. At least WARMUP_INTERVALS after `ready`, and at least
-    `--warm-up` seconds: the first cycles carry one-time costs (each run's registration, the
-    baselines' snapshots), and the window measures the steady state. With `--aged K`, after
-    K slots or more, and not where the runs have just continued as new with fewer than K."""
+    base) has then had as many slots. At least WARMUP_INTERVALS after `ready`: the first
+    cycles carry one-time costs (each run's registration, the baselines' snapshots), and
+    the window measures the steady state. With `--aged K`, after K slots or more, and not
+    where the runs have just continued as new with fewer than K."""
     step = timedelta(seconds=workload.interval)
-    warm_up = timedelta(seconds=workload.warm_up)
-    slots = max(
-        math.ceil((ready - base) / step) + WARMUP_INTERVALS,
-        math.ceil((ready + warm_up - base) / step),
-        workload.aged,
-    )
+    slots = max(math.ceil((ready - base) / step) + WARMUP_INTERVALS, workload.aged)
     if (held := slots % workload.checks_per_run) < workload.aged:
         slots += workload.aged - held
     return base + slots * step, slots
