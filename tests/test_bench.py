@@ -150,13 +150,17 @@ def test_figures_are_generated_into_the_docs_block(tmp_path: Path) -> None:
     assert "| 8.5 | 0.4 | 0.5 / 0.5 | 40.5 / 250 / 125 | 12000 / 3.2 / 11 | - / - |" in row
 
 
-async def test_the_collector_bench_prints_the_pause_per_cached_workflow() -> None:
+async def test_the_collector_bench_prints_the_pause_per_cached_workflow_and_evicted_cycles() -> (
+    None
+):
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bench.collector", "--workflows", "5", cwd=REPO,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(process.communicate(), timeout=120)
     assert process.returncode == 0, err.decode()[-3000:]
-    first, *types = out.decode().splitlines()
+    first, evicted, *types = out.decode().splitlines()
     assert first.startswith("5 cached workflows: ") and "us per cached workflow" in first, first
+    cycled = int(evicted.removeprefix("evicting 5 left ").split()[0])
+    assert cycled > 50, evicted  # a whole workflow: its loop, tasks and coroutines
     assert any(line.split()[-1] == "coroutine" for line in types), types
