@@ -216,9 +216,10 @@ async def add(
         str | None, typer.Option(help="Price mode: tell only moves of at least N percent.")
     ] = None,
 ) -> None:
-    """Start watching a page (same settings again: no-op; different: reconfigure). Any price
-    option turns price mode on: the prices are compared, and the rules say which moves are
-    told."""
+    """Start watching a page (same settings again: no-op; different: reconfigure).
+
+    Any price option turns price mode on: the prices are compared, and the rules say which
+    moves are told."""
     price_options = {
         "selector": price_selector, "name": price_name, "notify_on": notify_on,
         "below": below, "above": above, "min_change_percent": min_change_percent,
@@ -508,8 +509,9 @@ async def apply(
         bool, typer.Option("--dry-run", help="Print the plan; change nothing.")
     ] = False,
 ) -> None:
-    """Make the targets what the file says: add, reconfigure, pause or resume (and with
-    --prune remove); every entry is validated before anything changes."""
+    """Make the targets what the file says: add, reconfigure, pause, resume, remove (--prune).
+
+    Every entry is validated before anything changes."""
     entries = manifest.load(path)
     async with pricewatch() as client:
         steps = await client.plan(entries, prune)

@@ -4,12 +4,15 @@ an unreachable Temporal is one line and exit 1, never a traceback."""
 import asyncio
 import importlib
 import importlib.metadata
+import inspect
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from pricewatch.cli import app
 
 PRICEWATCH = Path(sys.executable).parent / "pricewatch"
 COMMANDS = [
@@ -92,6 +95,14 @@ def test_help_lists_every_command(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     listed = {line.strip(" │").split(" ")[0] for line in result.stdout.splitlines()}
     assert set(COMMANDS) <= listed
+
+
+def test_each_command_is_listed_with_a_one_line_summary() -> None:
+    """The command list prints a docstring's first paragraph with its line breaks (a
+    sentence broken mid-list), so that paragraph is one line; the rest follows a blank line."""
+    for command in app.registered_commands:
+        summary = (inspect.getdoc(command.callback) or "").split("\n\n")[0]
+        assert summary and "\n" not in summary, summary
 
 
 def test_unreachable_temporal_exits_1_with_one_line(tmp_path: Path) -> None:
