@@ -140,9 +140,8 @@ def main() -> None:
     if args.workflows < 1:
         parser.error("--workflows must be positive")
     asyncio.run(measure(args.workflows))
-    # Once the cache has evicted workflows, temporalio 1.35's Rust threads can still release
-    # Python objects while the interpreter finalizes and abort it ("Fatal Python error:
-    # PyGILState_Release", a third of runs here): leave without finalizing, figures printed.
+    # As `pricewatch.cli.main`: skip interpreter teardown, which temporalio's native threads
+    # can abort (temporalio/sdk-python#300; here a third of runs once the cache has evicted).
     sys.stdout.flush()
     os._exit(0)
 
