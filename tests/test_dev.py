@@ -236,3 +236,29 @@ async def test_the_demo_serves_pages_that_fail_for_a_newcomer_to_add() -> None:
     assert "EUR" in page.text and "Medium" in plans.text
     assert busy.status_code == 503 and busy.headers["retry-after"] == "10"
     assert gone.status_code == 404
+
+
+async def test_dev_waits_for_its_temporal_to_answer_and_stops_on_ctrl_c() -> None:
+    """The dev server's port opens before its frontend answers, so on a busy machine the
+    first connection can fail: the dev stack waits for Temporal (one line per try), and
+    Ctrl-C during the wait stops it cleanly, instead of exiting with "cannot reach"."""
+    script = (
+        "import asyncio; from pricewatch.settings import Settings; from workers.dev import serve; "
+        "asyncio.run(serve(Settings(), 'postgresql://unused', None, verbose=False))"
+    )
+    env = {**os.environ, "TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}"}  # nothing listens
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    assert process.stdout is not None
+    try:
+        async with asyncio.timeout(30):
+            line = await process.stdout.readline()
+        assert b"waiting for Temporal" in line, line
+    finally:
+        process.send_signal(signal.SIGINT)
+        async with asyncio.timeout(30):
+            out, _ = await process.communicate()
+    assert out.decode().splitlines()[-1] == "stopping...", out
+    assert process.returncode == 0
