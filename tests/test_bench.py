@@ -150,9 +150,7 @@ def test_figures_are_generated_into_the_docs_block(tmp_path: Path) -> None:
     assert "| 8.5 | 0.4 | 0.5 / 0.5 | 40.5 / 250 / 125 | 12000 / 3.2 / 11 | - / - |" in row
 
 
-async def test_the_collector_bench_prints_the_pause_per_cached_workflow_and_evicted_cycles() -> (
-    None
-):
+async def test_the_collector_bench_prints_pauses_and_evicted_cycles() -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bench.collector", "--workflows", "5", cwd=REPO,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
