@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pricewatch.models import MonitorState, PriceSettings, TargetConfig
 from pricewatch.settings import DEV_ALLOW_NETWORKS_FILE, EMBEDDED_DATABASE_URL_FILE, Settings
 from pricewatch.slots import spread_anchor
-from pricewatch.temporal import RPC_TIMEOUT, connect, ensure_retention_schedule, start_monitor
+from pricewatch.temporal import ensure_retention_schedule, start_monitor
 from workers.embedded import start_embedded_postgres, start_temporal_dev_server, stop_process
 from workers.observability import configure_dev_console, configure_tracing
 from workers.worker import (
@@ -30,7 +29,8 @@ from workers.worker import (
     build_worker,
     retention_settings,
     smtp_settings,
-    until_up,
+    stop_on_signals,
+    temporal_when_up,
     worker_activities,
 )
 
@@ -133,20 +133,9 @@ async def serve(settings: Settings, database_url: str, demo_url: str | None, ver
     configure_dev_console(verbose)
     if settings.tracing:
         configure_tracing()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+    stop = stop_on_signals()
     try:
-        # The dev server's port opens before its frontend answers: on a busy machine the
-        # first connection can fail, so wait for it as a worker does.
-        client = await until_up(
-            "Temporal",
-            lambda: asyncio.wait_for(
-                connect(tracing=settings.tracing), RPC_TIMEOUT.total_seconds()
-            ),
-            stop,
-        )
+        client = await temporal_when_up(stop, settings.tracing)
     except Stopping:
         print("stopping...", flush=True)
         return

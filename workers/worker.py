@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 from temporalio.client import Client
+from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
@@ -256,16 +257,34 @@ async def until_up(what: str, start: Callable[[], Awaitable[T]], stop: asyncio.E
         delay = min(2 * delay, STARTUP_RETRY_CAP)
 
 
+def stop_on_signals() -> asyncio.Event:
+    """An event that SIGINT (Ctrl-C) or SIGTERM (a supervisor's stop) sets."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    return stop
+
+
+async def temporal_when_up(
+    stop: asyncio.Event, tracing: bool, runtime: Runtime | None = None
+) -> Client:
+    """A client once Temporal answers: it may be away, and a server just started opens its
+    port before its frontend answers."""
+    return await until_up(
+        "Temporal",
+        lambda: asyncio.wait_for(connect(runtime, tracing), RPC_TIMEOUT.total_seconds()),
+        stop,
+    )
+
+
 async def run_worker(settings: Settings) -> None:
     """Run until SIGINT or SIGTERM, then shut down gracefully and exit 0. Start-up waits
     for Temporal and Postgres if they are away."""
     configure_logging(settings.log_format)
     if settings.tracing:
         configure_tracing()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+    stop = stop_on_signals()
     with contextlib.suppress(Stopping):
         await _serve(settings, stop)
 
@@ -273,11 +292,7 @@ async def run_worker(settings: Settings) -> None:
 async def _serve(settings: Settings, stop: asyncio.Event) -> None:
     runtime = metrics_runtime(settings.metrics_address)
     watch_gc_pauses(runtime)
-    client = await until_up(
-        "Temporal",
-        lambda: asyncio.wait_for(connect(runtime, settings.tracing), RPC_TIMEOUT.total_seconds()),
-        stop,
-    )
+    client = await temporal_when_up(stop, settings.tracing, runtime)
     tuning = WorkerTuning.from_settings(settings)
 
     def open_activities() -> contextlib.AbstractAsyncContextManager[Activities]:
