@@ -1,0 +1,31 @@
+"""Waiting on a condition with a deadline, instead of sleeping a guessed time.
+
+A fixed sleep is either too short on a loaded machine (a flaky test) or too long everywhere
+(a slow one); polling the condition is as fast as the system and fails with a clear message.
+"""
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T]],
+    *,
+    within: float = 30.0,
+    every: float = 0.1,
+    what: str = "the condition",
+) -> T:
+    """The first truthy value `probe` returns, polling every `every` seconds; an
+    AssertionError naming `what` (and the last value seen) after `within` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what} did not hold within {within} s (last: {value!r})")
+        await asyncio.sleep(every)
