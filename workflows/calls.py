@@ -245,5 +245,10 @@ def error_type(err: FailureError) -> str | None:
 
 
 def reason(err: FailureError) -> str:
-    """What actually went wrong (the HTTP status, the timeout), not the activity wrapper."""
-    return str(cause(err) or err)
+    """What actually went wrong (the HTTP status, the timeout), not the activity wrapper:
+    its message alone, without the error type (`str()` of an ApplicationError begins with
+    `PermanentFetchError: `), so a dead letter reads as its attempts' rows did."""
+    failure = cause(err) or err
+    if isinstance(failure, FailureError) and failure.message:
+        return failure.message
+    return str(failure)
