@@ -2,6 +2,7 @@
 the check activity on real Postgres and a real page server: what is recorded and told."""
 
 import itertools
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 
@@ -160,20 +161,70 @@ def test_a_plan_that_appears_is_told_only_for_any_change() -> None:
     assert (move.name, move.old, move.new, move.rules) == ("B", None, Decimal(9), ("any-change",))
 
 
+@pytest.mark.parametrize(
+    ("rules", "told"),
+    [
+        (PriceSettings(above=Decimal(19)), True),
+        (PriceSettings(above=Decimal(18)), True),  # from the threshold itself: it rose above
+        (PriceSettings(above=Decimal(20)), False),  # reaching it is not rising above it
+        (PriceSettings(above=Decimal(17)), False),  # was above already
+        (PriceSettings(below=Decimal(19)), False),
+        (PriceSettings(notify_on=NotifyOn.RISE, above=Decimal(19)), True),
+        (PriceSettings(notify_on=NotifyOn.DROP, above=Decimal(19)), False),
+    ],
+)
+def test_a_rise_through_above_is_told(rules: PriceSettings, told: bool) -> None:
+    [move] = moves(prices("18.00"), prices("20.00"), rules)
+    assert bool(move.rules) is told
+    assert (f"above {rules.above}" in move.rules) is (told and rules.above is not None)
+
+
+def told_per_check(amounts: list[int], rules: PriceSettings) -> list[bool]:
+    """Check by check, as the activity compares: each check against the one before it (the
+    first is the baseline; an unchanged price is no move)."""
+    return [
+        before != after and tells(moves(prices(str(before)), prices(str(after)), rules))
+        for before, after in itertools.pairwise(amounts)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("rules", "amounts", "told"),
+    [
+        # up through, stays above, falls back (not told as above), up again, onto it, off it
+        (PriceSettings(above=Decimal(15)), [10, 20, 25, 10, 20, 15, 16],
+         [True, False, False, True, False, True]),
+        # the mirror image for below
+        (PriceSettings(below=Decimal(15)), [20, 10, 5, 20, 10, 15, 14],
+         [True, False, False, True, False, True]),
+    ],
+)  # fmt: skip
+def test_each_crossing_is_told_once_and_again_after_a_way_back(
+    rules: PriceSettings, amounts: list[int], told: list[bool]
+) -> None:
+    assert told_per_check(amounts, rules) == told
+
+
+def entries(amounts: list[int], beyond: Callable[[int], bool]) -> int:
+    """How often the price entered the region `beyond` (strictly below / above the
+    threshold) after the baseline: its stretches in that region, less one if the baseline
+    already was in it. Counted on runs of the sequence, not on pairs of checks, so it does
+    not restate the rule's own comparison."""
+    runs = [inside for inside, _ in itertools.groupby(map(beyond, amounts))]
+    return runs.count(True) - runs[0]
+
+
 @given(
     st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=30),
     st.integers(min_value=1, max_value=40),
 )
-def test_each_crossing_below_is_told_once(amounts: list[int], threshold: int) -> None:
-    """Check by check, as the activity compares: the first is a baseline, then one notice per
-    fall through the threshold, none while the price stays below it."""
-    rules = PriceSettings(below=Decimal(threshold))
-    told = 0
-    for before, after in itertools.pairwise(amounts):
-        if before != after:
-            told += tells(moves(prices(str(before)), prices(str(after)), rules))
-    crossings = sum(a >= threshold > b for a, b in itertools.pairwise(amounts))
-    assert told == crossings
+def test_each_crossing_below_or_above_is_told_once(amounts: list[int], threshold: int) -> None:
+    """One notice per fall through `below` and per rise through `above`, none while the price
+    stays on the far side, whatever the sequence."""
+    below = PriceSettings(below=Decimal(threshold))
+    above = PriceSettings(above=Decimal(threshold))
+    assert sum(told_per_check(amounts, below)) == entries(amounts, lambda a: a < threshold)
+    assert sum(told_per_check(amounts, above)) == entries(amounts, lambda a: a > threshold)
 
 
 def test_the_listing_is_what_is_hashed_and_ignores_trailing_zeros() -> None:
