@@ -36,6 +36,7 @@ from pricewatch.models import (
     Registration,
     RemoveTargetInput,
     SyncTargetInput,
+    TargetConfig,
     UnnotifiedQuery,
 )
 from pricewatch.names import Activity
@@ -121,6 +122,12 @@ class CheckActivities:
                 enabled=sync.enabled,
                 skipped=sync.skipped,
             )
+
+    @activity.defn(name=Activity.RECONFIGURE_TARGET)
+    async def reconfigure_target(self, config: TargetConfig) -> None:
+        """Mirror a reconfigured config at once, even while a check holds the lease."""
+        with refused_config_is_final():
+            await store.reconfigure_target(self.pool, config)
 
     @activity.defn(name=Activity.REGISTER_TARGET)
     async def register_target(self, registration: RegisterTargetInput) -> Registration:
@@ -240,6 +247,7 @@ class CheckActivities:
             user_agent=check.user_agent,
             etag=claim.previous_etag,
             last_modified=claim.previous_last_modified,
+            timeout=timedelta(seconds=check.timeout_seconds) if check.timeout_seconds else None,
         )
         fetch = asyncio.create_task(fetch_page(self.http, request))
         try:
@@ -290,6 +298,7 @@ class CheckActivities:
         raise expected_failure(
             f"target {check.target_id} is leased by a running attempt; will try again",
             LEASE_HELD,
+            next_retry_delay=after_lease(await store.lease_left(self.pool, check.target_id)),
         )
 
     @activity.defn(name=Activity.UNNOTIFIED_CHANGES)
@@ -364,8 +373,26 @@ class CheckActivities:
                 non_retryable=True,
             )
         return expected_failure(
-            f"target {check.target_id} is leased by another attempt", LEASE_HELD
+            f"target {check.target_id} is leased by another attempt",
+            LEASE_HELD,
+            next_retry_delay=after_lease(claim.lease_left),
         )
+
+
+# A claim refused by a live lease is tried again when the lease expires (by the database's
+# clock, which the claim read), this much later: the commit or release of an attempt that
+# is still alive lands first, and a worker's timer firing early by a few ms finds it lapsed.
+LEASE_RETRY_MARGIN = timedelta(seconds=1)
+
+
+def after_lease(left: timedelta | None) -> timedelta | None:
+    """When to try again after a refusal by a live lease with `left` to run: just after it
+    expires, never sooner than the margin nor later than a whole lease (an attempt that is
+    alive keeps extending it; the next refusal says again). None: the retry policy's own
+    backoff (the lease lapsed in between)."""
+    if left is None:
+        return None
+    return min(max(left, timedelta(0)), CHECK_LEASE) + LEASE_RETRY_MARGIN
 
 
 def described(result: CheckResult, outcome: store.Outcome) -> str:

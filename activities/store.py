@@ -50,6 +50,8 @@ class Claim:
     previous_snapshot: bytes | None = None
     previous_rules: str | None = None
     previous_prices: list[Price] | None = None
+    lease_left: timedelta | None = None
+    """Not claimed because another attempt holds a live lease: how long it has left."""
 
     def without_previous(self) -> "Claim":
         """The claim with nothing to compare against: the next check is a new baseline."""
@@ -135,6 +137,7 @@ async def claim(
         previous_prices=(
             [Price.from_json(p) for p in previous["prices"]] if previous.get("prices") else None
         ),
+        lease_left=None if row["claimed"] else row["lease_left"],
     )
 
 
@@ -178,6 +181,12 @@ async def extend_lease(pool: asyncpg.Pool, *, target_id: str, token: str, lease:
         pool, target_id=target_id, token=token, lease=lease
     )
     return status == "UPDATE 1"
+
+
+async def lease_left(pool: asyncpg.Pool, target_id: str) -> timedelta | None:
+    """How long the target's live lease has left; None if no lease is live."""
+    value = await QUERIES["lease_left"].fetchval(pool, target_id=target_id)
+    return value if isinstance(value, timedelta) else None
 
 
 async def record_failed(
@@ -270,6 +279,16 @@ async def sync_target(
         )
         await _sync_channels(conn, config)
         await _insert_skipped(conn, config.target_id, skipped)
+
+
+async def reconfigure_target(pool: asyncpg.Pool, config: TargetConfig) -> bool:
+    """Mirror a reconfigured target's config and channels, leaving its schedule, pause and
+    lease alone (a check may hold it); False if the target has no row."""
+    async with pool.acquire() as conn, conn.transaction():
+        if await QUERIES["reconfigure_target"].fetchval(conn, **_target(config)) is None:
+            return False
+        await _sync_channels(conn, config)
+    return True
 
 
 def _target(config: TargetConfig) -> dict[str, object]:

@@ -22,10 +22,13 @@ from pydantic import (
     model_validator,
 )
 
-from pricewatch.policy import RUN_CHECKS
+from pricewatch.policy import MAX_FETCH_TIMEOUT, MIN_FETCH_TIMEOUT, RUN_CHECKS
 from pricewatch.slots import work_id
 
 MAX_INTERVAL_SECONDS = 366 * 24 * 3600  # a year: well inside the int4 column
+FETCH_TIMEOUT_RANGE = (
+    f"{MIN_FETCH_TIMEOUT.total_seconds():.0f}s to {MAX_FETCH_TIMEOUT.total_seconds():.0f}s"
+)
 TARGET_ID_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 
 
@@ -133,6 +136,18 @@ class TargetConfig(Model):
     """Overrides pricewatch's User-Agent for this target."""
     prices: PriceSettings | None = None
     """Price mode (1.1): compare the page's prices, tell by these rules."""
+    timeout_seconds: int | None = None
+    """How long the page may take (1.1), 5 to 120: the fetch's overall deadline and its
+    limit per read. None: the default (10 s per read, 30 s in all)."""
+
+    @field_validator("timeout_seconds")
+    @classmethod
+    def _timeout(cls, value: int | None) -> int | None:
+        if value is not None and not (
+            MIN_FETCH_TIMEOUT.total_seconds() <= value <= MAX_FETCH_TIMEOUT.total_seconds()
+        ):
+            raise ValueError(f"must be from {FETCH_TIMEOUT_RANGE}, not {value}s")
+        return value
 
     @model_validator(mode="after")
     def _one_mode(self) -> "TargetConfig":
@@ -220,6 +235,8 @@ class CheckInput(Model):
     json_pointer: str | None = None
     user_agent: str | None = None
     prices: PriceSettings | None = None
+    timeout_seconds: int | None = None
+    """The target's fetch timeout (1.1); None: the default."""
     asked_at: UtcDatetime | None = None
     """Temporal's time when the workflow asked for this check. The schedule moves on from the
     later of it and the database's now(): never from a worker's clock."""
@@ -237,6 +254,7 @@ class CheckInput(Model):
             target_id=config.target_id, url=config.url, slot=slot, kind=kind, retry=retry,
             selector=config.selector, ignore=config.ignore, json_pointer=config.json_pointer,
             user_agent=config.user_agent, prices=config.prices,
+            timeout_seconds=config.timeout_seconds,
         )  # fmt: skip
 
     @property
@@ -282,6 +300,8 @@ class MonitorState(Model):
     """When the pause took effect: slots due before it were due, later ones were not."""
     unrecorded_skips: list[UtcDatetime] = Field(default_factory=list)
     """Slots due before a pause and never checked: their skipped rows go with the next sync."""
+    unhealthy_since: UtcDatetime | None = None
+    """When the target turned unhealthy (1.2; the Temporal UI's current details say so)."""
     min_interval_seconds: int = Field(default=15 * 60, gt=0)
     """The smallest interval this target accepts, now and on reconfigure (the CLI passes
     PRICEWATCH_MIN_INTERVAL; a start from the Temporal CLI or UI gets the default)."""

@@ -12,6 +12,7 @@ RETENTION_WORKFLOW_TYPE = "PruneChecks"
 RETENTION_SCHEDULE_ID = "pricewatch-retention"
 TARGET_SEARCH_ATTRIBUTE = SearchAttributeKey.for_keyword("PricewatchTarget")
 UNHEALTHY_SEARCH_ATTRIBUTE = SearchAttributeKey.for_bool("PricewatchUnhealthy")
+PAUSED_SEARCH_ATTRIBUTE = SearchAttributeKey.for_bool("PricewatchPaused")
 
 
 class Signal(StrEnum):
@@ -33,6 +34,7 @@ class Query(StrEnum):
 class Activity(StrEnum):
     REGISTER_TARGET = "register_target"
     SYNC_TARGET = "sync_target"
+    RECONFIGURE_TARGET = "reconfigure_target"
     CHECK_SLOT = "check_slot"
     RECORD_FAILED_SLOT = "record_failed_slot"
     UNNOTIFIED_CHANGES = "unnotified_changes"

@@ -94,6 +94,11 @@ def format_slot(slot: datetime) -> str:
     return text.replace("+00:00", "Z")
 
 
+def format_time(moment: datetime) -> str:
+    """An instant to the second, ISO-8601 UTC with a `Z` (when a pause or a streak began)."""
+    return format_slot(moment.replace(microsecond=0))
+
+
 def spread_anchor(target_id: str, moment: datetime) -> datetime:
     """A new target's first slot: the next whole second after `moment` plus a sub-second
     offset fixed by its id. Targets added together would otherwise all fall due on the same

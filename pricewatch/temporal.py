@@ -32,6 +32,7 @@ from temporalio.runtime import Runtime
 
 from pricewatch.models import MonitorState
 from pricewatch.names import (
+    PAUSED_SEARCH_ATTRIBUTE,
     RETENTION_SCHEDULE_ID,
     RETENTION_WORKFLOW_TYPE,
     TARGET_SEARCH_ATTRIBUTE,
@@ -49,6 +50,7 @@ RPC_TIMEOUT = timedelta(seconds=10)
 SEARCH_ATTRIBUTES = {
     TARGET_SEARCH_ATTRIBUTE.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
     UNHEALTHY_SEARCH_ATTRIBUTE.name: IndexedValueType.INDEXED_VALUE_TYPE_BOOL,
+    PAUSED_SEARCH_ATTRIBUTE.name: IndexedValueType.INDEXED_VALUE_TYPE_BOOL,
 }
 
 

@@ -25,10 +25,12 @@ from pricewatch.models import (
     ChannelKind,
     CheckResult,
     MonitorState,
+    MonitorStatus,
     NotifyOn,
     PriceSettings,
     TargetConfig,
 )
+from pricewatch.names import Update
 from pricewatch.policy import LEGACY_RUN_CHECKS, RUN_CHECKS
 from pricewatch.settings import Settings
 from pricewatch.temporal import DATA_CONVERTER, start_monitor
@@ -73,13 +75,13 @@ async def drive(client: Client, activities: Activities, page_url: str) -> list[s
         await handle.signal(MonitorTarget.resume)
         await handle.execute_update("check_now", result_type=CheckResult)
         broken = config.model_copy(update={"url": page_url + "gone"})
-        await handle.execute_update(MonitorTarget.reconfigure, broken)
+        await handle.execute_update(Update.RECONFIGURE, broken, result_type=MonitorStatus)
         await asyncio.sleep(1.5)
         # A 503 once: the local first attempt fails, the retry runs as a normal activity.
         busy = config.model_copy(update={"url": page_url + "busy"})
-        await handle.execute_update(MonitorTarget.reconfigure, busy)
+        await handle.execute_update(Update.RECONFIGURE, busy, result_type=MonitorStatus)
         await asyncio.sleep(3)
-        await handle.execute_update(MonitorTarget.reconfigure, config)
+        await handle.execute_update(Update.RECONFIGURE, config, result_type=MonitorStatus)
         await asyncio.sleep(5)
         run_ids = [handle.result_run_id]
         latest = (await client.get_workflow_handle(handle.id).describe()).run_id
@@ -87,7 +89,7 @@ async def drive(client: Client, activities: Activities, page_url: str) -> list[s
         # A page that keeps failing, then a removal while its check backs off (1.1: the
         # removal stops the check instead of waiting out its retries).
         down = config.model_copy(update={"url": page_url + "down"})
-        await handle.execute_update(MonitorTarget.reconfigure, down)
+        await handle.execute_update(Update.RECONFIGURE, down, result_type=MonitorStatus)
         await asyncio.sleep(2)
         await handle.signal(MonitorTarget.remove)
         await client.get_workflow_handle(handle.id).result()

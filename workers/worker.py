@@ -190,6 +190,7 @@ def build_worker(
         activities=[
             checks.register_target,
             checks.sync_target,
+            checks.reconfigure_target,
             checks.check_slot,
             checks.record_failed_slot,
             checks.remove_target,

@@ -32,12 +32,13 @@ with workflow.unsafe.imports_passed_through():
         BOOKKEEPING_TIMEOUT,
         CHECK_LEASE,
         CHECK_RETRY,
-        CHECK_TIMEOUT,
         DELIVERY_RETRY,
         DELIVERY_TIMEOUT,
         HEARTBEAT_TIMEOUT,
         LEASE_HELD,
+        check_timeout,
     )
+    from pricewatch.slots import format_time
 
 # Registration needs the database (it holds the grid): while it is away past the bookkeeping
 # retries, the workflow waits this long and asks again.
@@ -70,22 +71,31 @@ class CheckStopped(Exception):
 
 
 async def check_slot(
-    check: CheckInput, max_attempts: int, stopped: Callable[[], bool]
+    check: CheckInput,
+    max_attempts: int,
+    stopped: Callable[[], bool],
+    describe: Callable[[str], None] = lambda _: None,
 ) -> CheckResult:
     """The first attempt runs as a local activity in the workflow task the slot's timer
     woke (6 history events per check); if it fails and may be retried, the rest run as a
     normal activity after the same backoff, with heartbeats and the retry policy's remaining
     attempts. Raises one of CHECK_FAILED when the check gives up, and CheckStopped if
-    `stopped()` turns true meanwhile (a removal does not wait out the retries)."""
+    `stopped()` turns true meanwhile (a removal does not wait out the retries). `describe`
+    is told where the retries stand (the Temporal UI's current details)."""
     retry = dataclasses.replace(CHECK_RETRY, maximum_attempts=max_attempts)
     summary = f"{'retry' if check.retry else 'check'} {check.work_id}"
+    # Longer than the fetch's deadline plus the SQL: for a target with its own timeout (1.1),
+    # up to 150 s. A check without one (every history recorded before) gets exactly
+    # CHECK_TIMEOUT, as before, so nothing changes for replay (and timeouts are not part of
+    # what replay compares anyway).
+    timeout = check_timeout(check.timeout_seconds)
     result: CheckResult
     try:
         result = await workflow.execute_local_activity(
             Activity.CHECK_SLOT,
             asked_now(check),
             result_type=CheckResult,
-            start_to_close_timeout=CHECK_TIMEOUT,
+            start_to_close_timeout=timeout,
             retry_policy=RetryPolicy(maximum_attempts=1),
             summary=summary,
         )
@@ -94,6 +104,10 @@ async def check_slot(
         backoff = first_retry_delay(err)
         if backoff is None or retry.maximum_attempts == 1:
             raise
+        describe(
+            f"retrying {check.work_id}: attempt 1 of {max_attempts} failed ({reason(err)}); "
+            f"attempt 2 not before {format_time(workflow.now() + backoff)}"
+        )
     # The same timer `workflow.sleep` would start, but a removal ends it.
     with contextlib.suppress(TimeoutError):
         await workflow.wait_condition(
@@ -106,11 +120,15 @@ async def check_slot(
         initial_interval=retry.initial_interval * retry.backoff_coefficient,
         maximum_attempts=retry.maximum_attempts - 1,
     )
+    describe(
+        f"retrying {check.work_id}: attempts 2-{max_attempts} of {max_attempts} run in one "
+        "activity (its pending attempt and next retry show below)"
+    )
     attempts = workflow.start_activity(
         Activity.CHECK_SLOT,
         asked_now(check),
         result_type=CheckResult,
-        start_to_close_timeout=CHECK_TIMEOUT,
+        start_to_close_timeout=timeout,
         heartbeat_timeout=HEARTBEAT_TIMEOUT,
         retry_policy=retry,
         summary=summary,

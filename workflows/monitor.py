@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         UnnotifiedQuery,
     )
     from pricewatch.names import (
+        PAUSED_SEARCH_ATTRIBUTE,
         TARGET_SEARCH_ATTRIBUTE,
         UNHEALTHY_SEARCH_ATTRIBUTE,
         WORKFLOW_TYPE,
@@ -56,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         due_before_pause,
         first_slot,
         format_slot,
+        format_time,
         latest_due_slot,
         next_slot,
         spread_anchor,
@@ -81,6 +83,14 @@ RESUME_BEFORE_REGISTRATION = "resume-before-registration"
 # 1.1: in price mode a change is told only if a price rule fired (`CheckResult.notify`).
 # Every result recorded before it says notify (the default), so it takes no other path there.
 PRICE_RULES = "price-rules"
+# 1.2: a reconfigure writes the new config into Postgres before the Update returns, also
+# while the pending slot's check is retrying (before, the mirror waited for the loop, which
+# waits for the check: a retrying slot kept the old interval in the database for minutes, a
+# second `apply` reconfigured again, and the slot's dead letter advanced on the old grid).
+RECONFIGURE_MIRRORS_AT_ONCE = "reconfigure-mirrors-at-once"
+# 1.2: a paused target says so in the search attribute PricewatchPaused (filterable in the
+# UI, as PricewatchUnhealthy is).
+PAUSED_SEARCH_ATTRIBUTE_SET = "paused-search-attribute"
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -97,6 +107,8 @@ class MonitorTarget:
         self._removing = False
         self._stop_checks = False  # set by a removal, from 1.1 on (REMOVE_STOPS_CHECK)
         self._woken = False
+        # One mirror write at a time, so the last one written carries the newest config.
+        self._mirroring = asyncio.Lock()
 
     @workflow.run
     async def run(self, state: MonitorState) -> None:
@@ -149,12 +161,15 @@ class MonitorTarget:
                 self.state.start_at = self.state.next_slot
                 workflow.continue_as_new(self.state)
             if self.state.paused:
+                since = self.state.paused_at
+                self._describe(f"paused since {format_time(since)}" if since else "paused")
                 self._woken = False
                 await workflow.wait_condition(lambda: self._woken)
                 continue
             slot = self._slot()
             delay = slot - workflow.now()
             if delay > timedelta(0):
+                self._describe(f"sleeping until {format_slot(slot)}")
                 self._woken = False
                 with contextlib.suppress(TimeoutError):  # the slot came: time to check
                     await workflow.wait_condition(
@@ -172,6 +187,7 @@ class MonitorTarget:
             self.state.paused = True
             self.state.paused_at = workflow.now()
             self._mark_mirror_stale()
+            self._show_paused()
 
     @workflow.signal(name=Signal.RESUME)
     def resume(self) -> None:
@@ -181,6 +197,7 @@ class MonitorTarget:
         unregistered = self.state.paused and self.state.next_slot is None
         if unregistered and workflow.patched(RESUME_BEFORE_REGISTRATION):
             self.state.paused, self.state.paused_at = False, None
+            self._show_paused()
             return
         if self.state.paused:
             self.state.paused = False
@@ -191,6 +208,7 @@ class MonitorTarget:
             )  # fmt: skip
             self.state.next_slot, self.state.paused_at = resumed, None
             self._mark_mirror_stale()
+            self._show_paused()
 
     @workflow.signal(name=Signal.REMOVE)
     def remove(self) -> None:
@@ -199,11 +217,24 @@ class MonitorTarget:
         self._woken = True
 
     @workflow.update(name=Update.RECONFIGURE)
-    def reconfigure(self, config: TargetConfig) -> MonitorStatus:
-        """Change url or interval. The pending slot stays; later slots use the new interval."""
-        if config != self.state.config:
-            self.state.config = config
-            self._mark_mirror_stale()
+    async def reconfigure(self, config: TargetConfig) -> MonitorStatus:
+        """Change the config. The pending slot stays; later slots use the new interval. A
+        check already running (its attempts and their backoff) finishes with the config it
+        started with. The database has the new config when the Update returns."""
+        if config == self.state.config:
+            return self.status()
+        self.state.config = config
+        if not self.state.registered or not workflow.patched(RECONFIGURE_MIRRORS_AT_ONCE):
+            self._mark_mirror_stale()  # the loop mirrors it (after the check in flight)
+            return self.status()
+        async with self._mirroring:
+            mirrored = await calls.bookkeep(
+                Activity.RECONFIGURE_TARGET,
+                self.state.config,
+                f"reconfigure {self.state.config.target_id}",
+            )
+        if not mirrored:
+            self._mark_mirror_stale()  # the database was away: the loop tries again
         return self.status()
 
     @reconfigure.validator
@@ -279,6 +310,8 @@ class MonitorTarget:
         workflow.upsert_search_attributes(
             [TARGET_SEARCH_ATTRIBUTE.value_set(self.state.config.target_id)]
         )
+        if self.state.paused:
+            self._show_paused()
         registration = await calls.register(request)
         self.state.next_slot = registration.next_slot
         for change in registration.unnotified:
@@ -290,17 +323,18 @@ class MonitorTarget:
 
         A failed sync is not retried in a loop: the next check finds the mirror out of
         sync and asks for another sync then."""
-        skipped = list(self.state.unrecorded_skips)
-        synced = await calls.bookkeep(
-            Activity.SYNC_TARGET,
-            SyncTargetInput(
-                config=self.state.config,
-                next_slot=self._slot(),
-                enabled=not self.state.paused,
-                skipped=skipped,
-            ),
-            f"sync {self.state.config.target_id}",
-        )
+        async with self._mirroring:
+            skipped = list(self.state.unrecorded_skips)
+            synced = await calls.bookkeep(
+                Activity.SYNC_TARGET,
+                SyncTargetInput(
+                    config=self.state.config,
+                    next_slot=self._slot(),
+                    enabled=not self.state.paused,
+                    skipped=skipped,
+                ),
+                f"sync {self.state.config.target_id}",
+            )
         if synced:  # only ever appended to: drop what was written
             del self.state.unrecorded_skips[: len(skipped)]
         if synced and skipped:
@@ -319,6 +353,7 @@ class MonitorTarget:
 
     async def _run_scheduled_check(self, slot: datetime) -> None:
         check = CheckInput.of(self.state.config, slot)
+        self._describe(f"checking {check.work_id}")
         self._checking = slot
         try:
             result = await self._check(check)
@@ -341,6 +376,7 @@ class MonitorTarget:
         self._checks_this_run += 1
 
     async def _run_extra_check(self, check: CheckInput) -> None:
+        self._describe(f"checking {check.work_id}")
         try:
             result = await self._check(check) or calls.unrecorded(check)
         except calls.CheckStopped:
@@ -360,6 +396,7 @@ class MonitorTarget:
         self.state.failure_streak = self.state.failure_streak + 1 if failed else 0
         if self._unhealthy == was_unhealthy:
             return None
+        self.state.unhealthy_since = workflow.now() if self._unhealthy else None
         workflow.upsert_search_attributes([UNHEALTHY_SEARCH_ATTRIBUTE.value_set(self._unhealthy)])
         return Notice.FAILING if self._unhealthy else Notice.RECOVERED
 
@@ -395,11 +432,15 @@ class MonitorTarget:
         max_attempts = self.state.config.max_attempts
         try:
             try:
-                result = await calls.check_slot(check, max_attempts, self._checks_stopped)
+                result = await calls.check_slot(
+                    check, max_attempts, self._checks_stopped, self._describe
+                )
             except calls.CHECK_FAILED as err:
                 if calls.error_type(err) != TARGET_OUT_OF_SYNC or not await self._sync():
                     raise
-                result = await calls.check_slot(check, max_attempts, self._checks_stopped)
+                result = await calls.check_slot(
+                    check, max_attempts, self._checks_stopped, self._describe
+                )
         except calls.CHECK_FAILED as err:
             if (recorded := await calls.record_failed(check, err)) is None:
                 return None
@@ -411,6 +452,22 @@ class MonitorTarget:
 
     def _checks_stopped(self) -> bool:
         return self._stop_checks
+
+    def _describe(self, doing: str) -> None:
+        """What the target is doing, as the Temporal UI shows it (the workflow's current
+        details: not recorded in history, so free to change)."""
+        if self._unhealthy:
+            since = self.state.unhealthy_since
+            doing += f"; unhealthy since {format_time(since)}" if since else "; unhealthy"
+            doing += f" ({self.state.failure_streak} failed slots in a row)"
+        workflow.set_current_details(doing)
+
+    def _show_paused(self) -> None:
+        """Mirror the pause in the PricewatchPaused search attribute (from 1.2 on)."""
+        if workflow.patched(PAUSED_SEARCH_ATTRIBUTE_SET):
+            workflow.upsert_search_attributes(
+                [PAUSED_SEARCH_ATTRIBUTE.value_set(self.state.paused)]
+            )
 
     def _config_problem(self, config: TargetConfig) -> str | None:
         if config.interval_seconds < self.state.min_interval_seconds:

@@ -8,9 +8,11 @@
 -- needs: the slot's row if it exists and the last good observation. The lease is taken
 -- only if it is free, expired (by the database's clock) or already ours, and, for the due
 -- slot (not a manual check or a retry), only while the target is enabled and not yet past
--- this slot: a stale attempt for a slot the schedule left behind never claims.
+-- this slot: a stale attempt for a slot the schedule left behind never claims. A lease
+-- another attempt holds says how long it has left (`lease_left`): when to ask again.
 WITH target AS (
-    SELECT enabled, next_slot FROM monitor_targets WHERE id = :target_id
+    SELECT enabled, next_slot, lease_token, lease_expires_at FROM monitor_targets
+     WHERE id = :target_id
 ), existing AS (
     SELECT work_id, scheduled_for, kind, status, checked_at, attempt_count, result_hash,
            previous_hash, error_message, next_attempt_at, notify
@@ -29,6 +31,8 @@ SELECT
     (SELECT enabled FROM target) AS enabled,
     (SELECT next_slot FROM target) AS next_slot,
     EXISTS (SELECT 1 FROM claimed) AS claimed,
+    (SELECT lease_expires_at - now() FROM target
+      WHERE lease_token <> :token AND lease_expires_at > now()) AS lease_left,
     -- The latest observation, whichever check made it: each change is reported once. Its
     -- validators make the fetch conditional; the newest snapshot is the text it saw.
     (SELECT to_jsonb(p) FROM (
@@ -119,6 +123,11 @@ UPDATE monitor_targets SET lease_token = NULL, lease_expires_at = NULL
 -- holder can; zero rows means the lease was taken over and the fetch should stop.
 UPDATE monitor_targets SET lease_expires_at = now() + :lease::interval
  WHERE id = :target_id AND lease_token = :token;
+
+-- name: lease_left
+-- How long the target's live lease has left (no row, or NULL: none is live).
+SELECT lease_expires_at - now() FROM monitor_targets
+ WHERE id = :target_id AND lease_expires_at > now();
 
 -- name: record_failed
 -- Finalise a slot whose check gave up: keep the attempts' row as `failed` (or write one if
@@ -222,6 +231,22 @@ ON CONFLICT (id) DO UPDATE
        anchor = CASE WHEN t.interval_seconds = excluded.interval_seconds THEN t.anchor
                      ELSE excluded.next_slot END,
        updated_at = now();
+
+-- name: reconfigure_target
+-- A reconfigure, mirrored before the Update returns, also while a check of the pending slot
+-- is retrying: the config alone. A new interval re-anchors the grid at the pending slot as
+-- the database has it (the slot being checked, or the one after it if that check committed
+-- meanwhile), so the check's commit or dead letter moves on the new grid. The pending slot,
+-- the pause and the lease stay the workflow's and the check's. No row: nothing to do (the
+-- workflow's next sync writes it).
+UPDATE monitor_targets AS t
+   SET url = :url, interval_seconds = :interval_seconds, unhealthy_after = :unhealthy_after,
+       config = :config::jsonb,
+       anchor = CASE WHEN t.interval_seconds = :interval_seconds THEN t.anchor
+                     ELSE t.next_slot END,
+       updated_at = now()
+ WHERE id = :target_id
+RETURNING id;
 
 -- name: insert_skipped
 -- Slots the workflow found due and never checked (before a pause took effect, or before its
