@@ -38,6 +38,7 @@ from pricewatch.policy import LEGACY_RUN_CHECKS, RUN_CHECKS
 from pricewatch.slots import format_slot
 from pricewatch.temporal import DATA_CONVERTER, local_activity_type
 from tests.conftest import LOOPBACK, PageServer, Start
+from tests.waits import eventually
 from workers.worker import Activities, WorkerTuning, build_worker
 from workflows.monitor import MonitorTarget
 
@@ -71,13 +72,12 @@ async def wait_for_event(
     within: timedelta,
 ) -> None:
     """Poll the history (real seconds) until an event of this type is in it."""
-    deadline = asyncio.get_running_loop().time() + within.total_seconds()
-    while asyncio.get_running_loop().time() < deadline:
+
+    async def found() -> bool:
         history = await handle.fetch_history()
-        if any(event.event_type == event_type for event in history.events):
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"no {EventType.Name(event_type)} within {within}")
+        return any(event.event_type == event_type for event in history.events)
+
+    await eventually(found, within=within.total_seconds(), what=EventType.Name(event_type))
 
 
 def new_target(page_server: PageServer, interval: timedelta = HOUR) -> TargetConfig:
@@ -96,6 +96,11 @@ async def rows(pool: asyncpg.Pool, target_id: str) -> list[asyncpg.Record]:
             "SELECT * FROM source_checks WHERE target_id = $1 ORDER BY scheduled_for", target_id
         )
     )
+
+
+async def checked(pool: asyncpg.Pool, target_id: str) -> bool:
+    """Whether a slot of the target was checked (not only skipped)."""
+    return "unchanged" in [r["status"] for r in await rows(pool, target_id)]
 
 
 def scheduled(records: list[asyncpg.Record]) -> list[datetime]:
@@ -200,11 +205,13 @@ async def test_slots_overdue_when_a_late_pause_takes_effect_get_skipped_rows(
         # in flight until it times out (10 s), and signals wait behind it, so the anchor
         # would be checked late (its overdue slots skipped by that check) before the pause.
         await wait_for_event(handle, EventType.EVENT_TYPE_TIMER_STARTED, within=4 * second)
-    await asyncio.sleep(9)  # anchor, +2 s and maybe +4 s come due with no worker
+    # The scenario, not a wait: real time passes with no worker, so that the anchor, +2 s
+    # and +4 s come due (the assertions need two of them, not an exact count).
+    await asyncio.sleep(9)
     await handle.signal(MonitorTarget.pause)
     await handle.signal(MonitorTarget.resume)
     async with running_worker(client, task_queue, pool):
-        await asyncio.sleep(5)
+        await eventually(lambda: checked(pool, config.target_id), what="a slot checked")
     records = await rows(pool, config.target_id)
     statuses = [r["status"] for r in records]
     assert scheduled(records) == [anchor + 2 * k * second for k in range(len(records))]
@@ -227,9 +234,11 @@ async def test_slots_due_before_the_first_task_ran_get_skipped_rows(
     config = new_target(page_server, interval=2 * second)
     anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + 2 * second
     await start(config, start_at=anchor, min_interval_seconds=1)
-    await asyncio.sleep(7)  # anchor, +2 s and +4 s come due with no worker
+    # The scenario, not a wait: the anchor, +2 s and +4 s come due with no worker (the
+    # assertions need two of them, not an exact count).
+    await asyncio.sleep(7)
     async with running_worker(time_skipping_env.client, task_queue, pool):
-        await asyncio.sleep(3)
+        await eventually(lambda: checked(pool, config.target_id), what="a slot checked")
     records = await rows(pool, config.target_id)
     assert scheduled(records) == [anchor + 2 * k * second for k in range(len(records))]
     statuses = [r["status"] for r in records]
@@ -252,7 +261,7 @@ async def test_a_pause_and_resume_before_the_first_task_leave_the_target_running
     await handle.signal(MonitorTarget.pause)
     await handle.signal(MonitorTarget.resume)
     async with running_worker(time_skipping_env.client, task_queue, pool):
-        await asyncio.sleep(3)
+        await eventually(lambda: rows(pool, config.target_id), what="the first row")
         status = await handle.query(MonitorTarget.status)
         history = await handle.fetch_history()
     failed = [
