@@ -21,11 +21,19 @@ from rich.console import Console
 from rich.progress import Progress
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.envconfig import ClientConfig
+from temporalio.exceptions import FailureError
 from temporalio.service import RPCError
 
 from activities.guard import BlockedAddress
 from pricewatch import manifest, render, views
-from pricewatch.client import Action, Added, BadInput, Pricewatch, valid_id
+from pricewatch.client import (
+    Action,
+    Added,
+    BadInput,
+    Pricewatch,
+    unreachable_database,
+    valid_id,
+)
 from pricewatch.durations import format_duration, parse_duration
 from pricewatch.models import (
     Channel,
@@ -80,7 +88,7 @@ def user_errors() -> Iterator[None]:
     except (BadInput, ValidationError, ValueError, BlockedAddress) as err:
         fail(_one_line(err), BAD_INPUT)
     except (RPCError, OSError, LookupError, TimeoutError, asyncpg.PostgresError) as err:
-        fail(f"{type(err).__name__}: {_one_line(err)}", UNAVAILABLE)
+        fail(_unavailable(err), UNAVAILABLE)
     except WorkflowFailureError as err:
         fail(f"the workflow failed: {_one_line(err.cause)}", UNAVAILABLE)
     except WorkflowUpdateFailedError as err:  # the workflow's validator refused the request
@@ -109,7 +117,21 @@ def _one_line(err: BaseException | None) -> str:
         where = ".".join(str(p) for p in first["loc"])
         message = first["msg"].removeprefix("Value error, ")
         return f"{where}: {message}" if where else message
-    return str(err).splitlines()[0] if str(err) else type(err).__name__
+    # A Temporal failure's own message: its str() begins with the error type.
+    text = "" if err is None else err.message if isinstance(err, FailureError) else str(err)
+    if not text:
+        return "timed out" if isinstance(err, TimeoutError) else "failed without a message"
+    return text.splitlines()[0]
+
+
+def _unavailable(err: BaseException) -> str:
+    """What an unreachable or failing service said, with which service it was (our own
+    errors say so already): never the exception's class name."""
+    if isinstance(err, RPCError):
+        return f"Temporal: {_one_line(err)}"
+    if isinstance(err, asyncpg.PostgresError):
+        return f"Postgres: {_one_line(err)}"
+    return _one_line(err)
 
 
 def settings() -> Settings:
@@ -576,7 +598,11 @@ async def migrate() -> None:
     """Apply pending database migrations (safe to run concurrently)."""
     from activities.migrate import migrate as apply
 
-    conn = await asyncpg.connect(settings().resolved_database_url())
+    url = settings().resolved_database_url()
+    try:
+        conn = await asyncpg.connect(url)
+    except (OSError, TimeoutError) as err:
+        raise unreachable_database(url, err) from err
     try:
         applied = await apply(conn)
     finally:

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from types import TracebackType
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
@@ -47,6 +48,16 @@ REMOVE_WAIT = timedelta(seconds=120)
 
 # Starts, updates and queries in flight at once when many targets are applied or read.
 CONCURRENCY = 32
+
+
+def unreachable_database(url: str, err: OSError | TimeoutError) -> ConnectionError:
+    """One line for a Postgres that did not answer: where (host:port, or the socket
+    directory; never the password) and what the OS said."""
+    parts = urlsplit(url)
+    host = parts.hostname or parse_qs(parts.query).get("host", ["localhost"])[0]
+    where = host if host.startswith("/") else f"{host}:{parts.port or 5432}"
+    why = getattr(err, "strerror", None) or str(err) or "no answer in time"
+    return ConnectionError(f"cannot reach Postgres at {where}: {why}")
 
 
 class BadInput(Exception):
@@ -123,9 +134,12 @@ class Pricewatch:
     async def pool(self) -> asyncpg.Pool:
         if self._pool is None:
             url = self.settings.resolved_database_url()
-            self._pool = await store.create_pool(
-                url, max_size=1, statement_timeout=store.CLI_STATEMENT_TIMEOUT
-            )
+            try:
+                self._pool = await store.create_pool(
+                    url, max_size=1, statement_timeout=store.CLI_STATEMENT_TIMEOUT
+                )
+            except (OSError, TimeoutError) as err:
+                raise unreachable_database(url, err) from err
         return self._pool
 
     async def workflow(self, target_id: str) -> WorkflowHandle[Any, Any]:

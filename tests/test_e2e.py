@@ -250,7 +250,7 @@ async def test_a_worker_for_a_namespace_that_does_not_exist_exits_with_one_line(
     out, err = await asyncio.wait_for(process.communicate(), timeout=60)
     lines = err.decode().strip().splitlines()
     assert process.returncode == 1, (out, err)
-    assert lines[-1].startswith("pricewatch: RPCError: ") and "no-such-namespace" in lines[-1]
+    assert lines[-1].startswith("pricewatch: Temporal: ") and "no-such-namespace" in lines[-1]
     assert "waiting for" not in err.decode()
 
 

@@ -2,15 +2,25 @@
 durations, the wording for an unknown target, `--help` and URLs (issue 27, points 4 and 6).
 Through the CLI's real output wherever a user would read it."""
 
+import os
+import re
+import subprocess
+import sys
 from datetime import timedelta
+from pathlib import Path
 
 import asyncpg
+import pytest
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
+from pricewatch.cli import _one_line
 from tests.conftest import PageServer, Start
 from tests.test_workflow import HOUR, new_target, rows, running_worker
 
+PRICEWATCH = Path(sys.executable).parent / "pricewatch"
 PYTHON_NAMES = ("Error:", "PermanentFetchError", "TransientFetchError", "ApplicationError")
+CLASS_NAME = re.compile(r"\b[A-Z][A-Za-z]*(?:Error|Exception)\b")
 
 
 async def test_a_dead_letter_reads_like_the_attempts_before_it(
@@ -40,3 +50,61 @@ async def test_a_dead_letter_reads_like_the_attempts_before_it(
     assert retrying["error_message"] == "HTTP 503 Service Unavailable"
     assert (dead_503["status"], dead_503["error_message"]) == ("failed", retrying["error_message"])
     assert (dead_404["status"], dead_404["error_message"]) == ("failed", "HTTP 404 Not Found")
+
+
+def run(*args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """The console script with nothing to talk to unless `env` says (see test_cli.run)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "PRICEWATCH_"))}
+    base |= {
+        "TEMPORAL_ADDRESS": "127.0.0.1:1",
+        "TEMPORAL_CONFIG_FILE": str(tmp_path / "no-temporal.toml"),
+        "PRICEWATCH_DATA_DIR": str(tmp_path / "data"),
+        "COLUMNS": "120",
+    }
+    return subprocess.run(
+        [str(PRICEWATCH), *args], env=base | env, capture_output=True, text=True, timeout=60
+    )
+
+
+def assert_plain(text: str) -> None:
+    """No Python class name (`LookupError`, `ConnectionRefusedError`, `RPCError`)."""
+    assert not CLASS_NAME.search(text), text
+    assert not any(name in text for name in PYTHON_NAMES), text
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "says"),
+    [
+        (["status", "acme"], {}, "cannot reach Temporal at 127.0.0.1:1 (start `pricewatch dev`"),
+        (["history", "acme"], {}, "no database: set PRICEWATCH_DATABASE_URL or start"),
+        (
+            ["history", "acme"],
+            {"PRICEWATCH_DATABASE_URL": "postgresql://pw:secret@127.0.0.1:1/pricewatch"},
+            "cannot reach Postgres at 127.0.0.1:1: Connect call failed",
+        ),
+        (
+            ["migrate"],
+            {"PRICEWATCH_DATABASE_URL": "postgresql://pw:secret@127.0.0.1:1/pricewatch"},
+            "cannot reach Postgres at 127.0.0.1:1: Connect call failed",
+        ),
+    ],
+)
+def test_an_unreachable_dependency_is_named_in_plain_words(
+    args: list[str], env: dict[str, str], says: str, tmp_path: Path
+) -> None:
+    """One line, exit 1, what is away and where: not the exception's class name."""
+    done = run(*args, tmp_path=tmp_path, **env)
+
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith(f"pricewatch: {says}"), done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert "secret" not in done.stderr
+    assert_plain(done.stderr)
+
+
+def test_a_refusal_from_the_workflow_reads_as_its_message() -> None:
+    """A validator's ValueError reaches the CLI as an ApplicationError whose str() begins
+    with `ValueError: `: the line shows the message alone."""
+    refused = ApplicationError("only slots that already fell due can be retried", type="ValueError")
+
+    assert _one_line(refused) == "only slots that already fell due can be retried"
