@@ -7,7 +7,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import wraps
 from importlib.metadata import version
 from pathlib import Path
@@ -567,11 +567,22 @@ async def export() -> None:
     typer.echo(manifest.dump([current[t] for t in sorted(current)]), nl=False)
 
 
+def as_typed(value: object) -> str:
+    """A setting as its variable takes it: `true`, not `True`; unset is `-`, not `None`."""
+    if value is None or value == "":
+        return "-"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 @app.command()
 def config(as_json: JsonOpt = False) -> None:
     """The effective settings (secrets masked) and where the Temporal client will connect."""
     with user_errors():
-        effective = settings().model_dump(mode="json")
+        current = settings()
+        effective = current.model_dump(mode="json")
+        for key, value in current:  # durations as they are typed (90d, 15m), not ISO 8601
+            if isinstance(value, timedelta):
+                effective[key] = format_duration(value)
         for key, value in effective.items():
             if "password" in key and value:
                 effective[key] = "********"
@@ -587,7 +598,7 @@ def config(as_json: JsonOpt = False) -> None:
         if as_json:
             return print_json("config", views.ConfigView(settings=effective, temporal=temporal))
         for key, value in sorted(effective.items()):
-            typer.echo(f"PRICEWATCH_{key.upper():<30} {value}")
+            typer.echo(f"PRICEWATCH_{key.upper():<30} {as_typed(value)}")
         for key, value in temporal.items():
             typer.echo(f"{key:<41} {value}")
 

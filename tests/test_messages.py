@@ -2,6 +2,7 @@
 durations, the wording for an unknown target, `--help` and URLs (issue 27, points 4 and 6).
 Through the CLI's real output wherever a user would read it."""
 
+import json
 import os
 import re
 import subprocess
@@ -108,3 +109,27 @@ def test_a_refusal_from_the_workflow_reads_as_its_message() -> None:
     refused = ApplicationError("only slots that already fell due can be retried", type="ValueError")
 
     assert _one_line(refused) == "only slots that already fell due can be retried"
+
+
+def test_config_prints_durations_as_they_are_typed(tmp_path: Path) -> None:
+    """`90d` and `5s` in, `90d` and `5s` out (not `P90D`, `PT5S`); unset is `-` and a switch
+    `true`/`false`, as the variables take them (not `None`, `True`)."""
+    done = run("config", tmp_path=tmp_path, PRICEWATCH_MIN_INTERVAL="5s",
+               PRICEWATCH_CHECK_RETENTION="90d", PRICEWATCH_CHANGE_RETENTION="1d12h")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    shown = dict(
+        line.split(None, 1) if " " in line else (line, "") for line in done.stdout.splitlines()
+    )
+    assert shown["PRICEWATCH_MIN_INTERVAL"].strip() == "5s"
+    assert shown["PRICEWATCH_CHECK_RETENTION"].strip() == "90d"
+    assert shown["PRICEWATCH_CHANGE_RETENTION"].strip() == "1d12h"
+    assert shown["PRICEWATCH_DATABASE_URL"].strip() == "-"
+    assert shown["PRICEWATCH_MIGRATE"].strip() == "true"
+    assert not re.search(r"\bP(T\d|\d)", done.stdout), done.stdout
+    assert not re.search(r"\b(None|True|False)\b", done.stdout), done.stdout
+
+    as_json = json.loads(
+        run("config", "--json", tmp_path=tmp_path, PRICEWATCH_MIN_INTERVAL="5s").stdout
+    )
+    assert as_json["settings"]["min_interval"] == "5s"
+    assert as_json["settings"]["check_retention"] == "90d"
