@@ -117,14 +117,13 @@ def test_config_prints_durations_as_they_are_typed(tmp_path: Path) -> None:
     done = run("config", tmp_path=tmp_path, PRICEWATCH_MIN_INTERVAL="5s",
                PRICEWATCH_CHECK_RETENTION="90d", PRICEWATCH_CHANGE_RETENTION="1d12h")  # fmt: skip
     assert done.returncode == 0, done.stderr
-    shown = dict(
-        line.split(None, 1) if " " in line else (line, "") for line in done.stdout.splitlines()
-    )
-    assert shown["PRICEWATCH_MIN_INTERVAL"].strip() == "5s"
-    assert shown["PRICEWATCH_CHECK_RETENTION"].strip() == "90d"
-    assert shown["PRICEWATCH_CHANGE_RETENTION"].strip() == "1d12h"
-    assert shown["PRICEWATCH_DATABASE_URL"].strip() == "-"
-    assert shown["PRICEWATCH_MIGRATE"].strip() == "true"
+    lines = (line.partition(" ") for line in done.stdout.splitlines())
+    shown = {key: value.strip() for key, _, value in lines}
+    assert shown["PRICEWATCH_MIN_INTERVAL"] == "5s"
+    assert shown["PRICEWATCH_CHECK_RETENTION"] == "90d"
+    assert shown["PRICEWATCH_CHANGE_RETENTION"] == "1d12h"
+    assert shown["PRICEWATCH_DATABASE_URL"] == "-"
+    assert shown["PRICEWATCH_MIGRATE"] == "true"
     assert not re.search(r"\bP(T\d|\d)", done.stdout), done.stdout
     assert not re.search(r"\b(None|True|False)\b", done.stdout), done.stdout
 

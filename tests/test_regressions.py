@@ -31,6 +31,7 @@ from tests.conftest import MailSink, PageServer, Start, WebhookReceiver
 from tests.test_e2e import wait_for
 from tests.test_notify import add_target, anchor_of, deliveries, delivery, watched
 from tests.test_workflow import rows, running_worker
+from tests.waits import eventually
 from workers.worker import WorkerTuning
 from workflows.monitor import MonitorTarget
 
@@ -153,6 +154,10 @@ async def test_a_rerun_of_a_final_slot_moves_a_schedule_left_behind_and_records_
     ]
 
 
+async def told_of(receiver: WebhookReceiver, work_id: str) -> list[dict[str, object]]:
+    return [payload for _, payload in receiver.received if payload["work_id"] == work_id]
+
+
 async def test_a_change_in_a_slot_a_resume_skips_is_still_told(
     time_skipping_env: WorkflowEnvironment, pool: asyncpg.Pool, page_server: PageServer,
     webhook_receiver: WebhookReceiver, start: Start, task_queue: str,
@@ -181,10 +186,19 @@ async def test_a_change_in_a_slot_a_resume_skips_is_still_told(
         " result_hash, previous_hash) VALUES ($1, $2, $3, now(), 'changed', 'new', 'old')",
         changed, target_id, anchor,
     )  # fmt: skip
-    await asyncio.sleep(5)  # the slot falls due with no worker running
+    # The scenario, not a wait: the slot falls due (3 s after the anchor was taken) with no
+    # worker running; any time beyond that changes nothing.
+    await asyncio.sleep(5)
     await handle.signal(MonitorTarget.pause)
     await handle.signal(MonitorTarget.resume)
+    later_checked = (
+        "SELECT count(*) FROM source_checks WHERE target_id = $1 AND scheduled_for > $2"
+        " AND status IN ('unchanged', 'changed')"
+    )
     async with running_worker(client, task_queue, pool):
-        await asyncio.sleep(5)
-    told = [p for _, p in webhook_receiver.received if p["work_id"] == changed]
+        # Told, and the run went on past the resume to check a later slot: a second notice
+        # of the skipped slot would have come by then.
+        await eventually(lambda: told_of(webhook_receiver, changed), what=f"a notice of {changed}")
+        await wait_for(pool, later_checked, target_id, anchor)
+    told = await told_of(webhook_receiver, changed)
     assert [p["type"] for p in told] == ["page.changed"]
