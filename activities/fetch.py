@@ -32,6 +32,7 @@ import httpx
 from activities.guard import AddressPolicy, BlockedAddress, GuardedTransport
 from activities.normalise import Extraction, ExtractionError, normalise
 from activities.prices import observe
+from pricewatch.policy import MAX_FETCH_TIMEOUT
 from pricewatch.prices import Price, listing
 
 MAX_BODY_BYTES = 5 * 1024 * 1024
@@ -40,7 +41,8 @@ MAX_BODY_BYTES = 5 * 1024 * 1024
 INLINE_WORK_BYTES = 64 * 1024
 FETCH_DEADLINE = timedelta(seconds=30)
 MAX_RETRY_AFTER = timedelta(minutes=15)
-HTTP_TIMEOUTS = httpx.Timeout(10.0, connect=5.0)
+CONNECT_TIMEOUT = 5.0
+HTTP_TIMEOUTS = httpx.Timeout(10.0, connect=CONNECT_TIMEOUT)
 MAX_REDIRECTS = 5
 USER_AGENT = "pricewatch/0.1 (+page-change monitor)"
 
@@ -103,6 +105,20 @@ class Request:
     user_agent: str | None = None
     etag: str | None = None
     last_modified: str | None = None
+    timeout: timedelta | None = None
+    """The target's own timeout: the overall deadline and the limit per read (and per write,
+    and for a free connection); the connect limit stays. None: FETCH_DEADLINE and
+    HTTP_TIMEOUTS."""
+
+    @property
+    def deadline(self) -> timedelta:
+        return self.timeout or FETCH_DEADLINE
+
+    @property
+    def timeouts(self) -> httpx.Timeout:
+        if self.timeout is None:
+            return HTTP_TIMEOUTS
+        return httpx.Timeout(self.timeout.total_seconds(), connect=CONNECT_TIMEOUT)
 
     def headers(self) -> dict[str, str]:
         headers = {"user-agent": self.user_agent} if self.user_agent else {}
@@ -131,12 +147,10 @@ async def fetch_page(client: httpx.AsyncClient, request: Request | str) -> Page:
     if isinstance(request, str):
         request = Request(request)
     try:
-        async with asyncio.timeout(FETCH_DEADLINE.total_seconds()):
+        async with asyncio.timeout(request.deadline.total_seconds()):
             return await _fetch(client, request)
     except TimeoutError as err:
-        raise FetchError(
-            f"no complete response within {FETCH_DEADLINE.total_seconds():.0f}s", transient=True
-        ) from err
+        raise timed_out(request, None) from err
     except BlockedAddress as err:
         raise FetchError(str(err), transient=False) from err
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as err:
@@ -147,9 +161,46 @@ async def fetch_page(client: httpx.AsyncClient, request: Request | str) -> Page:
     except httpx.DecodingError as err:
         raise FetchError(f"undecodable body: {err}", transient=False) from err
     except httpx.TimeoutException as err:
-        raise FetchError(f"timed out: {type(err).__name__}", transient=True) from err
+        raise timed_out(request, err) from err
     except httpx.TransportError as err:
         raise classify_connection_error(err) from err
+
+
+def timed_out(request: Request, err: httpx.TimeoutException | None) -> FetchError:
+    """Which limit ran out, and whether the target's timeout is the setting that raises it
+    (`err` None: the overall deadline)."""
+    limits = request.timeouts
+    if isinstance(err, httpx.ConnectTimeout):
+        return FetchError(
+            f"timed out: no connection within {_seconds(limits.connect)} (the connect limit, "
+            "the same for every target)",
+            transient=True,
+        )
+    if isinstance(err, httpx.PoolTimeout):
+        return FetchError(
+            f"timed out: no free connection on this worker within {_seconds(limits.pool)} "
+            "(the worker is overloaded)",
+            transient=True,
+        )
+    if isinstance(err, httpx.ReadTimeout):
+        what = f"the page sent nothing for {_seconds(limits.read)}"
+    elif isinstance(err, httpx.WriteTimeout):
+        what = f"the request could not be sent within {_seconds(limits.write)}"
+    else:
+        what = f"the page was not complete within {_seconds(request.deadline)}"
+    if request.timeout is None:
+        why = f"the default limit; raise it with --timeout, up to {_seconds(MAX_FETCH_TIMEOUT)}"
+    elif request.timeout < MAX_FETCH_TIMEOUT:
+        why = f"the target's timeout; raise it with --timeout, up to {_seconds(MAX_FETCH_TIMEOUT)}"
+    else:
+        why = "the target's timeout, already the longest allowed"
+    return FetchError(f"timed out: {what} ({why})", transient=True)
+
+
+def _seconds(value: timedelta | float | None) -> str:
+    """`10s`, `120s`: a limit as `--timeout` takes it."""
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value or 0
+    return f"{seconds:g}s"
 
 
 def classify_connection_error(err: httpx.TransportError) -> FetchError:
@@ -168,7 +219,10 @@ def classify_connection_error(err: httpx.TransportError) -> FetchError:
 
 
 async def _fetch(client: httpx.AsyncClient, wanted: Request) -> Page:
-    request = client.build_request("GET", wanted.url, headers=wanted.headers())
+    # A redirect's request keeps these timeouts (httpx copies the extensions).
+    request = client.build_request(
+        "GET", wanted.url, headers=wanted.headers(), timeout=wanted.timeouts
+    )
     for _ in range(MAX_REDIRECTS + 1):
         response = await client.send(request, stream=True)
         try:

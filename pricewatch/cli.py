@@ -36,6 +36,7 @@ from pricewatch.client import (
 )
 from pricewatch.durations import format_duration, parse_duration
 from pricewatch.models import (
+    FETCH_TIMEOUT_RANGE,
     Channel,
     ChannelKind,
     CheckResult,
@@ -43,7 +44,7 @@ from pricewatch.models import (
     PriceSettings,
     TargetConfig,
 )
-from pricewatch.policy import CHECK_TIMEOUT
+from pricewatch.policy import MAX_FETCH_TIMEOUT, MIN_FETCH_TIMEOUT, check_timeout
 from pricewatch.settings import Settings
 from pricewatch.slots import format_slot, work_id
 
@@ -156,6 +157,21 @@ def parse_start_at(text: str | None) -> datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+def parse_timeout(text: str | None) -> int | None:
+    """`--timeout 30s`: whole seconds within the bounds, else one line naming the option."""
+    if text is None:
+        return None
+    try:
+        seconds = parse_duration(text).total_seconds()
+    except ValueError:
+        seconds = None
+    if seconds is None or not (
+        MIN_FETCH_TIMEOUT.total_seconds() <= seconds <= MAX_FETCH_TIMEOUT.total_seconds()
+    ):
+        raise BadInput(f"invalid --timeout {text!r}: use {FETCH_TIMEOUT_RANGE}, e.g. 30s")
+    return int(seconds)
+
+
 def parse_since(text: str) -> datetime:
     """`7d` (that long ago) or an ISO-8601 moment."""
     with contextlib.suppress(ValueError):
@@ -212,6 +228,14 @@ async def add(
         str | None, typer.Option(help="RFC 6901 pointer: only that value counts (JSON).")
     ] = None,
     user_agent: Annotated[str | None, typer.Option(help="User-Agent for this target.")] = None,
+    fetch_timeout: Annotated[
+        str | None,
+        typer.Option(
+            "--timeout",
+            help=f"How long the page may take, {FETCH_TIMEOUT_RANGE} (default: 10s per read, "
+            "30s in all).",
+        ),
+    ] = None,
     prices: Annotated[
         bool,
         typer.Option(
@@ -260,10 +284,13 @@ async def add(
         json_pointer=json_pointer,
         user_agent=user_agent,
         prices=PriceSettings.model_validate(given) if prices or given else None,
+        timeout_seconds=parse_timeout(fetch_timeout),
     )
     async with pricewatch() as client:
         outcome = await client.add(config, parse_start_at(start_at))
         watched = f"{target_id}: {config.url} every {format_duration(config.interval)}"
+        if config.timeout_seconds is not None:
+            watched += f", timeout {config.timeout_seconds}s"
         typer.echo(
             {
                 Added.ADDED: f"added {watched}",
@@ -466,12 +493,13 @@ async def check_now(target_id: IdArg) -> None:
 async def remove(target_id: IdArg) -> None:
     """Stop watching a target and delete its recorded checks."""
     async with pricewatch() as client:
-        checking = (await client.status(target_id)).checking
-        if checking:
+        now = await client.status(target_id)
+        if checking := now.checking:
+            longest = check_timeout(now.config.timeout_seconds)
             typer.echo(
                 f"stopping the check of {work_id(target_id, checking)} in flight: a backoff "
                 "ends now, an attempt at its next heartbeat (a first attempt finishes, at most "
-                f"{format_duration(CHECK_TIMEOUT)})"
+                f"{format_duration(longest)})"
             )
         typer.echo(f"removing {target_id}: waiting for its workflow to delete its rows ...")
         await client.remove(target_id)

@@ -8,6 +8,7 @@ control: one entry per target, in the words of `pricewatch add`'s options.
         webhooks: [https://hooks.example.com/pricing]
         emails: [ops@example.com]
         selector: "#pricing"
+        timeout: 30s          # a slow page: 5s to 120s (default: 10s per read, 30s in all)
         paused: false
       - id: acme-plans
         url: https://acme.example/pricing
@@ -35,7 +36,10 @@ DEFAULTS: dict[str, Any] = {
 
 
 # TargetConfig's names for what an entry calls otherwise.
-ENTRY_FIELDS = {"target_id": "id", "interval_seconds": "every", "channels": "webhooks"}
+ENTRY_FIELDS = {
+    "target_id": "id", "interval_seconds": "every", "channels": "webhooks",
+    "timeout_seconds": "timeout",
+}  # fmt: skip
 
 
 class PriceEntry(PriceSettings):
@@ -68,8 +72,10 @@ class Entry(BaseModel):
     json_pointer: str | None = None
     user_agent: str | None = None
     prices: PriceEntry | None = None
+    timeout: timedelta | None = None
+    """How long the page may take (`--timeout`): 5s to 120s."""
 
-    @field_validator("every", mode="before")
+    @field_validator("every", "timeout", mode="before")
     @classmethod
     def _duration(cls, value: object) -> object:
         return parse_duration(value) if isinstance(value, str) else value
@@ -88,6 +94,7 @@ class Entry(BaseModel):
             json_pointer=self.json_pointer,
             user_agent=self.user_agent,
             prices=PriceSettings(**dict(self.prices)) if self.prices is not None else None,
+            timeout_seconds=None if self.timeout is None else int(self.timeout.total_seconds()),
         )
 
 
@@ -185,6 +192,11 @@ def dump(targets: list[tuple[TargetConfig, bool]]) -> str:
             "ignore": config.ignore,
             "json_pointer": config.json_pointer,
             "user_agent": config.user_agent,
+            "timeout": (
+                format_duration(timedelta(seconds=config.timeout_seconds))
+                if config.timeout_seconds
+                else None
+            ),
         }
         entry |= {key: value for key, value in optional.items() if value}
         if config.prices is not None:

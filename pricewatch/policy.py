@@ -16,6 +16,8 @@ LEASE_HELD = "LeaseHeld"
 SLOT_NOT_DUE = "SlotNotDue"
 PERMANENT_DELIVERY_ERROR = "PermanentDeliveryError"
 TRANSIENT_DELIVERY_ERROR = "TransientDeliveryError"
+# Postgres did not answer (activities/outages.py): retried like a transient failure.
+DEPENDENCY_UNREACHABLE = "DependencyUnreachable"
 
 
 def expected_failure(message: str, error_type: str, **options: Any) -> ApplicationError:
@@ -36,6 +38,26 @@ CHECK_LEASE = timedelta(seconds=45)
 HEARTBEAT_TIMEOUT = timedelta(seconds=20)
 # A fetch is bounded at 30 s; the rest is two short SQL statements.
 CHECK_TIMEOUT = timedelta(seconds=60)
+# A target's own fetch timeout (`--timeout`, `timeout:`): the overall deadline and the limit
+# per read both. At least the 5 s a connect may take (below it, an ordinary page on a busy
+# worker fails for nothing); at most 2 minutes (a page slower than that is broken, not slow,
+# and the check holds a worker slot and its lease for all of it; see `check_timeout`).
+MIN_FETCH_TIMEOUT = timedelta(seconds=5)
+MAX_FETCH_TIMEOUT = timedelta(seconds=120)
+# What a check needs beside its fetch: the claim, the lease extensions, the commit (each
+# statement bounded at 5 s, 10 s with asyncpg's cancel). CHECK_TIMEOUT less the default
+# fetch deadline: a check of a target without a timeout gets exactly CHECK_TIMEOUT.
+CHECK_SQL_MARGIN = timedelta(seconds=30)
+
+
+def check_timeout(fetch_timeout_seconds: int | None) -> timedelta:
+    """The check activity's start-to-close: CHECK_TIMEOUT, or longer for a target whose own
+    fetch timeout leaves less than CHECK_SQL_MARGIN of it (at 120 s: 150 s)."""
+    if fetch_timeout_seconds is None:
+        return CHECK_TIMEOUT
+    return max(CHECK_TIMEOUT, timedelta(seconds=fetch_timeout_seconds) + CHECK_SQL_MARGIN)
+
+
 # Transient failures back off from 30 s, doubling to 15 min (Retry-After overrides a delay);
 # the target's max_attempts (default 5: about 7.5 min of backoff) bounds them. Permanent
 # ones stop at once. The workflow runs the first attempt locally and the rest under this

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pricewatch.durations import format_duration
-from pricewatch.models import CheckResult, MonitorStatus, PriceSettings
+from pricewatch.models import CheckResult, MonitorStatus, PriceSettings, TargetConfig
 from pricewatch.slots import format_slot
 from pricewatch.views import ChannelView, DeliveryView, PricesRow, PriceView, TargetSummary
 
@@ -37,6 +37,7 @@ def status(status: MonitorStatus, retrying: list[CheckResult], link: str) -> lis
         f"target:     {config.target_id}",
         f"url:        {config.url}",
         f"every:      {format_duration(config.interval)}",
+        f"timeout:    {fetch_timeout(config)}",
         *([f"prices:     {price_rules(config.prices)}"] if config.prices else []),
         f"state:      {'paused' if status.paused else 'active'}",
         f"health:     {health if status.unhealthy else 'healthy'}",
@@ -48,6 +49,13 @@ def status(status: MonitorStatus, retrying: list[CheckResult], link: str) -> lis
     lines += [f"now:        {check(result)}" for result in retrying]
     last = check(status.last_result) if status.last_result else "(no check yet)"
     return [*lines, f"last:       {last}", f"history:    {link}"]
+
+
+def fetch_timeout(config: TargetConfig) -> str:
+    """`30s`, as `--timeout` set it, or what a target without one gets."""
+    if config.timeout_seconds is None:
+        return "default (10s per read, 30s in all)"
+    return f"{config.timeout_seconds}s"
 
 
 def price_rules(rules: PriceSettings) -> str:

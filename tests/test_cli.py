@@ -62,6 +62,13 @@ def assert_one_error_line(result: subprocess.CompletedProcess[str], code: int) -
         (["add", "acme", "https://example.com", "--every", "1m"], "below the minimum 15m"),
         (["add", "acme", "https://example.com", "--every", "1x"], "invalid duration '1x'"),
         (["add", "acme", "https://example.com", "--start-at", "tomorrow"], "--start-at"),
+        *(
+            (
+                ["add", "acme", "https://example.com", "--timeout", value],
+                f"invalid --timeout {value!r}: use 5s to 120s, e.g. 30s",
+            )
+            for value in ("3s", "200s", "garbage", "0s", "2m1s")
+        ),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args: list[str], mentions: str, tmp_path: Path) -> None:

@@ -90,6 +90,31 @@ def test_dump_writes_what_load_reads(tmp_path: Path) -> None:
     assert "max_attempts" not in dump([(entries[0].config, True)]), "defaults are left out"
 
 
+def test_a_timeout_round_trips_and_is_written_only_when_set(tmp_path: Path) -> None:
+    """`timeout:` is read as `--timeout` is; `dump` writes it back for the target that has
+    one only, so an export applies back as a no-op."""
+    slow = GOOD.replace("    max_attempts: 2\n", "    max_attempts: 2\n    timeout: 45s\n")
+    entries = load(write(tmp_path, slow))
+    assert [e.config.timeout_seconds for e in entries] == [None, 45, None, None]
+    written = dump([(e.config, e.entry.paused) for e in entries])
+    assert written.count("timeout:") == 1 and "  timeout: 45s\n" in written
+    again = load(write(tmp_path, written))
+    assert [e.config for e in again] == [e.config for e in entries]
+
+
+@pytest.mark.parametrize("value", ["3s", "200s", "0s", "soon"])
+def test_a_timeout_outside_its_bounds_names_its_line(tmp_path: Path, value: str) -> None:
+    text = GOOD.replace("    max_attempts: 2\n", f"    max_attempts: 2\n    timeout: {value}\n")
+    with pytest.raises(ManifestError) as raised:
+        load(write(tmp_path, text))
+    expected = (
+        f"invalid duration {value!r}"
+        if value == "soon"
+        else f"must be from 5s to 120s, not {value}"
+    )
+    assert f"targets.yaml:13: timeout: {expected}" in str(raised.value)
+
+
 def test_an_empty_file_of_targets_is_no_targets(tmp_path: Path) -> None:
     assert load(write(tmp_path, "targets: []\n")) == []
     assert load(write(tmp_path, "targets:\n")) == []
