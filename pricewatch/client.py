@@ -158,7 +158,7 @@ class Pricewatch:
 
     def ui_link(self, target_id: str) -> str:
         namespace = self._temporal.namespace if self._temporal else "default"
-        return f"{self.settings.ui_url}/namespaces/{namespace}/workflows/{workflow_id(target_id)}"
+        return f"{self.settings.resolved_ui_url()}/namespaces/{namespace}/workflows/{workflow_id(target_id)}"
 
     # Steering (Temporal) -------------------------------------------------------------------
 
@@ -352,14 +352,31 @@ class Pricewatch:
     async def targets(self) -> list[TargetSummary]:
         return [TargetSummary(**row) for row in await store.list_targets(await self.pool())]
 
+    async def known(self, target_id: str) -> None:
+        """BadInput (`unknown target`, as every command words it) unless the target exists:
+        asked when a read of the record came back empty. Postgres first; a target added but
+        not yet registered by a worker is known to Temporal only."""
+        if await store.target_exists(await self.pool(), target_id):
+            return
+        try:
+            await self.workflow(target_id)
+        except (ConnectionError, RPCError):  # Temporal away: the record is all there is
+            raise BadInput(f"unknown target {target_id!r}") from None
+
     async def history(self, target_id: str, limit: int) -> list[CheckResult]:
-        return await store.check_history(await self.pool(), valid_id(target_id), limit)
+        results = await store.check_history(await self.pool(), valid_id(target_id), limit)
+        if not results:
+            await self.known(target_id)
+        return results
 
     async def failures(self, target_id: str | None, limit: int) -> list[CheckResult]:
         """Dead letters and slots still being retried, newest first."""
         if target_id is not None:
             valid_id(target_id)
-        return await store.failed_checks(await self.pool(), target_id, limit)
+        results = await store.failed_checks(await self.pool(), target_id, limit)
+        if not results and target_id is not None:
+            await self.known(target_id)
+        return results
 
     async def retrying(self, target_id: str) -> list[CheckResult]:
         unsettled = await self.failures(target_id, limit=10)
@@ -367,16 +384,21 @@ class Pricewatch:
 
     async def channels(self, target_id: str) -> list[ChannelView]:
         rows = await store.target_channels(await self.pool(), valid_id(target_id))
+        if not rows:
+            await self.known(target_id)
         return [ChannelView(**row) for row in rows]
 
     async def deliveries(self, target_id: str, limit: int) -> list[DeliveryView]:
         rows = await store.target_deliveries(await self.pool(), valid_id(target_id), limit)
+        if not rows:
+            await self.known(target_id)
         return [DeliveryView(**row) for row in rows]
 
     async def prices(self, target_id: str, since: datetime, limit: int) -> list[PricesRow]:
         """The prices each check read (price mode), oldest first."""
         rows = await store.price_history(await self.pool(), valid_id(target_id), since, limit)
         if not rows:
+            await self.known(target_id)
             raise BadInput(
                 f"no prices recorded for {target_id!r} since {since:%Y-%m-%d %H:%M} UTC "
                 "(price mode is on with --prices or --price-selector)"
@@ -387,6 +409,7 @@ class Pricewatch:
         """A change (default: the newest) against the snapshot before it."""
         row = await store.snapshots_for_diff(await self.pool(), valid_id(target_id), work_id)
         if row is None:
+            await self.known(target_id)
             which = f"change {work_id!r}" if work_id else "change"
             raise BadInput(f"no recorded {which} with a snapshot for {target_id!r}")
         if row["previous_snapshot"] is None:

@@ -2,6 +2,7 @@
 durations, the wording for an unknown target, `--help` and URLs (issue 27, points 4 and 6).
 Through the CLI's real output wherever a user would read it."""
 
+import asyncio
 import json
 import os
 import re
@@ -132,3 +133,35 @@ def test_config_prints_durations_as_they_are_typed(tmp_path: Path) -> None:
     )
     assert as_json["settings"]["min_interval"] == "5s"
     assert as_json["settings"]["check_retention"] == "90d"
+
+
+ID_COMMANDS = [
+    ["history"], ["prices"], ["diff"], ["deliveries"], ["channels"], ["failures"],
+    ["status"], ["pause"], ["resume"], ["check-now"], ["remove"],
+]  # fmt: skip
+
+
+async def test_every_command_words_an_unknown_target_alike(
+    time_skipping_env: WorkflowEnvironment, database_url: str, tmp_path: Path
+) -> None:
+    """Whether the command reads Postgres or asks Temporal: `unknown target 'nope'`, exit 2.
+    A target that exists without rows still says it has none."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            "INSERT INTO monitor_targets (id, url, interval_seconds, anchor, next_slot) "
+            "VALUES ('acme', 'https://example.com/', 3600, now(), now())"
+        )
+    finally:
+        await conn.close()
+    env = {
+        "TEMPORAL_ADDRESS": time_skipping_env.client.service_client.config.target_host,
+        "PRICEWATCH_DATABASE_URL": database_url,
+    }
+    for command in ID_COMMANDS:
+        done = await asyncio.to_thread(run, *command, "nope", tmp_path=tmp_path, **env)
+        assert (done.returncode, done.stderr) == (2, "pricewatch: unknown target 'nope'\n"), command
+    done = await asyncio.to_thread(run, "history", "acme", tmp_path=tmp_path, **env)
+    assert (done.returncode, done.stderr) == (2, "pricewatch: no recorded checks for 'acme'\n")
+    done = await asyncio.to_thread(run, "channels", "acme", tmp_path=tmp_path, **env)
+    assert done.returncode == 0 and "no channels for 'acme'" in done.stdout
