@@ -158,7 +158,8 @@ class Pricewatch:
 
     def ui_link(self, target_id: str) -> str:
         namespace = self._temporal.namespace if self._temporal else "default"
-        return f"{self.settings.resolved_ui_url()}/namespaces/{namespace}/workflows/{workflow_id(target_id)}"
+        workflows = f"{self.settings.resolved_ui_url()}/namespaces/{namespace}/workflows"
+        return f"{workflows}/{workflow_id(target_id)}"
 
     # Steering (Temporal) -------------------------------------------------------------------
 

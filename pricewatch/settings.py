@@ -17,6 +17,8 @@ from pricewatch.policy import CHANGE_RETENTION, CHECK_RETENTION
 EMBEDDED_DATABASE_URL_FILE = "postgres.url"
 # What a running `pricewatch dev` lets its worker fetch besides the public internet.
 DEV_ALLOW_NETWORKS_FILE = "allow-networks"
+# Where a running `pricewatch dev` serves the Temporal UI (its --ui-port).
+DEV_UI_URL_FILE = "ui.url"
 
 
 class Settings(BaseSettings):
@@ -90,6 +92,14 @@ class Settings(BaseSettings):
             return self.allow_networks
         dev_file = self.data_dir / DEV_ALLOW_NETWORKS_FILE
         return dev_file.read_text().strip() if dev_file.exists() else ""
+
+    def resolved_ui_url(self) -> str:
+        """The configured UI (PRICEWATCH_UI_URL), else the one a running `pricewatch dev`
+        serves, else the dev server's default."""
+        if "ui_url" in self.model_fields_set:
+            return self.ui_url
+        dev_file = self.data_dir / DEV_UI_URL_FILE
+        return dev_file.read_text().strip() if dev_file.exists() else self.ui_url
 
     def resolved_database_url(self) -> str:
         """The configured URL, else the one the embedded Postgres wrote when it started."""

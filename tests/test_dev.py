@@ -132,6 +132,13 @@ async def test_dev_runs_the_demo_stops_cleanly_and_resumes(tmp_path: Path) -> No
         )  # fmt: skip
         out, err = await add.communicate()
         assert add.returncode == 0 and b"added local-page" in out, err
+        # Its UI link is the running stack's UI, on the port `dev` was given.
+        status = await asyncio.create_subprocess_exec(
+            PRICEWATCH, "status", "local-page", env=second_terminal(tmp_path, ports["temporal"]),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await status.communicate()
+        assert f"http://localhost:{ports['ui']}/namespaces/".encode() in out, out + err
         postmaster = (tmp_path / "pgdata" / "postmaster.pid").read_text().split()[0]
     assert not any(listening(port) for port in ports.values()), "a port is still served"
     assert not running(postmaster), "Postgres still runs"

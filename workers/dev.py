@@ -17,11 +17,21 @@ from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from pricewatch.models import MonitorState, PriceSettings, TargetConfig
-from pricewatch.settings import DEV_ALLOW_NETWORKS_FILE, EMBEDDED_DATABASE_URL_FILE, Settings
+from pricewatch.settings import (
+    DEV_ALLOW_NETWORKS_FILE,
+    DEV_UI_URL_FILE,
+    EMBEDDED_DATABASE_URL_FILE,
+    Settings,
+)
 from pricewatch.slots import spread_anchor
 from pricewatch.temporal import ensure_retention_schedule, start_monitor
 from workers.embedded import start_embedded_postgres, start_temporal_dev_server, stop_process
-from workers.observability import configure_dev_console, configure_tracing
+from workers.observability import (
+    configure_dev_console,
+    configure_tracing,
+    core_runtime,
+    watching_temporal,
+)
 from workers.worker import (
     Stopping,
     WorkerTuning,
@@ -135,7 +145,7 @@ async def serve(settings: Settings, database_url: str, demo_url: str | None, ver
         configure_tracing()
     stop = stop_on_signals()
     try:
-        client = await temporal_when_up(stop, settings.tracing)
+        client = await temporal_when_up(stop, settings.tracing, core_runtime())
     except Stopping:
         print("stopping...", flush=True)
         return
@@ -150,6 +160,7 @@ async def serve(settings: Settings, database_url: str, demo_url: str | None, ver
             retention_settings(settings),
         ) as activities,
         build_worker(client, settings.task_queue, activities, tuning),
+        watching_temporal(client),
     ):
         await ensure_retention_schedule(client, settings.task_queue)
         if demo_url:
@@ -226,6 +237,10 @@ def run_dev(
         print(
             f"temporal:  127.0.0.1:{ports.temporal} (log {data_dir / 'temporal.log'})", flush=True
         )
-        print(f"ui:        http://localhost:{ports.ui}", flush=True)
+        ui_url = f"http://localhost:{ports.ui}"
+        ui_file = data_dir / DEV_UI_URL_FILE  # the CLI's links in a second terminal
+        ui_file.write_text(ui_url + "\n")
+        stack.callback(ui_file.unlink, missing_ok=True)
+        print(f"ui:        {ui_url}", flush=True)
         demo_url = stack.enter_context(demo_page(ports.demo)) if demo else None
         asyncio.run(serve(settings, database_url, demo_url, verbose))
