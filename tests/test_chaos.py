@@ -47,7 +47,11 @@ async def test_the_proxy_measures_a_hang_until_the_client_gives_up() -> None:
         writer.close()  # the client's own timeout
         await hole
         [hang] = proxy.hangs
-        assert hang.ended is not None and 0.9 < hang.waited < 1.5, hang
+        # No timing window (this machine's timing noise under xdist is wider than one):
+        # it hung (the client waited its 1 s, less at most half of it in scheduling), and
+        # the hang ended at the client's close, not when the hole closed 2 s later.
+        assert hang.ended is not None and hang.ended < hang.hole_ended, hang
+        assert hang.waited > 0.5, hang
         assert hang.first_bytes == b"Q statement"
     finally:
         await proxy.stop()
