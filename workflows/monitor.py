@@ -459,7 +459,8 @@ class MonitorTarget:
         if self._unhealthy:
             since = self.state.unhealthy_since
             doing += f"; unhealthy since {format_time(since)}" if since else "; unhealthy"
-            doing += f" ({self.state.failure_streak} failed slots in a row)"
+            streak = self.state.failure_streak
+            doing += f" ({streak} failed slot{'' if streak == 1 else 's'} in a row)"
         workflow.set_current_details(doing)
 
     def _show_paused(self) -> None:
