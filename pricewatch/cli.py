@@ -23,6 +23,7 @@ from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.envconfig import ClientConfig
 from temporalio.exceptions import FailureError
 from temporalio.service import RPCError
+from typer.core import TyperOption
 
 from activities.guard import BlockedAddress
 from pricewatch import manifest, render, views
@@ -47,6 +48,16 @@ from pricewatch.models import (
 from pricewatch.policy import MAX_FETCH_TIMEOUT, MIN_FETCH_TIMEOUT, check_timeout
 from pricewatch.settings import Settings
 from pricewatch.slots import format_slot, work_id
+
+
+def _flag_type(option: TyperOption, ctx: Any) -> str | None:
+    """A flag takes no value: no `<bool>` beside it in `--help` (typer's rich help prints the
+    type of every option, flags too, where its plain help prints none for them)."""
+    return None if option.is_flag or option.count else _option_type(option, ctx)
+
+
+_option_type = TyperOption.display_type_rich
+TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign, assignment]
 
 app = typer.Typer(
     help="Watch pages on a schedule; record one result per due slot; say when they change.",
@@ -215,9 +226,12 @@ async def add(
         int, typer.Option(help="Failed slots in a row that make the target unhealthy.")
     ] = 3,
     webhook: Annotated[
-        list[str] | None, typer.Option(help="Webhook URL to notify (repeatable).")
+        list[str] | None,
+        typer.Option(metavar="<url>", help="Webhook URL to notify (repeatable)."),
     ] = None,
-    email: Annotated[list[str] | None, typer.Option(help="Address to notify (repeatable).")] = None,
+    email: Annotated[
+        list[str] | None, typer.Option(metavar="<address>", help="Address to notify (repeatable).")
+    ] = None,
     selector: Annotated[
         str | None, typer.Option(help="CSS selector: only the matched text counts (HTML).")
     ] = None,

@@ -15,8 +15,9 @@ import asyncpg
 import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
+from typer.testing import CliRunner
 
-from pricewatch.cli import _one_line
+from pricewatch.cli import _one_line, app
 from tests.conftest import PageServer, Start
 from tests.test_workflow import HOUR, new_target, rows, running_worker
 
@@ -165,3 +166,22 @@ async def test_every_command_words_an_unknown_target_alike(
     assert (done.returncode, done.stderr) == (2, "pricewatch: no recorded checks for 'acme'\n")
     done = await asyncio.to_thread(run, "channels", "acme", tmp_path=tmp_path, **env)
     assert done.returncode == 0 and "no channels for 'acme'" in done.stdout
+
+
+@pytest.mark.parametrize("command", [[], ["add"], ["list"], ["apply"], ["channels"], ["dev"]])
+def test_help_shows_no_value_after_a_flag(command: list[str], tmp_path: Path) -> None:
+    """`--json`, `--prices`, `--dry-run`, `--help` take no value: nothing beside them in the
+    type column, and no Python type (`<list[str]>`) anywhere."""
+    done = run(*command, "--help", tmp_path=tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    assert "--help" in done.stdout
+    assert "<bool>" not in done.stdout and "list[" not in done.stdout, done.stdout
+
+
+def test_no_command_shows_a_type_after_a_flag() -> None:
+    for command in app.registered_commands:
+        name = command.name or (command.callback.__name__ if command.callback else "")
+        shown = CliRunner().invoke(app, [name.replace("_", "-"), "--help"], env={"COLUMNS": "120"})
+        assert shown.exit_code == 0, (name, shown.output)
+        assert "<bool>" not in shown.output and "list[" not in shown.output, shown.output
