@@ -372,10 +372,12 @@ class CheckActivities:
                 SLOT_NOT_DUE,
                 non_retryable=True,
             )
+        left = claim.lease_left
+        ends = f" (its lease ends in {format_duration(left)})" if left is not None else ""
         return expected_failure(
-            f"target {check.target_id} is leased by another attempt",
+            f"target {check.target_id} is leased by another attempt{ends}",
             LEASE_HELD,
-            next_retry_delay=after_lease(claim.lease_left),
+            next_retry_delay=after_lease(left),
         )
 
 

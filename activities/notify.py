@@ -11,6 +11,7 @@ import base64
 import hashlib
 import hmac
 import json
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from email.message import EmailMessage
@@ -24,6 +25,7 @@ from temporalio.exceptions import ApplicationError
 from activities.fetch import TRANSIENT_STATUSES
 from activities.guard import BlockedAddress
 from activities.metrics import count
+from activities.outages import SMTP
 from activities.queries import QUERIES
 from pricewatch.models import (
     ChannelKind,
@@ -262,9 +264,12 @@ class NotifyActivities:
             async with asyncio.timeout(SEND_DEADLINE.total_seconds()):
                 await self._smtp_send(message)
         except TimeoutError as err:
+            SMTP.failed(err)
             raise DeliveryError("SMTP server did not answer in time", transient=True) from err
 
     async def _smtp_send(self, message: EmailMessage) -> None:
+        """Send, telling `SMTP` whether the server answered (a refusal is an answer)."""
+        started = time.monotonic()
         try:
             await aiosmtplib.send(
                 message,
@@ -276,12 +281,16 @@ class NotifyActivities:
                 timeout=SMTP_TIMEOUT_SECONDS,
             )
         except aiosmtplib.SMTPRecipientsRefused as err:
+            SMTP.succeeded(started)
             raise DeliveryError(f"address refused: {err}", transient=False) from err
         except aiosmtplib.SMTPResponseException as err:
+            SMTP.succeeded(started)
             # 4xx: try later (greylisting, full queue); 5xx: this will never be accepted.
             raise DeliveryError(f"SMTP {err.code} {err.message}", transient=err.code < 500) from err
         except (aiosmtplib.SMTPException, OSError) as err:
+            SMTP.failed(err)
             raise DeliveryError(f"SMTP unreachable: {err}", transient=True) from err
+        SMTP.succeeded(started)
 
 
 def _subject(delivery: DeliveryInput, price: bool = False) -> str:

@@ -90,9 +90,13 @@ async def create_pool(
     statement_timeout: timedelta = STATEMENT_TIMEOUT,
     reset: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
 ) -> asyncpg.Pool:
-    """A pool whose every statement and connection attempt has a bound."""
+    """A pool whose every statement and connection attempt has a bound. It opens one
+    connection at once (Postgres answers, or this raises) and then only those that callers
+    need: no floor kept in the background (asyncpg's `min_size`), which, while Postgres is
+    away, only retries into the outage and logs a traceback each time."""
     return await asyncpg.create_pool(
-        url, min_size=1, max_size=max_size, command_timeout=statement_timeout.total_seconds(),
+        url, init_size=1, min_size=0, max_size=max_size,
+        command_timeout=statement_timeout.total_seconds(),
         timeout=CONNECT_TIMEOUT.total_seconds(), reset=reset,
     )  # fmt: skip
 

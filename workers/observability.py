@@ -5,18 +5,35 @@ and pricewatch's, recorded with `activity.metric_meter()`), so there is no secon
 """
 
 import asyncio
+import contextlib
 import gc
 import json
 import logging
+import os
+import re
 import time
-from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 
-from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.client import Client
+from temporalio.runtime import (
+    LogForwardingConfig,
+    LoggingConfig,
+    PrometheusConfig,
+    Runtime,
+    TelemetryConfig,
+    TelemetryFilter,
+)
+
+from activities.outages import TEMPORAL
+from pricewatch.policy import CHECK_TIMEOUT
 
 # Fields that activity and workflow loggers attach (`temporal_activity`/`temporal_workflow`)
 # and that pricewatch adds itself, lifted to the top level of each JSON line.
-CONTEXT_FIELDS = ("target_id", "work_id", "execution_id", "outcome", "elapsed_ms")
+CONTEXT_FIELDS = (
+    "target_id", "work_id", "execution_id", "outcome", "elapsed_ms",
+    "dependency", "state", "problem", "outage_seconds",  # activities/outages.py
+)  # fmt: skip
 
 
 class JsonFormatter(logging.Formatter):
@@ -55,17 +72,98 @@ def configure_logging(log_format: str) -> None:
 
 
 def configure_dev_console(verbose: bool) -> None:
-    """`pricewatch dev`: one line per check (`12:00:00 hetzner unchanged 183 ms`), and
+    """`pricewatch dev`: one line per check (`12:00:00 hetzner unchanged 183 ms`), one when a
+    dependency becomes unreachable and one when it is back (`activities/outages.py`), and
     otherwise only warnings and errors (real faults, with their tracebacks). Verbose: every
-    info line of the worker too."""
+    info line of the worker too, each failed attempt's traceback among them."""
     configure_logging("text")
     logging.getLogger().setLevel(logging.INFO if verbose else logging.WARNING)
-    checks = logging.StreamHandler()
-    checks.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
-    check_log = logging.getLogger("pricewatch.checks")
-    check_log.handlers = [checks]
-    check_log.setLevel(logging.INFO)
-    check_log.propagate = False
+    lines = logging.StreamHandler()
+    lines.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
+    for name in ("pricewatch.checks", "pricewatch.outages"):
+        log = logging.getLogger(name)
+        log.handlers = [lines]
+        log.setLevel(logging.INFO)
+        log.propagate = False
+    if not verbose:  # the outage line says it; `--verbose` shows every poll error too
+        CORE_LOG.addFilter(drop_poll_errors)
+
+
+# The SDK's Core (Rust) logs: forwarded to this Python logger, so they take the process's
+# format (JSON lines, or plain text: Core's own console output has terminal colour codes,
+# whatever it writes to) and its filters.
+CORE_LOG = logging.getLogger("temporalio.core")
+# Core warns of a workflow task that takes over 5 s ([TMPRL1104]). A check's first attempt
+# is a local activity and runs inside the workflow task the slot's timer woke: a slow page,
+# or a statement waiting out its timeout while Postgres is away, makes a long task by
+# design. Warn only past what a first attempt may take (its start-to-close timeout, and
+# the longest per-target one), where it means a stuck worker. The variable overrides it.
+WORKFLOW_TASK_WARN_SECONDS = int(CHECK_TIMEOUT.total_seconds()) + 90
+# Core's lines for a poll that failed (the frontend away or refusing): Temporal is away.
+POLL_ERROR = re.compile(
+    r"Error while polling|Task polling has encountered errors|gRPC call poll_\w+ retried"
+)
+
+
+def report_poll_errors(record: logging.LogRecord) -> bool:
+    """A poll error tells `TEMPORAL` it is away (the outage's one line); kept."""
+    message = record.getMessage()
+    if POLL_ERROR.search(message):
+        detail = re.search(r"message: \"([^\"]*)\"", message)
+        TEMPORAL.failed(detail[1] if detail else "its polls fail")
+    return True
+
+
+def drop_poll_errors(record: logging.LogRecord) -> bool:
+    """The dev console: a poll error is reported, not printed (the outage line says it)."""
+    report_poll_errors(record)  # filters stop at the first that drops a record
+    return not POLL_ERROR.search(record.getMessage())
+
+
+def core_runtime(metrics_address: str | None = None) -> Runtime:
+    """The SDK's runtime for a worker: Core's logs through Python logging, and Prometheus
+    metrics if an address is given."""
+    os.environ.setdefault(
+        "TEMPORAL_WORKFLOW_TASK_DURATION_WARN_SECONDS", str(WORKFLOW_TASK_WARN_SECONDS)
+    )
+    logs = LoggingConfig(
+        filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+        forwarding=LogForwardingConfig(
+            logger=CORE_LOG, append_target_to_name=False, prepend_target_on_message=False
+        ),
+    )
+    CORE_LOG.addFilter(report_poll_errors)  # once: a logger keeps one of each filter
+    metrics = PrometheusConfig(bind_address=metrics_address) if metrics_address else None
+    return Runtime(telemetry=TelemetryConfig(logging=logs, metrics=metrics))
+
+
+# While Temporal is away, the worker asks it this often whether it is back.
+TEMPORAL_PROBE_EVERY = 2.0
+
+
+@contextlib.asynccontextmanager
+async def watching_temporal(client: Client) -> AsyncIterator[None]:
+    """`watch_temporal` while the block runs."""
+    watcher = asyncio.create_task(watch_temporal(client))
+    try:
+        yield
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+
+
+async def watch_temporal(client: Client) -> None:
+    """Until cancelled: while `TEMPORAL` is away, ask the frontend's health every
+    TEMPORAL_PROBE_EVERY; the first answer says it is back."""
+    while True:
+        await asyncio.sleep(TEMPORAL_PROBE_EVERY)
+        if not TEMPORAL.down:
+            continue
+        started = time.monotonic()
+        with contextlib.suppress(Exception):
+            await client.service_client.check_health(timeout=timedelta(seconds=5))
+            TEMPORAL.succeeded(started)
 
 
 def configure_tracing() -> None:
@@ -118,9 +216,8 @@ def watch_gc_pauses(runtime: Runtime | None) -> None:
 
 
 def metrics_runtime(address: str | None) -> Runtime | None:
-    if address is None:
-        return None
-    return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=address)))
+    """The worker's runtime (`core_runtime`), with metrics if `address` is set."""
+    return core_runtime(address)
 
 
 async def serve_health(address: str, ready: Callable[[], Awaitable[bool]]) -> asyncio.Server:

@@ -23,6 +23,7 @@ from activities.fetch import new_client
 from activities.guard import AddressPolicy
 from activities.migrate import migrate
 from activities.notify import NotifyActivities, SmtpSettings
+from activities.outages import POSTGRES, SMTP, OutageInterceptor, postgres_address
 from activities.retention import Retention, RetentionActivities
 from pricewatch.settings import Settings
 from pricewatch.temporal import (
@@ -30,6 +31,7 @@ from pricewatch.temporal import (
     check_namespace,
     connect,
     ensure_retention_schedule,
+    missing_search_attributes,
 )
 from workers.observability import (
     configure_logging,
@@ -37,6 +39,7 @@ from workers.observability import (
     metrics_runtime,
     serve_health,
     watch_gc_pauses,
+    watching_temporal,
 )
 from workers.payloads import skip_idle_payload_walks
 from workflows.monitor import MonitorTarget
@@ -160,6 +163,8 @@ async def worker_activities(
 ) -> AsyncIterator[Activities]:
     """The worker's one pool and one HTTP client, shared by all activities, closed on exit.
     Applies pending migrations first unless told not to (a one-shot job does it)."""
+    POSTGRES.address = postgres_address(database_url)  # what its outage line names
+    SMTP.address = f"{smtp.host}:{smtp.port}"
     pool = await store.create_pool(database_url, max_size=pool_size, reset=keep_session)
     try:
         if migrate_schema:
@@ -199,6 +204,7 @@ def build_worker(
             notify.record_delivery_failed,
             activities.retention.prune_checks,
         ],
+        interceptors=[OutageInterceptor()],
         graceful_shutdown_timeout=tuning.shutdown_grace,
         max_cached_workflows=tuning.max_cached_workflows,
         max_concurrent_activities=tuning.max_activities,
@@ -316,6 +322,16 @@ async def _serve(settings: Settings, stop: asyncio.Event) -> None:
             lambda: ensure_retention_schedule(client, settings.task_queue),
             stop,
         )
+        unregistered = await until_up(
+            "Temporal (search attributes)", lambda: missing_search_attributes(client), stop
+        )
+        if unregistered:
+            LOG.warning(
+                "search attributes %s are not registered and could not be added: register "
+                "them (temporal operator search-attribute create --name NAME --type Bool), "
+                "or workflows that set them stall",
+                ", ".join(unregistered),
+            )
         # The SDK checks the namespace as the worker starts and exits if the frontend is
         # away; asked just before, that is a window of one round trip.
         await until_up(
@@ -336,7 +352,7 @@ async def _serve(settings: Settings, stop: asyncio.Event) -> None:
         if settings.health_address:
             health = await serve_health(settings.health_address, ready)
         try:
-            async with worker:
+            async with worker, watching_temporal(client):
                 print(f"worker polling task queue {settings.task_queue!r}", flush=True)
                 await stop.wait()
         finally:

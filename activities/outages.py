@@ -1,0 +1,154 @@
+"""Which dependency is away: one line when it becomes unreachable, one when it is back.
+
+A worker process has one tracker per dependency (`POSTGRES`, `SMTP`, `TEMPORAL`). Whatever
+meets the dependency reports to it: every activity (`OutageInterceptor`: a Postgres fault
+fails the attempt as an expected, retried failure, without a traceback), the email sender,
+and the SDK's pollers (`workers.observability`). The first failure logs
+
+    20:41:03 Postgres unreachable (127.0.0.1:5433: timed out); checks wait for it
+
+and the first success of a call begun after that logs
+
+    20:41:44 Postgres is back after 41 s
+
+on the logger `pricewatch.outages` (JSON logs: `dependency`, `state` = `unreachable` or
+`back`, `problem`, `outage_seconds`). Each failed attempt is logged on `pricewatch.faults`
+at info level with its traceback (`--verbose`, the worker's logs), never on the dev console.
+"""
+
+import logging
+import threading
+import time
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import asyncpg
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+)
+
+from pricewatch.policy import DEPENDENCY_UNREACHABLE, expected_failure
+
+OUTAGE_LOG = logging.getLogger("pricewatch.outages")
+FAULT_LOG = logging.getLogger("pricewatch.faults")
+
+# What a statement or a connection attempt raises when Postgres cannot be reached or is
+# going away (not a wrong statement): asyncpg's own timeouts are the builtin TimeoutError.
+POSTGRES_FAULTS: tuple[type[BaseException], ...] = (
+    OSError,  # refused, reset, unknown host
+    TimeoutError,  # a statement or a connection attempt that was not answered in time
+    asyncpg.ConnectionDoesNotExistError,  # the connection closed under a statement
+    asyncpg.PostgresConnectionError,  # SQLSTATE class 08
+    asyncpg.CannotConnectNowError,  # starting up or shutting down
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.TooManyConnectionsError,
+)
+
+
+def problem(err: BaseException) -> str:
+    """What went wrong, in words: `timed out`, `connection refused`."""
+    if isinstance(err, TimeoutError):
+        return "timed out"
+    if isinstance(err, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(err, ConnectionResetError):
+        return "connection reset"
+    if isinstance(err, asyncpg.ConnectionDoesNotExistError):
+        return "connection lost"
+    return str(err).strip() or type(err).__name__
+
+
+class Dependency:
+    """One dependency's state: up, or unreachable since a moment (monotonic)."""
+
+    def __init__(self, name: str, address: str = "", waiting: str = "") -> None:
+        self.name = name
+        self.address = address
+        self.waiting = waiting
+        self.down_since: float | None = None
+        self._lock = threading.Lock()  # the SDK's log forwarding may call from a thread
+
+    def failed(self, err: BaseException | str) -> None:
+        """A call could not reach it: the first failure of an outage says so."""
+        what = err if isinstance(err, str) else problem(err)
+        with self._lock:
+            if self.down_since is not None:
+                return
+            self.down_since = time.monotonic()
+        where = f"{self.address}: {what}" if self.address else what
+        OUTAGE_LOG.warning(
+            "%s unreachable (%s)%s", self.name, where, f"; {self.waiting}" if self.waiting else "",
+            extra={"dependency": self.name, "state": "unreachable", "problem": where},
+        )  # fmt: skip
+
+    def succeeded(self, started: float) -> None:
+        """A call begun at `started` (monotonic) got its answer: if it began after the
+        outage did, the dependency is back (an answer to an older call says nothing)."""
+        with self._lock:
+            if self.down_since is None or started < self.down_since:
+                return
+            away = round(time.monotonic() - self.down_since)
+            self.down_since = None
+        OUTAGE_LOG.warning(
+            "%s is back after %d s", self.name, away,
+            extra={"dependency": self.name, "state": "back", "outage_seconds": away},
+        )  # fmt: skip
+
+    @property
+    def down(self) -> bool:
+        return self.down_since is not None
+
+
+POSTGRES = Dependency("Postgres", waiting="checks wait for it")
+SMTP = Dependency("SMTP", waiting="email notices wait for it")
+TEMPORAL = Dependency("Temporal", waiting="the worker waits for it")
+DEPENDENCIES = (POSTGRES, SMTP, TEMPORAL)
+
+
+def any_down() -> bool:
+    return any(dependency.down for dependency in DEPENDENCIES)
+
+
+def postgres_address(url: str) -> str:
+    """Where a Postgres URL connects, as `host:port` or the Unix socket's directory."""
+    parts = urlsplit(url)
+    host = parse_qs(parts.query).get("host", [parts.hostname or "localhost"])[0]
+    return host if host.startswith("/") else f"{host}:{parts.port or 5432}"
+
+
+class OutageInterceptor(Interceptor):
+    """Every activity reads or writes Postgres: one that gets its answers (it completes, or
+    fails with one of pricewatch's own errors, which it raises after reading the database)
+    tells `POSTGRES` it is up; one that meets a Postgres fault tells it it is away and fails
+    as `DependencyUnreachable`, an expected failure (retried, logged without a traceback)."""
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _ReportingActivity(next)
+
+
+class _ReportingActivity(ActivityInboundInterceptor):
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        started = time.monotonic()
+        try:
+            result = await self.next.execute_activity(input)
+        except ApplicationError:
+            POSTGRES.succeeded(started)
+            raise
+        except POSTGRES_FAULTS as err:
+            POSTGRES.failed(err)
+            message = f"Postgres unreachable: {problem(err)}"
+            info = activity.info()
+            FAULT_LOG.info(
+                "%s attempt %d: %s", info.activity_type, info.attempt, message, exc_info=True,
+                extra={"temporal_activity": {"activity_type": info.activity_type,
+                                             "workflow_id": info.workflow_id,
+                                             "attempt": info.attempt}},
+            )  # fmt: skip
+            raise expected_failure(message, DEPENDENCY_UNREACHABLE) from err
+        POSTGRES.succeeded(started)
+        return result
