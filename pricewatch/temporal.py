@@ -6,7 +6,10 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType, IndexedValueType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import (
     Client,
@@ -29,6 +32,7 @@ from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import CompositePayloadConverter, DataConverter
 from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime
+from temporalio.service import RPCError, RPCStatusCode
 
 from pricewatch.models import MonitorState
 from pricewatch.names import (
@@ -123,6 +127,39 @@ async def register_search_attributes(client: Client) -> None:
     await client.operator_service.add_search_attributes(
         AddSearchAttributesRequest(namespace=client.namespace, search_attributes=SEARCH_ATTRIBUTES)
     )
+
+
+async def missing_search_attributes(client: Client) -> list[str]:
+    """Register the search attributes the namespace lacks (a cluster upgraded from an older
+    pricewatch: a workflow setting an unregistered one fails its task until it exists);
+    returns those it could not add, as `NAME (Type)` (the operator API refused, e.g. on
+    Temporal Cloud, where a namespace's attributes are set in its own console)."""
+    try:
+        listed = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=client.namespace), timeout=RPC_TIMEOUT
+        )
+    except RPCError as err:
+        if err.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+            raise  # away: the caller waits for it
+        return []  # no operator API to ask: nothing to tell
+    missing = {
+        name: kind
+        for name, kind in SEARCH_ATTRIBUTES.items()
+        if name not in listed.custom_attributes
+    }
+    if not missing:
+        return []
+    try:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing),
+            timeout=RPC_TIMEOUT,
+        )
+    except RPCError:
+        return [
+            f"{name} ({IndexedValueType.Name(kind).removeprefix('INDEXED_VALUE_TYPE_').title()})"
+            for name, kind in sorted(missing.items())
+        ]
+    return []
 
 
 async def connect(runtime: Runtime | None = None, tracing: bool = False) -> Client:

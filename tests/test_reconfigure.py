@@ -4,6 +4,7 @@ nothing to do, the slot in flight finishes with the config it started with, and 
 letter moves the schedule on the new grid, anchored at that slot."""
 
 from datetime import datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 
 import asyncpg
@@ -49,6 +50,7 @@ async def test_a_reconfigure_during_a_backoff_is_mirrored_at_once_and_keeps_the_
             )
 
         slot_row = await eventually(retrying, what="a retrying slot")
+        assert slot_row is not None
         slot: datetime = slot_row["scheduled_for"]
 
         # A new interval and a new page while the slot backs off.
@@ -60,6 +62,7 @@ async def test_a_reconfigure_during_a_backoff_is_mirrored_at_once_and_keeps_the_
             "SELECT url, interval_seconds, anchor, next_slot FROM monitor_targets"
             " WHERE id = 'midretry'"
         )
+        assert mirror is not None
         still = await pool.fetchval(
             "SELECT status FROM source_checks WHERE work_id = $1", slot_row["work_id"]
         )
@@ -75,7 +78,7 @@ async def test_a_reconfigure_during_a_backoff_is_mirrored_at_once_and_keeps_the_
             status = await pool.fetchval(
                 "SELECT status FROM source_checks WHERE work_id = $1", slot_row["work_id"]
             )
-            return status == "failed"
+            return bool(status == "failed")
 
         await eventually(given_up, within=60, what="the slot's dead letter")
         # The slot in flight finished with the config it started with: every attempt
@@ -99,5 +102,5 @@ async def test_a_reconfigure_during_a_backoff_is_mirrored_at_once_and_keeps_the_
         assert (row["scheduled_for"] - slot) % timedelta(seconds=5) == timedelta(0), [
             (r["scheduled_for"] - slot, r["status"]) for r in rows
         ]
-    gaps = [b["scheduled_for"] - a["scheduled_for"] for a, b in zip(rows, rows[1:], strict=False)]
+    gaps = [b["scheduled_for"] - a["scheduled_for"] for a, b in pairwise(rows)]
     assert all(gap == timedelta(seconds=5) for gap in gaps), gaps

@@ -27,7 +27,7 @@ async def test_the_ui_says_sleeping_paused_retrying_and_unhealthy(
     async def details(target_id: str) -> str:
         handle = client.get_workflow_handle(workflow_id(target_id))
         metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
-        return metadata.current_details
+        return str(metadata.current_details)
 
     def saying(target_id: str, *words: str) -> Any:
         async def probe() -> str | None:

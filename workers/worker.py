@@ -328,8 +328,8 @@ async def _serve(settings: Settings, stop: asyncio.Event) -> None:
         if unregistered:
             LOG.warning(
                 "search attributes %s are not registered and could not be added: register "
-                "them (temporal operator search-attribute create --name NAME --type Bool), "
-                "or workflows that set them stall",
+                "them (temporal operator search-attribute create --name NAME --type TYPE), "
+                "or the workflows that set them stall",
                 ", ".join(unregistered),
             )
         # The SDK checks the namespace as the worker starts and exits if the frontend is
