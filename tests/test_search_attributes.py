@@ -38,6 +38,7 @@ async def test_missing_search_attributes_are_registered(bare_dev_server: str) ->
             return None
 
     client = await eventually(connected, what="the dev server answering")
+    assert client is not None
 
     async def registered() -> set[str]:
         listed = await client.operator_service.list_search_attributes(
