@@ -14,10 +14,13 @@ import httpx
 import pytest
 from aiohttp import web
 from pydantic import ValidationError
+from temporalio.api.enums.v1 import EventType
+from temporalio.testing import WorkflowEnvironment
 
 from activities.checks import HEARTBEAT_EVERY
 from activities.fetch import FETCH_DEADLINE, FetchError, Request, fetch_page, timed_out
 from pricewatch.models import CheckInput, TargetConfig
+from pricewatch.names import Activity
 from pricewatch.policy import (
     CHECK_LEASE,
     CHECK_TIMEOUT,
@@ -26,7 +29,9 @@ from pricewatch.policy import (
     check_timeout,
 )
 from tests.chaos.stack import serve
+from tests.conftest import PageServer, Start
 from tests.test_e2e import cli, env, temporal_address, wait_for, worker_process
+from tests.test_workflow import HOUR, new_target, rows, running_worker
 
 __all__ = ["env", "temporal_address"]  # the end-to-end fixtures, on this module's dev server
 
@@ -185,6 +190,42 @@ def test_a_check_outlives_its_fetch_and_holds_its_lease_all_along(seconds: int |
         assert check_timeout(seconds) == CHECK_TIMEOUT
     assert check_timeout(120) == timedelta(seconds=150)
     assert HEARTBEAT_EVERY * 3 < HEARTBEAT_TIMEOUT < CHECK_LEASE
+
+
+async def test_the_retries_of_a_slow_target_get_a_longer_start_to_close(
+    time_skipping_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    page_server: PageServer,
+    start: Start,
+    task_queue: str,
+) -> None:
+    """After a failed first attempt, the normal activity holding the retries is scheduled
+    with the target's check_timeout: 90 s + 30 s for a 90 s timeout, and exactly
+    CHECK_TIMEOUT for a target without one (what every recorded history has)."""
+    client = time_skipping_env.client
+    slow_one = new_target(page_server).model_copy(update={"timeout_seconds": 90})
+    plain = new_target(page_server)
+    anchor = (await time_skipping_env.get_current_time()).replace(microsecond=0) + HOUR
+    async with running_worker(client, task_queue, pool):
+        handles = []
+        for config in (slow_one, plain):
+            page_server.queue(f"/{config.target_id}", (503, "busy"))
+            handles.append(await start(config, start_at=anchor))
+        await time_skipping_env.sleep(timedelta(hours=1, minutes=5))
+        timeouts = []
+        for handle in handles:
+            history = await handle.fetch_history()
+            scheduled = [
+                event.activity_task_scheduled_event_attributes
+                for event in history.events
+                if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                and event.activity_task_scheduled_event_attributes.activity_type.name
+                == Activity.CHECK_SLOT
+            ]
+            timeouts.append([a.start_to_close_timeout.ToTimedelta() for a in scheduled])
+    assert timeouts == [[timedelta(seconds=120)], [CHECK_TIMEOUT]]
+    for config in (slow_one, plain):
+        assert [r["status"] for r in await rows(pool, config.target_id)] == ["unchanged"]
 
 
 @pytest.mark.e2e
