@@ -34,6 +34,7 @@ from activities.normalise import Extraction, ExtractionError, normalise
 from activities.prices import observe
 from pricewatch.policy import MAX_FETCH_TIMEOUT
 from pricewatch.prices import Price, listing
+from pricewatch.urls import as_sent
 
 MAX_BODY_BYTES = 5 * 1024 * 1024
 # Work on a page this small (parse, hash, compress, diff) takes well under a millisecond:
@@ -221,7 +222,7 @@ def classify_connection_error(err: httpx.TransportError) -> FetchError:
 async def _fetch(client: httpx.AsyncClient, wanted: Request) -> Page:
     # A redirect's request keeps these timeouts (httpx copies the extensions).
     request = client.build_request(
-        "GET", wanted.url, headers=wanted.headers(), timeout=wanted.timeouts
+        "GET", as_sent(wanted.url), headers=wanted.headers(), timeout=wanted.timeouts
     )
     for _ in range(MAX_REDIRECTS + 1):
         response = await client.send(request, stream=True)

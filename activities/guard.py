@@ -18,6 +18,8 @@ import certifi
 import httpcore
 import httpx
 
+from pricewatch.urls import as_sent
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -89,19 +91,18 @@ async def check_host(policy: AddressPolicy, host: str, port: int) -> IPAddress:
 async def check_url(policy: AddressPolicy, url: str) -> None:
     """The add-time check: the same rule, before anything is started."""
     try:
-        parsed = httpx.URL(url)
+        parsed = httpx.URL(as_sent(url))
     except httpx.InvalidURL as err:
         raise BlockedAddress(f"refused {url}: {err}") from err
     if parsed.scheme not in ("http", "https"):
         raise BlockedAddress(f"refused {url}: only http and https are fetched")
+    # The host the fetch connects to (an IDN in punycode), not its Unicode name, which the
+    # resolver would encode by IDNA 2003: straße.example would be checked as strasse.example.
+    host = parsed.raw_host.decode("ascii")
     try:
-        await check_host(
-            policy, parsed.host, parsed.port or (443 if parsed.scheme == "https" else 80)
-        )
+        await check_host(policy, host, parsed.port or (443 if parsed.scheme == "https" else 80))
     except socket.gaierror as err:
-        raise BlockedAddress(
-            f"refused {url}: {parsed.host} does not resolve ({err.strerror})"
-        ) from err
+        raise BlockedAddress(f"refused {url}: {host} does not resolve ({err.strerror})") from err
 
 
 class GuardedBackend(httpcore.AsyncNetworkBackend):

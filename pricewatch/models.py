@@ -24,6 +24,7 @@ from pydantic import (
 
 from pricewatch.policy import MAX_FETCH_TIMEOUT, MIN_FETCH_TIMEOUT, RUN_CHECKS
 from pricewatch.slots import work_id
+from pricewatch.urls import as_typed
 
 MAX_INTERVAL_SECONDS = 366 * 24 * 3600  # a year: well inside the int4 column
 FETCH_TIMEOUT_RANGE = (
@@ -170,11 +171,10 @@ class TargetConfig(Model):
     @field_validator("url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        """Normalised (lowercase scheme and host, a path), so equal URLs compare equal."""
-        parsed = AnyHttpUrl(value.strip())
-        if parsed.scheme not in ("http", "https") or not parsed.host:
-            raise ValueError("url must be an absolute http(s) URL")
-        return str(parsed)
+        """Normalised (lowercase scheme and host, a path), so equal URLs compare equal, and
+        kept as typed: non-ASCII characters are not percent-encoded here, only when fetched
+        (`pricewatch.urls`). A config recorded encoded (up to 1.1) decodes to the same form."""
+        return as_typed(value)
 
     @property
     def interval(self) -> timedelta:

@@ -3,6 +3,7 @@ durations, the wording for an unknown target, `--help` and URLs (issue 27, point
 Through the CLI's real output wherever a user would read it."""
 
 import asyncio
+import ipaddress
 import json
 import os
 import re
@@ -13,12 +14,26 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from aiohttp import web
+from pydantic import AnyHttpUrl
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from typer.testing import CliRunner
 
+from activities import guard
+from activities.guard import AddressPolicy, BlockedAddress
 from pricewatch.cli import _one_line, app
+from pricewatch.models import TargetConfig
+from pricewatch.urls import as_sent
+from tests.chaos.stack import serve
 from tests.conftest import PageServer, Start
+from tests.test_e2e import (  # the dev stack's fixtures and helpers
+    cli,
+    env,  # noqa: F401
+    temporal_address,  # noqa: F401
+    wait_for,
+    worker_process,
+)
 from tests.test_workflow import HOUR, new_target, rows, running_worker
 
 PRICEWATCH = Path(sys.executable).parent / "pricewatch"
@@ -55,8 +70,8 @@ async def test_a_dead_letter_reads_like_the_attempts_before_it(
     assert (dead_404["status"], dead_404["error_message"]) == ("failed", "HTTP 404 Not Found")
 
 
-def run(*args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """The console script with nothing to talk to unless `env` says (see test_cli.run)."""
+def run(*args: str, tmp_path: Path, **extra: str) -> subprocess.CompletedProcess[str]:
+    """The console script with nothing to talk to unless `extra` says (see test_cli.run)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "PRICEWATCH_"))}
     base |= {
         "TEMPORAL_ADDRESS": "127.0.0.1:1",
@@ -65,7 +80,7 @@ def run(*args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[s
         "COLUMNS": "120",
     }
     return subprocess.run(
-        [str(PRICEWATCH), *args], env=base | env, capture_output=True, text=True, timeout=60
+        [str(PRICEWATCH), *args], env=base | extra, capture_output=True, text=True, timeout=60
     )
 
 
@@ -76,7 +91,7 @@ def assert_plain(text: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("args", "env", "says"),
+    ("args", "settings", "says"),
     [
         (["status", "acme"], {}, "cannot reach Temporal at 127.0.0.1:1 (start `pricewatch dev`"),
         (["history", "acme"], {}, "no database: set PRICEWATCH_DATABASE_URL or start"),
@@ -93,10 +108,10 @@ def assert_plain(text: str) -> None:
     ],
 )
 def test_an_unreachable_dependency_is_named_in_plain_words(
-    args: list[str], env: dict[str, str], says: str, tmp_path: Path
+    args: list[str], settings: dict[str, str], says: str, tmp_path: Path
 ) -> None:
     """One line, exit 1, what is away and where: not the exception's class name."""
-    done = run(*args, tmp_path=tmp_path, **env)
+    done = run(*args, tmp_path=tmp_path, **settings)
 
     assert done.returncode == 1, done.stderr
     assert done.stderr.startswith(f"pricewatch: {says}"), done.stderr
@@ -155,16 +170,16 @@ async def test_every_command_words_an_unknown_target_alike(
         )
     finally:
         await conn.close()
-    env = {
+    stack = {
         "TEMPORAL_ADDRESS": time_skipping_env.client.service_client.config.target_host,
         "PRICEWATCH_DATABASE_URL": database_url,
     }
     for command in ID_COMMANDS:
-        done = await asyncio.to_thread(run, *command, "nope", tmp_path=tmp_path, **env)
+        done = await asyncio.to_thread(run, *command, "nope", tmp_path=tmp_path, **stack)
         assert (done.returncode, done.stderr) == (2, "pricewatch: unknown target 'nope'\n"), command
-    done = await asyncio.to_thread(run, "history", "acme", tmp_path=tmp_path, **env)
+    done = await asyncio.to_thread(run, "history", "acme", tmp_path=tmp_path, **stack)
     assert (done.returncode, done.stderr) == (2, "pricewatch: no recorded checks for 'acme'\n")
-    done = await asyncio.to_thread(run, "channels", "acme", tmp_path=tmp_path, **env)
+    done = await asyncio.to_thread(run, "channels", "acme", tmp_path=tmp_path, **stack)
     assert done.returncode == 0 and "no channels for 'acme'" in done.stdout
 
 
@@ -185,3 +200,89 @@ def test_no_command_shows_a_type_after_a_flag() -> None:
         shown = CliRunner().invoke(app, [name.replace("_", "-"), "--help"], env={"COLUMNS": "120"})
         assert shown.exit_code == 0, (name, shown.output)
         assert "<bool>" not in shown.output and "list[" not in shown.output, shown.output
+
+
+@pytest.mark.parametrize(
+    ("typed", "shown", "sent"),
+    [
+        (
+            "http://host/preis/größe?q=ü",
+            "http://host/preis/größe?q=ü",
+            "http://host/preis/gr%C3%B6%C3%9Fe?q=%C3%BC",
+        ),
+        # Typed encoded: the same URL, the same string (equal URLs compare equal).
+        (
+            "http://host/preis/gr%c3%b6%C3%9Fe?q=%C3%BC",
+            "http://host/preis/größe?q=ü",
+            "http://host/preis/gr%C3%B6%C3%9Fe?q=%C3%BC",
+        ),
+        ("HTTP://Bücher.Example:80/ä", "http://bücher.example/ä", "http://xn--bcher-kva.example/%C3%A4"),
+        ("http://xn--bcher-kva.example", "http://bücher.example/", "http://xn--bcher-kva.example/"),
+        # ASCII escapes, invisible characters and broken UTF-8 stay escaped.
+        ("http://host/a b?x=%2f&y=%E2%80%AE%C2%A0%FF", "http://host/a%20b?x=%2f&y=%E2%80%AE%C2%A0%FF",
+         "http://host/a%20b?x=%2f&y=%E2%80%AE%C2%A0%FF"),
+        ("https://www.hetzner.com", "https://www.hetzner.com/", "https://www.hetzner.com/"),
+    ],
+)  # fmt: skip
+def test_a_url_is_kept_as_typed_and_sent_encoded(typed: str, shown: str, sent: str) -> None:
+    config = TargetConfig(target_id="c6", url=typed, interval_seconds=3600)
+
+    assert config.url == shown
+    assert TargetConfig.model_validate(config.model_dump()).url == shown, "decodes to itself"
+    assert as_sent(config.url) == sent
+    if typed.isascii() and "%C3" not in typed.upper() and "xn--" not in typed:
+        assert shown == str(AnyHttpUrl(typed)), "an ASCII URL reads as it did up to 1.1"
+
+
+async def test_the_guard_checks_the_host_that_is_fetched(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`straße.example` is fetched as `xn--strae-oqa.example` (IDNA 2008, as httpx and the
+    URL standard encode it); the resolver, given the Unicode name, would ask for
+    `strasse.example` (IDNA 2003): the guard resolves the punycode host."""
+    asked: list[str] = []
+
+    async def resolve(host: str, port: int) -> list[ipaddress.IPv4Address]:
+        asked.append(host)
+        return [ipaddress.IPv4Address("127.0.0.1")]
+
+    monkeypatch.setattr(guard, "resolve", resolve)
+    with pytest.raises(BlockedAddress, match=r"refused xn--strae-oqa\.example: .* 127\.0\.0\.1"):
+        await guard.check_url(AddressPolicy.allowing([]), "http://straße.example/größe")
+    assert asked == ["xn--strae-oqa.example"]
+
+
+@pytest.mark.e2e
+async def test_add_list_and_export_show_the_url_typed_and_the_page_is_asked_encoded(
+    env: dict[str, str],  # noqa: F811 (the fixture imported above)
+    pool: asyncpg.Pool,
+    tmp_path: Path,
+) -> None:
+    """`add c6 "http://host/preis/größe?q=ü"` answers, lists and exports that URL; the page
+    server receives `/preis/gr%C3%B6%C3%9Fe?q=%C3%BC`. The exported file applies as a no-op,
+    and the URL typed encoded is the same target's URL (nothing changed)."""
+    received: list[str] = []
+
+    async def page(request: web.Request) -> web.Response:
+        received.append(request.raw_path)
+        return web.Response(text="<p>EUR 4</p>", content_type="text/html")
+
+    env = {**env, "COLUMNS": "200"}
+    async with serve([web.get("/{tail:.*}", page)]) as base, worker_process(env):
+        typed = f"{base}/preis/größe?q=ü"
+        code, out, err = await cli(env, "add", "c6", typed, "--every", "1h")
+        assert code == 0, err
+        assert out.splitlines()[0] == f"added c6: {typed} every 1h"
+        await wait_for(pool, "SELECT count(*) FROM source_checks WHERE status = 'unchanged'")
+        assert received == ["/preis/gr%C3%B6%C3%9Fe?q=%C3%BC"]
+
+        code, out, _ = await cli(env, "list")
+        assert code == 0 and typed in out and "%C3" not in out, out
+        code, exported, _ = await cli(env, "export")
+        assert code == 0 and f"url: {typed}\n" in exported, exported
+        targets = tmp_path / "targets.yaml"
+        targets.write_text(exported)
+        code, out, _ = await cli(env, "apply", str(targets))
+        assert out.strip() == "plan: nothing to do (1 unchanged)"
+        encoded = f"{base}/preis/gr%C3%B6%C3%9Fe?q=%C3%BC"
+        code, out, _ = await cli(env, "add", "c6", encoded, "--every", "1h")
+        assert code == 0 and "c6 already watched with these settings: nothing changed" in out
+        assert (await cli(env, "remove", "c6"))[0] == 0
