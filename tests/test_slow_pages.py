@@ -4,6 +4,7 @@ the limit that ran out and the setting that raises it: against a real page serve
 takes 20 s to send its first byte, through `fetch_page` and end to end through the CLI."""
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,16 +16,19 @@ import pytest
 from aiohttp import web
 from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType
-from temporalio.testing import WorkflowEnvironment
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from activities.checks import HEARTBEAT_EVERY
+from activities import checks, store
+from activities.checks import HEARTBEAT_EVERY, CheckActivities
 from activities.fetch import FETCH_DEADLINE, FetchError, Request, fetch_page, timed_out
-from pricewatch.models import CheckInput, TargetConfig
+from pricewatch.models import CheckInput, CheckResult, CheckStatus, TargetConfig
 from pricewatch.names import Activity
 from pricewatch.policy import (
     CHECK_LEASE,
     CHECK_TIMEOUT,
     HEARTBEAT_TIMEOUT,
+    LEASE_HELD,
     MAX_FETCH_TIMEOUT,
     check_timeout,
 )
@@ -190,6 +194,47 @@ def test_a_check_outlives_its_fetch_and_holds_its_lease_all_along(seconds: int |
         assert check_timeout(seconds) == CHECK_TIMEOUT
     assert check_timeout(120) == timedelta(seconds=150)
     assert HEARTBEAT_EVERY * 3 < HEARTBEAT_TIMEOUT < CHECK_LEASE
+
+
+@pytest.mark.parametrize("local", [True, False], ids=["local first attempt", "normal attempt"])
+async def test_a_fetch_longer_than_the_lease_keeps_it_to_the_end(
+    pool: asyncpg.Pool,
+    http: httpx.AsyncClient,
+    page_server: PageServer,
+    monkeypatch: pytest.MonkeyPatch,
+    local: bool,
+) -> None:
+    """A 120 s fetch outlives the 45 s lease: scaled down (a 1 s lease, a beat every 0.2 s),
+    a fetch held for three leases keeps it, with heartbeats (a normal attempt) and without
+    (a local first attempt): another attempt is refused all along, and the first commits."""
+    monkeypatch.setattr(checks, "CHECK_LEASE", timedelta(seconds=1))
+    monkeypatch.setattr(checks, "HEARTBEAT_EVERY", timedelta(seconds=0.2))
+    page_server.set("/p", "price 10")
+    config = TargetConfig(target_id="acme", url=page_server.url("/p"), interval_seconds=3600,
+                          timeout_seconds=120)  # fmt: skip
+    await store.sync_target(pool, config, next_slot=SLOT, enabled=True)
+    check = CheckInput.of(config, SLOT).model_copy(update={"asked_at": SLOT})
+    activities = CheckActivities(pool, http)
+    hold = page_server.hold_next("/p")
+    first = asyncio.create_task(attempt(1, local).run(activities.check_slot, check))
+    await asyncio.wait_for(hold.arrived.wait(), timeout=10)
+    for _ in range(3):
+        await asyncio.sleep(1.1)  # past the lease as it was claimed, or last extended
+        with pytest.raises(ApplicationError) as refused:
+            await attempt(2, local=False).run(activities.check_slot, check)
+        assert refused.value.type == LEASE_HELD
+    hold.release.set()
+    result: CheckResult = await first
+    assert result.status is CheckStatus.UNCHANGED and not result.already_recorded
+
+
+def attempt(number: int, local: bool) -> ActivityEnvironment:
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(
+        env.info, workflow_run_id="run-1", activity_id="1", attempt=number, is_local=local,
+        current_attempt_scheduled_time=SLOT, heartbeat_timeout=None if local else HEARTBEAT_TIMEOUT,
+    )  # fmt: skip
+    return env
 
 
 async def test_the_retries_of_a_slow_target_get_a_longer_start_to_close(
