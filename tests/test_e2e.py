@@ -29,6 +29,8 @@ from pricewatch.settings import Settings
 from pricewatch.temporal import DATA_CONVERTER, workflow_id
 from tests.chaos.proxy import Proxy, postgres_upstream, through
 from tests.conftest import MailSink, PageServer, WebhookReceiver
+from tests.waits import eventually
+from tests.waits import wait_for as wait_for  # still importable from here (tests.waits has it)
 from workers.embedded import free_port, start_temporal_dev_server, stop_process
 from workflows.monitor import MonitorTarget
 
@@ -112,15 +114,16 @@ async def worker_process(
                 output.append(logged)
 
 
-async def wait_for(pool: asyncpg.Pool, sql: str, *args: object) -> int:
-    """Poll until the count query returns a positive number (within a minute)."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        count = int(await pool.fetchval(sql, *args))
-        if count > 0:
-            return count
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"timed out waiting for: {sql} {args}")
+async def quiet_slots_checked(pool: asyncpg.Pool, target_id: str) -> None:
+    """Wait until two slots were checked unchanged after the target's newest change: a
+    notice a quiet slot wrongly sent has had its chance (what a fixed sleep stood for)."""
+    await wait_for(
+        pool,
+        "SELECT count(*) - 1 FROM source_checks WHERE target_id = $1 AND status = 'unchanged'"
+        " AND checked_at > (SELECT max(checked_at) FROM source_checks"
+        "                    WHERE target_id = $1 AND status = 'changed')",
+        target_id,
+    )
 
 
 async def test_checks_run_a_change_is_recorded_once_and_the_cli_shows_it(
@@ -174,8 +177,16 @@ async def test_checks_run_a_change_is_recorded_once_and_the_cli_shows_it(
         assert "e2e-pricing:manual:" in out and "unchanged" in out
 
         assert (await cli(env, "pause", "e2e-pricing"))[0] == 0
-        await asyncio.sleep(1)
+        # Paused in the mirror and no check in flight (one that began before the pause
+        # finishes): from here on, no row may appear.
+        await wait_for(
+            pool,
+            "SELECT count(*) FROM monitor_targets WHERE id = 'e2e-pricing' AND NOT enabled"
+            " AND lease_token IS NULL",
+        )
         paused_count = await pool.fetchval("SELECT count(*) FROM source_checks")
+        # The scenario, not a wait: slots pass while paused; none may add a row, however
+        # many passed.
         await asyncio.sleep(3 * INTERVAL_SECONDS)
         assert await pool.fetchval("SELECT count(*) FROM source_checks") == paused_count
         code, out, _ = await cli(env, "status", "e2e-pricing")
@@ -302,11 +313,19 @@ async def test_killed_worker_resumes_on_the_grid_without_a_burst(
         await wait_for(pool, "SELECT count(*) - 1 FROM source_checks")
         worker.kill()
         await worker.wait()
+    # The scenario, not a wait: slots pass with no worker (the assertions need one skipped
+    # row, not an exact count).
     await asyncio.sleep(4 * INTERVAL_SECONDS)
     async with worker_process(env):
         back_at = await pool.fetchval("SELECT now()")
         await wait_for(pool, "SELECT count(*) FROM source_checks WHERE checked_at > $1", back_at)
-        await asyncio.sleep(3 * INTERVAL_SECONDS)
+        # The grid goes on after now: two slots later than the restart checked.
+        await wait_for(
+            pool,
+            "SELECT count(*) - 1 FROM source_checks WHERE scheduled_for > $1"
+            " AND status <> 'skipped'",
+            back_at,
+        )
         records = await pool.fetch("SELECT * FROM source_checks ORDER BY scheduled_for")
         assert (await cli(env, "remove", "e2e-outage"))[0] == 0
     slots = [r["scheduled_for"] for r in records]
@@ -357,13 +376,12 @@ async def test_failures_are_classified_dead_lettered_listed_and_retried(
         code, out, _ = await cli(env, "list")
         assert "unhealthy" in out.split("e2e-gone")[1].splitlines()[0]
         client = await Client.connect(temporal_address, data_converter=DATA_CONVERTER)
-        query = "PricewatchUnhealthy = true"
-        deadline = time.monotonic() + 30
-        flagged: list[str] = []
-        while not flagged and time.monotonic() < deadline:
-            flagged = [w.id async for w in client.list_workflows(query)]
-            await asyncio.sleep(0.5)
-        assert flagged == [workflow_id("e2e-gone")]
+
+        async def flagged() -> list[str]:
+            return [w.id async for w in client.list_workflows("PricewatchUnhealthy = true")]
+
+        found = await eventually(flagged, within=30, every=0.5, what="an unhealthy workflow")
+        assert found == [workflow_id("e2e-gone")]
 
         page_server.set("/gone", "back again")
         code, out, err = await cli(env, "retry", gone["work_id"])
@@ -483,7 +501,7 @@ async def test_a_change_reaches_each_channel_once_through_real_processes(
         await wait_for(pool, "SELECT count(*) - 1 FROM source_checks")
         page_server.set("/notify", "<p>EUR 5</p>")
         await wait_for(pool, "SELECT count(*) - 1 FROM deliveries WHERE status = 'sent'")
-        await asyncio.sleep(2 * INTERVAL_SECONDS)  # later unchanged slots tell nobody
+        await quiet_slots_checked(pool, "e2e-notify")  # later unchanged slots tell nobody
 
         code, out, _ = await cli(env, "channels", "e2e-notify")
         secret = await pool.fetchval("SELECT secret FROM channels WHERE kind = 'webhook'")
@@ -528,7 +546,7 @@ async def test_each_price_move_a_rule_matches_is_one_signed_price_notice(
             page_server.set("/plans", plan_table(basic, pro))
             await wait_for(pool, changes, moved)
         await wait_for(pool, "SELECT count(*) - 1 FROM deliveries WHERE status = 'sent'")
-        await asyncio.sleep(2 * INTERVAL_SECONDS)  # nothing more is told
+        await quiet_slots_checked(pool, "e2e-plans")  # nothing more is told
         code, out, err = await cli(env, "prices", "e2e-plans", "--plot", str(tmp_path / "p.png"))
         assert code == 0, err
         assert (

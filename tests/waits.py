@@ -9,6 +9,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+import asyncpg
+
 T = TypeVar("T")
 
 
@@ -29,3 +31,13 @@ async def eventually(
         if time.monotonic() >= deadline:
             raise AssertionError(f"{what} did not hold within {within} s (last: {value!r})")
         await asyncio.sleep(every)
+
+
+async def wait_for(pool: asyncpg.Pool, sql: str, *args: object) -> int:
+    """Poll until the count query returns a positive number (within a minute)."""
+
+    async def count() -> int:
+        found = int(await pool.fetchval(sql, *args))
+        return found if found > 0 else 0  # a negative count (`count(*) - n`) is truthy
+
+    return await eventually(count, within=60, every=0.2, what=f"{sql} {args}")
