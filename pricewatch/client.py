@@ -41,6 +41,7 @@ from pricewatch.names import WORKFLOW_TYPE, Query, Signal, Update
 from pricewatch.settings import Settings
 from pricewatch.slots import spread_anchor
 from pricewatch.temporal import connect, start_monitor, workflow_id
+from pricewatch.urls import as_typed
 from pricewatch.views import ChangeView, ChannelView, DeliveryView, PricesRow, TargetSummary
 
 REMOVE_WAIT = timedelta(seconds=120)
@@ -351,7 +352,9 @@ class Pricewatch:
     # Reading the record (Postgres) ---------------------------------------------------------
 
     async def targets(self) -> list[TargetSummary]:
-        return [TargetSummary(**row) for row in await store.list_targets(await self.pool())]
+        # as_typed: a row mirrored before 1.2 holds the URL percent-encoded.
+        rows = await store.list_targets(await self.pool())
+        return [TargetSummary(**{**row, "url": as_typed(str(row["url"]))}) for row in rows]
 
     async def known(self, target_id: str) -> None:
         """BadInput (`unknown target`, as every command words it) unless the target exists:

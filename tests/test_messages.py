@@ -286,3 +286,21 @@ async def test_add_list_and_export_show_the_url_typed_and_the_page_is_asked_enco
         code, out, _ = await cli(env, "add", "c6", encoded, "--every", "1h")
         assert code == 0 and "c6 already watched with these settings: nothing changed" in out
         assert (await cli(env, "remove", "c6"))[0] == 0
+
+
+async def test_a_target_stored_encoded_lists_as_typed(database_url: str, tmp_path: Path) -> None:
+    """A row mirrored before 1.2 holds the percent-encoded URL; `list` shows it readable,
+    as `status` and `export` show the workflow's config (which decodes to that form)."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            "INSERT INTO monitor_targets (id, url, interval_seconds, anchor, next_slot) VALUES "
+            "('c6', 'http://host/preis/gr%C3%B6%C3%9Fe?q=%C3%BC', 3600, now(), now())"
+        )
+    finally:
+        await conn.close()
+    done = await asyncio.to_thread(
+        run, "list", tmp_path=tmp_path, PRICEWATCH_DATABASE_URL=database_url, COLUMNS="200"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "http://host/preis/größe?q=ü" in done.stdout and "%C3" not in done.stdout
