@@ -16,9 +16,12 @@ on the logger `pricewatch.outages` (JSON logs: `dependency`, `state` = `unreacha
 at info level with its traceback (`--verbose`, the worker's logs), never on the dev console.
 """
 
+import asyncio
+import contextlib
 import logging
 import threading
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -73,13 +76,15 @@ class Dependency:
         self.down_since: float | None = None
         self._lock = threading.Lock()  # the SDK's log forwarding may call from a thread
 
-    def failed(self, err: BaseException | str) -> None:
-        """A call could not reach it: the first failure of an outage says so."""
+    def failed(self, err: BaseException | str, started: float | None = None) -> None:
+        """A call (begun at `started`, monotonic, if known) could not reach it: the first
+        failure of an outage says so. The outage is counted from that call's start: a call
+        that times out was unanswered all along."""
         what = err if isinstance(err, str) else problem(err)
         with self._lock:
             if self.down_since is not None:
                 return
-            self.down_since = time.monotonic()
+            self.down_since = time.monotonic() if started is None else started
         where = f"{self.address}: {what}" if self.address else what
         OUTAGE_LOG.warning(
             "%s unreachable (%s)%s", self.name, where, f"; {self.waiting}" if self.waiting else "",
@@ -94,7 +99,7 @@ class Dependency:
                 return
             away = round(time.monotonic() - self.down_since)
             self.down_since = None
-        OUTAGE_LOG.warning(
+        OUTAGE_LOG.info(
             "%s is back after %d s", self.name, away,
             extra={"dependency": self.name, "state": "back", "outage_seconds": away},
         )  # fmt: skip
@@ -112,6 +117,42 @@ DEPENDENCIES = (POSTGRES, SMTP, TEMPORAL)
 
 def any_down() -> bool:
     return any(dependency.down for dependency in DEPENDENCIES)
+
+
+# While a dependency is away, the worker asks it this often whether it is back, so that
+# its line comes when it is, not at the next attempt of a check (30 s of backoff later).
+PROBE_EVERY = 2.0
+PROBE_TIMEOUT = 5.0
+
+
+async def watch(dependency: Dependency, probe: Callable[[], Awaitable[object]]) -> None:
+    """Until cancelled: while `dependency` is away, `probe()` it every PROBE_EVERY; the
+    first answer says it is back."""
+    while True:
+        await asyncio.sleep(PROBE_EVERY)
+        if not dependency.down:
+            continue
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT):
+                await probe()
+        except Exception:  # still away; the probe's error says nothing new
+            continue
+        dependency.succeeded(started)
+
+
+@contextlib.asynccontextmanager
+async def watching(
+    dependency: Dependency, probe: Callable[[], Awaitable[object]]
+) -> AsyncIterator[None]:
+    """`watch(dependency, probe)` while the block runs."""
+    watcher = asyncio.create_task(watch(dependency, probe))
+    try:
+        yield
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
 
 
 def postgres_address(url: str) -> str:
@@ -140,7 +181,7 @@ class _ReportingActivity(ActivityInboundInterceptor):
             POSTGRES.succeeded(started)
             raise
         except POSTGRES_FAULTS as err:
-            POSTGRES.failed(err)
+            POSTGRES.failed(err, started)
             message = f"Postgres unreachable: {problem(err)}"
             info = activity.info()
             FAULT_LOG.info(

@@ -4,10 +4,12 @@ check refused by a dead attempt's lease is tried again when that lease expires, 
 the generic backoff (docs/failures.md, "What the console says during an outage")."""
 
 import asyncio
+import json
 import logging
 import os
 import re
 import signal
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -31,6 +33,7 @@ from tests.conftest import PageServer
 from tests.test_dev import PRICEWATCH
 from tests.test_fencing import attempt, local_attempt
 from workers.embedded import free_port
+from workers.observability import JsonFormatter
 from workflows.calls import first_retry_delay
 
 TARGETS = 8
@@ -207,11 +210,81 @@ def test_an_outage_is_told_once_and_its_end_with_how_long(
         "Postgres unreachable (127.0.0.1:5433: timed out); checks wait for it",
         "Postgres is back after 0 s",
     ], messages
-    down, back = caplog.records
-    assert getattr(down, "dependency", None) == "Postgres"
-    assert getattr(down, "state", None) == "unreachable"
-    assert getattr(back, "state", None) == "back"
-    assert getattr(back, "outage_seconds", None) == 0
+    down, back = (json.loads(JsonFormatter().format(record)) for record in caplog.records)
+    assert down["level"] == "WARNING" and down["dependency"] == "Postgres", down
+    assert down["state"] == "unreachable" and down["problem"] == "127.0.0.1:5433: timed out"
+    assert back["state"] == "back" and back["outage_seconds"] == 0, back
+
+
+# A worker on its own Temporal dev server, through a proxy that resets every connection for
+# a while (the frontend refusing): on the dev console, the pollers' errors are one line.
+TEMPORAL_OUTAGE = """
+import asyncio, sys, tempfile, time
+from pathlib import Path
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.worker import Worker
+from tests.chaos.proxy import Proxy
+from workers.embedded import free_port, start_temporal_dev_server, stop_process
+from workers.observability import configure_dev_console, core_runtime, watching_temporal
+
+@activity.defn
+async def nothing() -> None: ...
+
+async def main() -> None:
+    configure_dev_console(verbose=False)
+    port = free_port()
+    server = start_temporal_dev_server(Path(sys.argv[1]) / "t.db", port=port, ui_port=None)
+    proxy = Proxy("temporal", ("127.0.0.1", port))
+    try:
+        await proxy.start()
+        runtime = core_runtime()
+        for _ in range(120):
+            try:
+                client = await Client.connect(proxy.address, runtime=runtime)
+                break
+            except RuntimeError:
+                await asyncio.sleep(0.5)
+        async with Worker(client, task_queue="q", activities=[nothing]), \
+                watching_temporal(client):
+            await asyncio.sleep(2)
+            print("reset", flush=True)
+            await proxy.fault("reset", float(sys.argv[2]))
+            print("healed", flush=True)
+            await asyncio.sleep(6)
+    finally:
+        await proxy.stop()
+        stop_process(server)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_temporal_outage_is_one_line_on_the_dev_console(tmp_path: Path) -> None:
+    refused = 15
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", TEMPORAL_OUTAGE, str(tmp_path), str(refused),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(120):
+            out, _ = await process.communicate()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    text = out.decode(errors="replace")
+    assert process.returncode == 0, text[-3000:]
+    lines = text.splitlines()
+    outage = lines[lines.index("reset") + 1 :]
+    down = [
+        line for line in outage if re.search(r"\bTemporal unreachable \(.+\); the worker", line)
+    ]
+    back = [line for line in outage if re.search(r"\bTemporal is back after \d+ s$", line)]
+    assert len(down) == 1 and len(back) == 1, text[-3000:]
+    others = [line for line in outage if line not in (*down, *back, "healed")]
+    assert not others, others  # no poll errors, no shutdown chatter
+    assert "\x1b[" not in text, "raw terminal escapes on a pipe"
 
 
 LEFT = timedelta(seconds=20)  # what the dead attempt's lease has left

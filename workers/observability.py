@@ -12,7 +12,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 from temporalio.client import Client
@@ -25,7 +25,7 @@ from temporalio.runtime import (
     TelemetryFilter,
 )
 
-from activities.outages import TEMPORAL
+from activities.outages import TEMPORAL, watching
 from pricewatch.policy import CHECK_TIMEOUT
 
 # Fields that activity and workflow loggers attach (`temporal_activity`/`temporal_workflow`)
@@ -137,33 +137,12 @@ def core_runtime(metrics_address: str | None = None) -> Runtime:
     return Runtime(telemetry=TelemetryConfig(logging=logs, metrics=metrics))
 
 
-# While Temporal is away, the worker asks it this often whether it is back.
-TEMPORAL_PROBE_EVERY = 2.0
-
-
-@contextlib.asynccontextmanager
-async def watching_temporal(client: Client) -> AsyncIterator[None]:
-    """`watch_temporal` while the block runs."""
-    watcher = asyncio.create_task(watch_temporal(client))
-    try:
-        yield
-    finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
-
-
-async def watch_temporal(client: Client) -> None:
-    """Until cancelled: while `TEMPORAL` is away, ask the frontend's health every
-    TEMPORAL_PROBE_EVERY; the first answer says it is back."""
-    while True:
-        await asyncio.sleep(TEMPORAL_PROBE_EVERY)
-        if not TEMPORAL.down:
-            continue
-        started = time.monotonic()
-        with contextlib.suppress(Exception):
-            await client.service_client.check_health(timeout=timedelta(seconds=5))
-            TEMPORAL.succeeded(started)
+def watching_temporal(client: Client) -> contextlib.AbstractAsyncContextManager[None]:
+    """While Temporal is away, ask the frontend's health now and then: its answer says it
+    is back (`activities.outages.watch`)."""
+    return watching(
+        TEMPORAL, lambda: client.service_client.check_health(timeout=timedelta(seconds=5))
+    )
 
 
 def configure_tracing() -> None:

@@ -23,7 +23,7 @@ from activities.fetch import new_client
 from activities.guard import AddressPolicy
 from activities.migrate import migrate
 from activities.notify import NotifyActivities, SmtpSettings
-from activities.outages import POSTGRES, SMTP, OutageInterceptor, postgres_address
+from activities.outages import POSTGRES, SMTP, OutageInterceptor, postgres_address, watching
 from activities.retention import Retention, RetentionActivities
 from pricewatch.settings import Settings
 from pricewatch.temporal import (
@@ -170,7 +170,10 @@ async def worker_activities(
         if migrate_schema:
             async with pool.acquire() as conn:
                 await migrate(conn)
-        async with new_client(policy) as http:
+        async with (
+            new_client(policy) as http,
+            watching(POSTGRES, lambda: pool.fetchval("SELECT 1")),
+        ):
             yield Activities(
                 CheckActivities(pool, http, snapshots_kept),
                 NotifyActivities(pool, http, smtp),
