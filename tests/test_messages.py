@@ -31,10 +31,10 @@ from tests.test_e2e import (  # the dev stack's fixtures and helpers
     cli,
     env,  # noqa: F401
     temporal_address,  # noqa: F401
-    wait_for,
     worker_process,
 )
 from tests.test_workflow import HOUR, new_target, rows, running_worker
+from tests.waits import wait_for
 
 PRICEWATCH = Path(sys.executable).parent / "pricewatch"
 PYTHON_NAMES = ("Error:", "PermanentFetchError", "TransientFetchError", "ApplicationError")
