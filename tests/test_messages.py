@@ -3,6 +3,8 @@ durations, the wording for an unknown target, `--help` and URLs (issue 27, point
 Through the CLI's real output wherever a user would read it."""
 
 import asyncio
+import base64
+import contextlib
 import ipaddress
 import json
 import os
@@ -11,19 +13,23 @@ import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
 from aiohttp import web
 from pydantic import AnyHttpUrl
+from temporalio.client import WorkflowHistory
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
 from typer.testing import CliRunner
 
 from activities import guard
 from activities.guard import AddressPolicy, BlockedAddress
 from pricewatch.cli import _one_line, app
-from pricewatch.models import TargetConfig
+from pricewatch.models import MonitorState, TargetConfig
+from pricewatch.temporal import DATA_CONVERTER
 from pricewatch.urls import as_sent
 from tests.chaos.stack import serve
 from tests.conftest import PageServer, Start
@@ -35,6 +41,7 @@ from tests.test_e2e import (  # the dev stack's fixtures and helpers
 )
 from tests.test_workflow import HOUR, new_target, rows, running_worker
 from tests.waits import wait_for
+from workflows.monitor import MonitorTarget
 
 PRICEWATCH = Path(sys.executable).parent / "pricewatch"
 PYTHON_NAMES = ("Error:", "PermanentFetchError", "TransientFetchError", "ApplicationError")
@@ -304,3 +311,44 @@ async def test_a_target_stored_encoded_lists_as_typed(database_url: str, tmp_pat
     )
     assert done.returncode == 0, done.stderr
     assert "http://host/preis/größe?q=ü" in done.stdout and "%C3" not in done.stdout
+
+
+RECORDED = Path(__file__).parent / "histories" / "1.1.0"
+
+
+def _encoded_url(node: Any, old: bytes, new: bytes) -> Any:
+    """The history with every payload's `"url":` `old` replaced by `new`."""
+    if isinstance(node, list):
+        return [_encoded_url(item, old, new) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _encoded_url(value, old, new) for key, value in node.items()}
+    if isinstance(node.get("data"), str):
+        with contextlib.suppress(ValueError):
+            raw = base64.b64decode(node["data"], validate=True)
+            if old in raw:
+                out["data"] = base64.b64encode(raw.replace(old, new)).decode()
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in RECORDED.glob("monitor_target_*.json")))
+async def test_a_history_recorded_with_an_encoded_url_decodes_as_typed_and_replays(
+    name: str,
+) -> None:
+    """Up to 1.1 the workflow input and every check carried the URL percent-encoded: such a
+    history (1.1's, its URL made non-ASCII) decodes to the typed form and still replays
+    (checks now carry the typed URL; replay compares commands, not their arguments)."""
+    recorded = json.loads((RECORDED / name).read_text())
+    start = recorded["events"][0]["workflowExecutionStartedEventAttributes"]["input"]
+    base = json.loads(base64.b64decode(start["payloads"][0]["data"]))["config"]["url"]
+    old, new = f'"url":"{base}"', f'"url":"{base}preis/gr%C3%B6%C3%9Fe?q=%C3%BC"'
+    history = _encoded_url(recorded, old.encode(), new.encode())
+    assert json.dumps(history) != json.dumps(recorded)
+
+    replayed = WorkflowHistory.from_json("encoded", history)
+    payload = replayed.events[0].workflow_execution_started_event_attributes.input.payloads[0]
+    state = DATA_CONVERTER.payload_converter.from_payload(payload, MonitorState)
+    assert state.config.url == f"{base}preis/größe?q=ü"
+    await Replayer(workflows=[MonitorTarget], data_converter=DATA_CONVERTER).replay_workflow(
+        replayed
+    )
