@@ -78,7 +78,7 @@ async def test_a_claim_read_before_a_final_commit_cannot_overwrite_it(
     pool: asyncpg.Pool, make_check: Callable[[asyncpg.Pool], Awaitable[CheckInput]]
 ) -> None:
     """The late attempt gets the lease and sees no final row, yet its commit writes nothing:
-    the first final result stays as recorded (and was told once)."""
+    the first final result stays exactly as recorded."""
     await store.sync_target(pool, CONFIG, next_slot=T0, enabled=True)
     check = await make_check(pool)
     assert (await claim(pool, check, "first")).claimed
