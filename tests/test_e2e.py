@@ -5,11 +5,9 @@ import asyncio
 import json
 import os
 import signal
-import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,9 @@ from pricewatch.settings import Settings
 from pricewatch.temporal import DATA_CONVERTER, workflow_id
 from tests.chaos.proxy import Proxy, postgres_upstream, through
 from tests.conftest import MailSink, PageServer, WebhookReceiver
+from tests.helpers import PRICEWATCH as PRICEWATCH  # re-exported, as below
+from tests.helpers import cli as cli  # for the modules that import these from here
+from tests.helpers import worker_process as worker_process
 from tests.waits import eventually
 from tests.waits import wait_for as wait_for  # still importable from here (tests.waits has it)
 from workers.embedded import free_port, start_temporal_dev_server, stop_process
@@ -36,7 +37,6 @@ from workflows.monitor import MonitorTarget
 
 pytestmark = pytest.mark.e2e
 
-PRICEWATCH = str(Path(sys.executable).parent / "pricewatch")
 INTERVAL_SECONDS = 2
 
 
@@ -67,51 +67,6 @@ def env(temporal_address: str, database_url: str, task_queue: str) -> dict[str, 
         "PRICEWATCH_MIN_INTERVAL": "1s",  # test-only: real seconds instead of 15 minutes
         "PRICEWATCH_ALLOW_NETWORKS": "127.0.0.1/32",  # the test pages and receivers
     }
-
-
-async def cli(env: dict[str, str], *args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        PRICEWATCH, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    out, err = await asyncio.wait_for(process.communicate(), timeout=60)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
-
-
-@asynccontextmanager
-async def worker_process(
-    env: dict[str, str], output: list[bytes] | None = None
-) -> AsyncIterator[asyncio.subprocess.Process]:
-    """`pricewatch worker` as its own process; SIGTERM (graceful) on the way out, which
-    must exit 0. Its output is drained all along (a full pipe would stall the worker's
-    logging) into `output` if given.
-    """
-    process = await asyncio.create_subprocess_exec(
-        PRICEWATCH,
-        "worker",
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    assert process.stdout is not None
-    drain = None
-    try:
-        line = await asyncio.wait_for(process.stdout.readline(), timeout=60)
-        assert b"polling" in line, line
-        drain = asyncio.create_task(process.stdout.read())
-        yield process
-    finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), timeout=40)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
-        if drain is not None:
-            logged = await drain
-            if output is not None:
-                output.append(logged)
 
 
 async def quiet_slots_checked(pool: asyncpg.Pool, target_id: str) -> None:

@@ -17,7 +17,8 @@ from temporalio.client import Client
 
 from pricewatch.temporal import DATA_CONVERTER, workflow_id
 from tests.conftest import PageServer, WebhookReceiver
-from tests.test_e2e import cli, env, worker_process
+from tests.helpers import cli, worker_process
+from tests.test_e2e import env
 from tests.waits import eventually, wait_for
 from workers.embedded import find_binary, free_port, start_temporal_dev_server, stop_process
 

@@ -26,7 +26,7 @@ from pricewatch.models import (
 )
 from pricewatch.policy import PERMANENT_DELIVERY_ERROR
 from tests.conftest import Hold, MailSink, PageServer, Start, WebhookReceiver
-from tests.test_workflow import HOUR, rows, running_worker
+from tests.helpers import HOUR, rows, running_worker
 
 SLOT = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)
 CHANGED = CheckResult(

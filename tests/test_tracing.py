@@ -16,7 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 from pricewatch.models import MonitorState
 from pricewatch.temporal import DATA_CONVERTER, start_monitor
 from tests.conftest import PageServer
-from tests.test_workflow import HOUR, new_target, rows, running_worker
+from tests.helpers import HOUR, new_target, rows, running_worker
 from workflows.monitor import MonitorTarget
 
 EXPORTED = InMemorySpanExporter()

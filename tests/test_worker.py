@@ -18,7 +18,7 @@ from activities.fetch import new_client
 from activities.notify import NotifyActivities
 from activities.retention import Retention, RetentionActivities
 from tests.conftest import LOOPBACK, with_database
-from tests.test_workflow import NO_SMTP
+from tests.helpers import NO_SMTP
 from workers.worker import (
     Activities,
     InlineActivations,

@@ -3,16 +3,12 @@ activities against real Postgres and a real page server on 127.0.0.1."""
 
 import asyncio
 import logging
-import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 
 import asyncpg
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
-    Client,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
@@ -20,10 +16,6 @@ from temporalio.client import (
 from temporalio.testing import WorkflowEnvironment
 
 from activities import store
-from activities.checks import CheckActivities
-from activities.fetch import new_client
-from activities.notify import NotifyActivities, SmtpSettings
-from activities.retention import Retention, RetentionActivities
 from pricewatch.models import (
     CheckKind,
     CheckResult,
@@ -31,39 +23,21 @@ from pricewatch.models import (
     MonitorState,
     MonitorStatus,
     RetryRequest,
-    TargetConfig,
 )
 from pricewatch.names import Update
 from pricewatch.policy import LEGACY_RUN_CHECKS, RUN_CHECKS
 from pricewatch.slots import format_slot
 from pricewatch.temporal import DATA_CONVERTER, local_activity_type
-from tests.conftest import LOOPBACK, PageServer, Start
+from tests.conftest import PageServer, Start
+from tests.helpers import DEFAULT_TUNING as DEFAULT_TUNING  # re-exported, as below
+from tests.helpers import HOUR as HOUR  # for the modules that import these from here
+from tests.helpers import NO_SMTP as NO_SMTP
+from tests.helpers import new_target as new_target
+from tests.helpers import rows as rows
+from tests.helpers import running_worker as running_worker
 from tests.waits import eventually
-from workers.worker import Activities, WorkerTuning, build_worker
+from workers.worker import WorkerTuning
 from workflows.monitor import MonitorTarget
-
-HOUR = timedelta(hours=1)
-NO_SMTP = SmtpSettings(host="127.0.0.1", port=9, sender="pricewatch@localhost")
-# Tests run workflows in the sandbox, which stops a non-deterministic call where it happens.
-DEFAULT_TUNING = WorkerTuning(sandboxed=True)
-
-
-@asynccontextmanager
-async def running_worker(
-    client: Client,
-    task_queue: str,
-    pool: asyncpg.Pool,
-    smtp: SmtpSettings = NO_SMTP,
-    tuning: WorkerTuning = DEFAULT_TUNING,
-) -> AsyncIterator[None]:
-    async with new_client(LOOPBACK) as http:
-        activities = Activities(
-            CheckActivities(pool, http),
-            NotifyActivities(pool, http, smtp),
-            RetentionActivities(pool, Retention()),
-        )
-        async with build_worker(client, task_queue, activities, tuning):
-            yield
 
 
 async def wait_for_event(
@@ -78,24 +52,6 @@ async def wait_for_event(
         return any(event.event_type == event_type for event in history.events)
 
     await eventually(found, within=within.total_seconds(), what=EventType.Name(event_type))
-
-
-def new_target(page_server: PageServer, interval: timedelta = HOUR) -> TargetConfig:
-    target_id = f"t-{uuid.uuid4().hex[:8]}"
-    page_server.set(f"/{target_id}", "price 10")
-    return TargetConfig(
-        target_id=target_id,
-        url=page_server.url(f"/{target_id}"),
-        interval_seconds=int(interval.total_seconds()),
-    )
-
-
-async def rows(pool: asyncpg.Pool, target_id: str) -> list[asyncpg.Record]:
-    return list(
-        await pool.fetch(
-            "SELECT * FROM source_checks WHERE target_id = $1 ORDER BY scheduled_for", target_id
-        )
-    )
 
 
 async def checked(pool: asyncpg.Pool, target_id: str) -> bool:
