@@ -122,7 +122,8 @@ def any_down() -> bool:
 # While a dependency is away, the worker asks it this often whether it is back, so that
 # its line comes when it is, not at the next attempt of a check (30 s of backoff later).
 PROBE_EVERY = 2.0
-PROBE_TIMEOUT = 5.0
+# Past the probes' own bounds (a statement's 10 s, a health check's 5 s): those end them.
+PROBE_TIMEOUT = 15.0
 
 
 async def watch(dependency: Dependency, probe: Callable[[], Awaitable[object]]) -> None:
