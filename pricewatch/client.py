@@ -25,6 +25,7 @@ from activities.normalise import Extraction, validate_extraction
 from activities.prices import validate_price_settings
 from activities.retention import Expired, Retention, expired_summary, prune_pass
 from activities.snapshots import decompress, unified_diff
+from pricewatch import manifest
 from pricewatch.durations import format_duration
 from pricewatch.manifest import Located, ManifestError
 from pricewatch.models import (
@@ -85,13 +86,34 @@ class Step:
 
 
 def changes(old: TargetConfig, new: TargetConfig) -> tuple[str, ...]:
-    """The fields that differ, as `field: old -> new`."""
-    before, after = old.model_dump(mode="json"), new.model_dump(mode="json")
-    return tuple(
-        f"{name}: {before[name]!r} -> {after[name]!r}"
-        for name in after
-        if before.get(name) != after[name]
+    """What differs, in the targets file's words: `every: 5s -> 10s`, `timeout: default ->
+    30s`. Any difference counts, also in a setting no file names (then its field name)."""
+    if old == new:
+        return ()
+    before, after = manifest.entry(old), manifest.entry(new)
+    said = tuple(
+        f"{key}: {_as_said(key, before.get(key))} -> {_as_said(key, after.get(key))}"
+        for key in dict.fromkeys([*before, *after])
+        if before.get(key) != after.get(key)
     )
+    if said:
+        return said
+    fields = old.model_dump(mode="json"), new.model_dump(mode="json")
+    return tuple(name for name in fields[1] if fields[0].get(name) != fields[1][name])
+
+
+# Settings whose absence is "none" (no channel, no selector, text mode), not a default value.
+ABSENT_IS_NONE = ("webhooks", "emails", "selector", "ignore", "json_pointer", "prices")
+
+
+def _as_said(key: str, value: object) -> str:
+    if value is None:
+        return "none" if key in ABSENT_IS_NONE else "default"
+    if isinstance(value, list):
+        return ", ".join(map(str, value))
+    if isinstance(value, dict):
+        return ", ".join(f"{key}: {item}" for key, item in value.items()) or "structured data"
+    return str(value)
 
 
 class Added(StrEnum):

@@ -173,36 +173,39 @@ def _field_error(path: Path, node: yaml.Node, where: str, err: ValidationError) 
 
 def dump(targets: list[tuple[TargetConfig, bool]]) -> str:
     """The file that `apply` turns into exactly these targets (config, paused)."""
-    entries = []
-    for config, paused in targets:
-        entry: dict[str, object] = {
-            "id": config.target_id,
-            "url": config.url,
-            "every": format_duration(config.interval),
-        }
-        webhooks = [c.destination for c in config.channels if c.kind is ChannelKind.WEBHOOK]
-        emails = [c.destination for c in config.channels if c.kind is ChannelKind.EMAIL]
-        optional = {
-            "paused": paused,
-            "max_attempts": _unless_default(config, "max_attempts"),
-            "unhealthy_after": _unless_default(config, "unhealthy_after"),
-            "webhooks": webhooks,
-            "emails": emails,
-            "selector": config.selector,
-            "ignore": config.ignore,
-            "json_pointer": config.json_pointer,
-            "user_agent": config.user_agent,
-            "timeout": (
-                format_duration(timedelta(seconds=config.timeout_seconds))
-                if config.timeout_seconds
-                else None
-            ),
-        }
-        entry |= {key: value for key, value in optional.items() if value}
-        if config.prices is not None:
-            entry["prices"] = config.prices.model_dump(mode="json", exclude_defaults=True)
-        entries.append(entry)
+    entries = [entry(config, paused) for config, paused in targets]
     return yaml.safe_dump({"targets": entries}, sort_keys=False, allow_unicode=True)
+
+
+def entry(config: TargetConfig, paused: bool = False) -> dict[str, object]:
+    """One target as a targets file says it: only what differs from the defaults."""
+    said: dict[str, object] = {
+        "id": config.target_id,
+        "url": config.url,
+        "every": format_duration(config.interval),
+    }
+    webhooks = [c.destination for c in config.channels if c.kind is ChannelKind.WEBHOOK]
+    emails = [c.destination for c in config.channels if c.kind is ChannelKind.EMAIL]
+    optional = {
+        "paused": paused,
+        "max_attempts": _unless_default(config, "max_attempts"),
+        "unhealthy_after": _unless_default(config, "unhealthy_after"),
+        "webhooks": webhooks,
+        "emails": emails,
+        "selector": config.selector,
+        "ignore": config.ignore,
+        "json_pointer": config.json_pointer,
+        "user_agent": config.user_agent,
+        "timeout": (
+            format_duration(timedelta(seconds=config.timeout_seconds))
+            if config.timeout_seconds
+            else None
+        ),
+    }
+    said |= {key: value for key, value in optional.items() if value}
+    if config.prices is not None:
+        said["prices"] = config.prices.model_dump(mode="json", exclude_defaults=True)
+    return said
 
 
 def _unless_default(config: TargetConfig, name: str) -> object:

@@ -677,7 +677,7 @@ async def test_apply_a_targets_file_plan_prune_dry_run_and_export_round_trip(
         )
         code, out, _ = await cli(env, "apply", str(targets), "--prune", "--dry-run")
         assert code == 0
-        assert "~ reconfigure apply-a (interval_seconds: 3600 -> 7200)" in out
+        assert "~ reconfigure apply-a (every: 1h -> 2h)" in out
         assert "= pause apply-a" in out and "> resume apply-b" in out and "- remove apply-c" in out
         assert "plan: 1 to reconfigure, 1 to pause, 1 to resume, 1 to remove, 0 unchanged" in out
         assert {f"pricewatch-apply-{n}" for n in "abc"} == await running(), "a dry run"

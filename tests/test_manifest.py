@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from pricewatch.client import changes
 from pricewatch.manifest import ManifestError, dump, load
 from pricewatch.models import Channel, ChannelKind, NotifyOn, PriceSettings, TargetConfig
 
@@ -118,3 +119,17 @@ def test_a_timeout_outside_its_bounds_names_its_line(tmp_path: Path, value: str)
 def test_an_empty_file_of_targets_is_no_targets(tmp_path: Path) -> None:
     assert load(write(tmp_path, "targets: []\n")) == []
     assert load(write(tmp_path, "targets:\n")) == []
+
+
+def test_a_plan_says_what_changes_in_the_files_words() -> None:
+    """`apply`'s plan line: durations as typed, defaults and absent settings named."""
+    old = TargetConfig(target_id="acme", url="https://acme.example/", interval_seconds=5)
+    hook = Channel(kind=ChannelKind.WEBHOOK, destination="https://hooks.example.com/p")
+    new = old.model_copy(update={"interval_seconds": 10, "timeout_seconds": 30, "channels": [hook]})
+    assert changes(old, old) == ()
+    assert changes(old, new) == (
+        "every: 5s -> 10s",
+        "webhooks: none -> https://hooks.example.com/p",
+        "timeout: default -> 30s",
+    )
+    assert changes(new, old)[-1] == "timeout: 30s -> default"
