@@ -597,7 +597,8 @@ async def apply(
         with Progress(console=Console(stderr=True), transient=True) as progress:
             bar = progress.add_task("applying", total=len(todo))
             await client.apply(todo, lambda _: progress.advance(bar))
-    typer.echo(f"applied {len(todo)} changes in {time.monotonic() - started:.1f} s")
+    changes = f"{len(todo)} change{'' if len(todo) == 1 else 's'}"
+    typer.echo(f"applied {changes} in {time.monotonic() - started:.1f} s")
 
 
 @app.command()

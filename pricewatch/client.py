@@ -13,7 +13,6 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from types import TracebackType
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
@@ -22,6 +21,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities import store
 from activities.guard import AddressPolicy, BlockedAddress, check_url
 from activities.normalise import Extraction, validate_extraction
+from activities.outages import postgres_address
 from activities.prices import validate_price_settings
 from activities.retention import Expired, Retention, expired_summary, prune_pass
 from activities.snapshots import decompress, unified_diff
@@ -55,11 +55,8 @@ CONCURRENCY = 32
 def unreachable_database(url: str, err: OSError | TimeoutError) -> ConnectionError:
     """One line for a Postgres that did not answer: where (host:port, or the socket
     directory; never the password) and what the OS said."""
-    parts = urlsplit(url)
-    host = parts.hostname or parse_qs(parts.query).get("host", ["localhost"])[0]
-    where = host if host.startswith("/") else f"{host}:{parts.port or 5432}"
     why = getattr(err, "strerror", None) or str(err) or "no answer in time"
-    return ConnectionError(f"cannot reach Postgres at {where}: {why}")
+    return ConnectionError(f"cannot reach Postgres at {postgres_address(url)}: {why}")
 
 
 class BadInput(Exception):
