@@ -34,9 +34,9 @@ from activities.guard import AddressPolicy
 from bench import procs
 from bench.report import commit_name
 from bench.stack import PAGE
+from client.temporal import DATA_CONVERTER, start_monitor, workflow_id
 from pricewatch.models import MonitorState, TargetConfig
 from pricewatch.settings import Settings
-from pricewatch.temporal import DATA_CONVERTER, start_monitor, workflow_id
 from workers.embedded import (
     free_port,
     start_embedded_postgres,

@@ -26,9 +26,9 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, Telemetr
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from client.temporal import DATA_CONVERTER, register_search_attributes, start_monitor
 from pricewatch.models import MonitorState, RegisterTargetInput, Registration, TargetConfig
 from pricewatch.names import Activity
-from pricewatch.temporal import DATA_CONVERTER, register_search_attributes, start_monitor
 from workers.embedded import find_binary
 from workers.payloads import skip_idle_payload_walks
 from workers.worker import InlineActivations
@@ -140,7 +140,7 @@ def main() -> None:
     if args.workflows < 1:
         parser.error("--workflows must be positive")
     asyncio.run(measure(args.workflows))
-    # As `pricewatch.cli.main`: skip interpreter teardown, which temporalio's native threads
+    # As `surfaces.cli.main`: skip interpreter teardown, which temporalio's native threads
     # can abort (temporalio/sdk-python#300; here a third of runs once the cache has evicted).
     sys.stdout.flush()
     os._exit(0)

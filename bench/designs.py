@@ -27,9 +27,9 @@ from activities import store
 from bench import bare as bare_loop
 from bench.scheduled import WORKFLOW_NAME
 from bench.stack import TASK_QUEUE, Database, Stack, TemporalServer, python_module
+from client.temporal import DATA_CONVERTER, start_monitor
 from pricewatch.models import MonitorState, TargetConfig
 from pricewatch.slots import sub_second_offset
-from pricewatch.temporal import DATA_CONVERTER, start_monitor
 from workers.embedded import free_port
 
 PRICEWATCH = str(Path(sys.executable).parent / "pricewatch")

@@ -34,7 +34,7 @@ from bench import bare, procs
 from bench.designs import DESIGNS, SETUP_RATE, Running, Workload, schedule_id
 from bench.scheduled import WORKFLOW_NAME
 from bench.stack import Stack
-from pricewatch.temporal import local_activity_type, workflow_id
+from client.temporal import local_activity_type, workflow_id
 
 ROLES = ("server", "worker", "postgres")
 # Histories read per design: enough for a stable average whatever the fleet (a stride over

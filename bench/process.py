@@ -9,8 +9,8 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from client.temporal import connect
 from pricewatch.settings import Settings
-from pricewatch.temporal import connect
 from workers.observability import configure_logging, metrics_runtime
 from workers.worker import WorkerTuning
 

@@ -1,7 +1,7 @@
 """Process settings from the environment (`PRICEWATCH_*`).
 
 Temporal's client settings follow Temporal's own convention (`TEMPORAL_ADDRESS`,
-`TEMPORAL_NAMESPACE`, TLS, API key) through `temporalio.envconfig`, see `pricewatch.temporal`.
+`TEMPORAL_NAMESPACE`, TLS, API key) through `temporalio.envconfig`, see `client.temporal`.
 """
 
 from datetime import timedelta

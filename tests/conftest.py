@@ -33,8 +33,8 @@ from activities.fetch import new_client
 from activities.guard import AddressPolicy
 from activities.migrate import migrate
 from activities.notify import SmtpSettings
+from client.temporal import DATA_CONVERTER, register_search_attributes, start_monitor
 from pricewatch.models import MonitorState, TargetConfig
-from pricewatch.temporal import DATA_CONVERTER, register_search_attributes, start_monitor
 from tests.chaos.stack import serve
 from workers.embedded import find_binary, free_port, start_embedded_postgres
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from aiohttp import web
 from temporalio.client import Client, WorkflowHistory
 
+from client.temporal import DATA_CONVERTER, start_monitor
 from pricewatch.models import (
     Channel,
     ChannelKind,
@@ -33,7 +34,6 @@ from pricewatch.models import (
 from pricewatch.names import Update
 from pricewatch.policy import LEGACY_RUN_CHECKS, RUN_CHECKS
 from pricewatch.settings import Settings
-from pricewatch.temporal import DATA_CONVERTER, start_monitor
 from tests.conftest import LOOPBACK
 from workers.embedded import (
     free_port,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pricewatch.cli import app
+from surfaces.cli import app
 
 PRICEWATCH = Path(sys.executable).parent / "pricewatch"
 COMMANDS = [
@@ -122,7 +122,7 @@ def test_unreachable_temporal_exits_1_with_one_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "module",
     [
-        "pricewatch.cli",
+        "surfaces.cli",
         "workers.worker",
         "workers.dev",
         "workers.embedded",

@@ -8,8 +8,8 @@ from typing import Any
 import yaml
 from temporalio.api.enums.v1 import IndexedValueType
 
+from client.temporal import SEARCH_ATTRIBUTES
 from pricewatch.settings import Settings
-from pricewatch.temporal import SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).parent.parent
 COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())

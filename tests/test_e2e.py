@@ -19,12 +19,12 @@ from temporalio.client import Client, ScheduleActionStartWorkflow
 from temporalio.worker import Replayer
 
 from activities.notify import SmtpSettings
+from client.pricewatch import Added, BadInput, Pricewatch
+from client.temporal import DATA_CONVERTER, workflow_id
 from pricewatch import views
-from pricewatch.client import Added, BadInput, Pricewatch
 from pricewatch.models import TargetConfig
 from pricewatch.names import RETENTION_SCHEDULE_ID, RETENTION_WORKFLOW_TYPE
 from pricewatch.settings import Settings
-from pricewatch.temporal import DATA_CONVERTER, workflow_id
 from tests.chaos.proxy import Proxy, postgres_upstream, through
 from tests.conftest import MailSink, PageServer, WebhookReceiver
 from tests.helpers import PRICEWATCH as PRICEWATCH  # re-exported, as below
@@ -223,7 +223,7 @@ async def test_a_worker_for_a_namespace_that_does_not_exist_exits_with_one_line(
 async def test_the_python_client_drives_a_target_like_the_cli(
     env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer, temporal_address: str
 ) -> None:
-    """`pricewatch.client.Pricewatch` is the CLI's only way in, and any program's."""
+    """`client.pricewatch.Pricewatch` is the CLI's only way in, and any program's."""
     page_server.set("/client", "<p>EUR 1</p>")
     settings = Settings(
         database_url=env["PRICEWATCH_DATABASE_URL"], task_queue=env["PRICEWATCH_TASK_QUEUE"],

@@ -15,7 +15,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from pricewatch.temporal import DATA_CONVERTER, workflow_id
+from client.temporal import DATA_CONVERTER, workflow_id
 from tests.conftest import PageServer, WebhookReceiver
 from tests.helpers import cli, worker_process
 from tests.test_e2e import env

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pricewatch.client import changes
-from pricewatch.manifest import ManifestError, dump, load
+from client.manifest import ManifestError, dump, load
+from client.pricewatch import changes
 from pricewatch.models import Channel, ChannelKind, NotifyOn, PriceSettings, TargetConfig
 
 GOOD = """\

@@ -27,10 +27,10 @@ from typer.testing import CliRunner
 
 from activities import guard
 from activities.guard import AddressPolicy, BlockedAddress
-from pricewatch.cli import _one_line, app
+from client.temporal import DATA_CONVERTER
 from pricewatch.models import MonitorState, TargetConfig
-from pricewatch.temporal import DATA_CONVERTER
 from pricewatch.urls import as_sent
+from surfaces.cli import _one_line, app
 from tests.chaos.stack import serve
 from tests.conftest import PageServer, Start
 from tests.test_e2e import (  # the dev stack's fixtures and helpers

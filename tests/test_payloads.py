@@ -19,7 +19,7 @@ from temporalio.converter import DataConverter, PayloadCodec
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 from temporalio.worker._command_aware_visitor import CommandAwarePayloadVisitor
 
-from pricewatch.temporal import DATA_CONVERTER
+from client.temporal import DATA_CONVERTER
 from workers.payloads import skip_idle_payload_walks
 from workers.worker import InlineActivations
 from workflows.monitor import MonitorTarget

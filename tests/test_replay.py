@@ -15,8 +15,8 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from client.temporal import DATA_CONVERTER, SharedPydanticPayloadConverter
 from pricewatch.models import MonitorState, TargetConfig
-from pricewatch.temporal import DATA_CONVERTER, SharedPydanticPayloadConverter
 from workflows.monitor import MonitorTarget
 from workflows.retention import PruneChecks
 

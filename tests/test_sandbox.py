@@ -15,7 +15,7 @@ FORBIDDEN = {
     "threading", "uuid", "requests", "pathlib", "secrets",
 }  # fmt: skip
 # Project packages whose modules do I/O: a workflow reaches them by activity name only.
-WITH_IO = {"activities", "workers", "bench", "tests"}
+WITH_IO = {"activities", "client", "surfaces", "workers", "bench", "tests"}
 REPO = Path(__file__).parent.parent
 WORKFLOW_FILES = sorted((REPO / "workflows").glob("*.py"))
 

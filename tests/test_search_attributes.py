@@ -9,7 +9,7 @@ import pytest
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 
-from pricewatch.temporal import SEARCH_ATTRIBUTES, missing_search_attributes
+from client.temporal import SEARCH_ATTRIBUTES, missing_search_attributes
 from tests.waits import eventually
 from workers.embedded import find_binary, free_port, stop_process, wait_for_port
 

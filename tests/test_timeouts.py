@@ -15,6 +15,7 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from activities import store
 from activities.fetch import new_client
 from activities.notify import SEND_DEADLINE, NotifyActivities, SmtpSettings
+from client.temporal import DATA_CONVERTER, RPC_TIMEOUT, ensure_retention_schedule
 from pricewatch.models import (
     Channel,
     ChannelKind,
@@ -25,7 +26,6 @@ from pricewatch.models import (
     Notice,
     TargetConfig,
 )
-from pricewatch.temporal import DATA_CONVERTER, RPC_TIMEOUT, ensure_retention_schedule
 from tests.chaos.proxy import Proxy, postgres_upstream, through
 from tests.conftest import LOOPBACK, MailSink
 

@@ -13,8 +13,8 @@ from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.testing import WorkflowEnvironment
 
+from client.temporal import DATA_CONVERTER, start_monitor
 from pricewatch.models import MonitorState
-from pricewatch.temporal import DATA_CONVERTER, start_monitor
 from tests.conftest import PageServer
 from tests.helpers import HOUR, new_target, rows, running_worker
 from workflows.monitor import MonitorTarget

@@ -7,7 +7,7 @@ import pytest
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client
 
-from pricewatch.temporal import DATA_CONVERTER, workflow_id
+from client.temporal import DATA_CONVERTER, workflow_id
 from tests.conftest import PageServer
 from tests.test_e2e import cli, env, temporal_address, worker_process
 from tests.waits import eventually

@@ -16,6 +16,7 @@ from temporalio.client import (
 from temporalio.testing import WorkflowEnvironment
 
 from activities import store
+from client.temporal import DATA_CONVERTER, local_activity_type
 from pricewatch.models import (
     CheckKind,
     CheckResult,
@@ -27,7 +28,6 @@ from pricewatch.models import (
 from pricewatch.names import Update
 from pricewatch.policy import LEGACY_RUN_CHECKS, RUN_CHECKS
 from pricewatch.slots import format_slot
-from pricewatch.temporal import DATA_CONVERTER, local_activity_type
 from tests.conftest import PageServer, Start
 from tests.helpers import DEFAULT_TUNING as DEFAULT_TUNING  # re-exported, as below
 from tests.helpers import HOUR as HOUR  # for the modules that import these from here

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from client.temporal import ensure_retention_schedule, start_monitor
 from pricewatch.models import MonitorState, PriceSettings, TargetConfig
 from pricewatch.settings import (
     DEV_ALLOW_NETWORKS_FILE,
@@ -24,7 +25,6 @@ from pricewatch.settings import (
     Settings,
 )
 from pricewatch.slots import spread_anchor
-from pricewatch.temporal import ensure_retention_schedule, start_monitor
 from workers.embedded import start_embedded_postgres, start_temporal_dev_server, stop_process
 from workers.observability import (
     configure_dev_console,

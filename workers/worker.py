@@ -25,14 +25,14 @@ from activities.migrate import migrate
 from activities.notify import NotifyActivities, SmtpSettings
 from activities.outages import POSTGRES, SMTP, OutageInterceptor, postgres_address, watching
 from activities.retention import Retention, RetentionActivities
-from pricewatch.settings import Settings
-from pricewatch.temporal import (
+from client.temporal import (
     RPC_TIMEOUT,
     check_namespace,
     connect,
     ensure_retention_schedule,
     missing_search_attributes,
 )
+from pricewatch.settings import Settings
 from workers.observability import (
     configure_logging,
     configure_tracing,

@@ -47,9 +47,9 @@ from activities.fetch import FETCH_DEADLINE
 from activities.migrate import migrate
 from activities.notify import SEND_DEADLINE
 from activities.store import STATEMENT_TIMEOUT
+from client.temporal import DATA_CONVERTER, local_activity_type, start_monitor, workflow_id
 from pricewatch.models import Channel, ChannelKind, MonitorState, MonitorStatus, TargetConfig
 from pricewatch.names import WORKFLOW_TYPE
-from pricewatch.temporal import DATA_CONVERTER, local_activity_type, start_monitor, workflow_id
 from tests.chaos.proxy import Proxy, postgres_upstream, through
 from tests.chaos.stack import (
     Mailbox,

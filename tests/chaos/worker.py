@@ -107,7 +107,7 @@ def install(faults: Faults) -> None:
 
 def main() -> None:
     install(Faults(Path(os.environ["PRICEWATCH_CHAOS_DIR"])))
-    from pricewatch.cli import main as pricewatch
+    from surfaces.cli import main as pricewatch
 
     sys.argv = ["pricewatch", "worker"]
     pricewatch()

@@ -26,8 +26,8 @@ from temporalio.service import RPCError
 from typer.core import TyperOption
 
 from activities.guard import BlockedAddress
-from pricewatch import manifest, render, views
-from pricewatch.client import (
+from client import manifest
+from client.pricewatch import (
     Action,
     Added,
     BadInput,
@@ -35,6 +35,7 @@ from pricewatch.client import (
     unreachable_database,
     valid_id,
 )
+from pricewatch import views
 from pricewatch.durations import format_duration, parse_duration
 from pricewatch.models import (
     FETCH_TIMEOUT_RANGE,
@@ -48,6 +49,7 @@ from pricewatch.models import (
 from pricewatch.policy import MAX_FETCH_TIMEOUT, MIN_FETCH_TIMEOUT, check_timeout
 from pricewatch.settings import Settings
 from pricewatch.slots import format_slot, work_id
+from surfaces import render
 
 
 def _flag_type(option: TyperOption, ctx: Any) -> str | None:

@@ -25,9 +25,10 @@ from activities.outages import postgres_address
 from activities.prices import validate_price_settings
 from activities.retention import Expired, Retention, expired_summary, prune_pass
 from activities.snapshots import decompress, unified_diff
-from pricewatch import manifest
+from client import manifest
+from client.manifest import Located, ManifestError
+from client.temporal import connect, start_monitor, workflow_id
 from pricewatch.durations import format_duration
-from pricewatch.manifest import Located, ManifestError
 from pricewatch.models import (
     ChannelKind,
     CheckResult,
@@ -41,7 +42,6 @@ from pricewatch.models import (
 from pricewatch.names import WORKFLOW_TYPE, Query, Signal, Update
 from pricewatch.settings import Settings
 from pricewatch.slots import spread_anchor
-from pricewatch.temporal import connect, start_monitor, workflow_id
 from pricewatch.urls import as_typed
 from pricewatch.views import ChangeView, ChannelView, DeliveryView, PricesRow, TargetSummary
 

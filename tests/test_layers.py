@@ -1,0 +1,49 @@
+"""The house's floors: each package imports only the floors below it (lazily too), so a new
+surface (an HTTP API, a dashboard) finds its home above the typed client, and the core stays
+the ground floor every layer stands on.
+
+    surfaces/     the CLI and its text views: parse, call the client, print
+    workers/      the processes: a worker, the dev stack
+    client/       the typed client, its Temporal connection, targets files
+    activities/   all I/O of a check          workflows/   deterministic workflow code
+    pricewatch/   the core: models, names, policy, pure decisions, settings, views
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).parent.parent
+# Bottom to top; packages on one floor do not import each other.
+FLOORS = [{"pricewatch"}, {"activities", "workflows"}, {"client"}, {"workers"}, {"surfaces"}]
+FLOOR = {package: level for level, packages in enumerate(FLOORS) for package in packages}
+
+
+def project_imports(path: Path) -> set[str]:
+    """The project packages a module imports, at its top or inside a function."""
+    packages = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        else:
+            continue
+        packages |= {name.split(".")[0] for name in names} & FLOOR.keys()
+    return packages
+
+
+MODULES = sorted(path for package in FLOOR for path in (REPO / package).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(REPO)))
+def test_imports_point_down(path: Path) -> None:
+    own = path.relative_to(REPO).parts[0]
+    upward = {package for package in project_imports(path) - {own} if FLOOR[package] >= FLOOR[own]}
+    assert not upward, f"{path.relative_to(REPO)} ({own}) imports {sorted(upward)}: not below it"
+
+
+def test_every_package_has_a_floor() -> None:
+    packages = {p.parent.name for p in REPO.glob("*/__init__.py")} - {"tests", "bench"}
+    assert packages <= FLOOR.keys(), f"no floor for {sorted(packages - FLOOR.keys())}"
