@@ -11,7 +11,7 @@ from temporalio.worker import Worker
 
 from client.temporal import connect
 from pricewatch.settings import Settings
-from workers.observability import configure_logging, metrics_runtime
+from workers.observability import configure_logging, core_runtime
 from workers.worker import WorkerTuning
 
 
@@ -45,5 +45,5 @@ async def worker_process() -> WorkerProcess:
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
-    client = await connect(metrics_runtime(settings.metrics_address))
+    client = await connect(core_runtime(settings.metrics_address))
     return WorkerProcess(settings, WorkerTuning.from_settings(settings), client, stop)

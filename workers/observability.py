@@ -194,11 +194,6 @@ def watch_gc_pauses(runtime: Runtime | None) -> None:
     gc.callbacks.append(timed)
 
 
-def metrics_runtime(address: str | None) -> Runtime | None:
-    """The worker's runtime (`core_runtime`), with metrics if `address` is set."""
-    return core_runtime(address)
-
-
 async def serve_health(address: str, ready: Callable[[], Awaitable[bool]]) -> asyncio.Server:
     """`GET /livez`: the process answers. `GET /readyz`: it can do work (Postgres answers
     and the worker polls). Tiny on purpose: two fixed routes need no web framework."""

@@ -36,7 +36,7 @@ from pricewatch.settings import Settings
 from workers.observability import (
     configure_logging,
     configure_tracing,
-    metrics_runtime,
+    core_runtime,
     serve_health,
     watch_gc_pauses,
     watching_temporal,
@@ -300,7 +300,7 @@ async def run_worker(settings: Settings) -> None:
 
 
 async def _serve(settings: Settings, stop: asyncio.Event) -> None:
-    runtime = metrics_runtime(settings.metrics_address)
+    runtime = core_runtime(settings.metrics_address)
     watch_gc_pauses(runtime)
     client = await temporal_when_up(stop, settings.tracing, runtime)
     tuning = WorkerTuning.from_settings(settings)
