@@ -179,6 +179,15 @@ async def test_resets_to_the_first_last_and_a_middle_task_keep_the_grid(
             await reset_three_ways(env, client, pool, target_id)
             page_server.set(f"/{target_id}", f"<p>EUR {n + 3}</p>")
             await more_checks(pool, target_id, 4)
+        # Paused, with no check in flight: a fetch under way would be a hit without its row.
+        for target_id in targets:
+            assert (await cli(env, "pause", target_id))[0] == 0
+
+        async def settled() -> bool:
+            held = "SELECT count(*) FROM monitor_targets WHERE lease_token IS NOT NULL"
+            return int(await pool.fetchval(held)) == 0
+
+        await eventually(settled, what="no check in flight")
         for target_id in targets:
             assert (await assert_on_the_grid(pool, target_id))["anchor"] == anchors[target_id]
             fetched = await checks_of(pool, target_id)
