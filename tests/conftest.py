@@ -36,7 +36,13 @@ from activities.notify import SmtpSettings
 from client.temporal import DATA_CONVERTER, register_search_attributes, start_monitor
 from pricewatch.models import MonitorState, TargetConfig
 from tests.chaos.stack import serve
-from workers.embedded import find_binary, free_port, start_embedded_postgres
+from workers.embedded import (
+    find_binary,
+    free_port,
+    start_embedded_postgres,
+    start_temporal_dev_server,
+    stop_process,
+)
 
 # One per test process (pytest-xdist), which may share an external server.
 TEMPLATE_DB = f"pricewatch_template_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
@@ -337,3 +343,34 @@ async def site() -> AsyncIterator[Site]:
 async def http() -> AsyncIterator[httpx.AsyncClient]:
     async with new_client(LOOPBACK) as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def temporal_address() -> Iterator[str]:
+    """A dev server of the test module's own (end-to-end tests), with continue-as-new
+    suggested after 40 events."""
+    with tempfile.TemporaryDirectory(prefix="pricewatch-temporal-") as tmp:
+        port = free_port()
+        server = start_temporal_dev_server(
+            Path(tmp) / "temporal.db",
+            port=port,
+            ui_port=None,
+            extra_args=("--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=40"),
+        )
+        try:
+            yield f"127.0.0.1:{port}"
+        finally:
+            stop_process(server)
+
+
+@pytest.fixture
+def env(temporal_address: str, database_url: str, task_queue: str) -> dict[str, str]:
+    """The environment of a `pricewatch` process (CLI or worker) against that server."""
+    return {
+        **os.environ,
+        "TEMPORAL_ADDRESS": temporal_address,
+        "PRICEWATCH_DATABASE_URL": database_url,
+        "PRICEWATCH_TASK_QUEUE": task_queue,
+        "PRICEWATCH_MIN_INTERVAL": "1s",  # test-only: real seconds instead of 15 minutes
+        "PRICEWATCH_ALLOW_NETWORKS": "127.0.0.1/32",  # the test pages and receivers
+    }

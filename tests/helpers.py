@@ -1,28 +1,46 @@
 """Helpers the test modules share (a module of its own, so no test module imports another):
-a worker in this process for the time-skipping tests, a target on the page server, and the
-`pricewatch` CLI and worker as processes for the end-to-end tests."""
+a worker in this process for the time-skipping tests, a target on the page server, check
+attempts and a slot-after-slot checker for the activity tests, targets with channels and
+their deliveries for the notice tests, and the `pricewatch` CLI and worker as processes for
+the end-to-end tests."""
 
 import asyncio
+import dataclasses
 import signal
 import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import asyncpg
+import httpx
 from temporalio.client import Client
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
+from activities import store
 from activities.checks import CheckActivities
 from activities.fetch import new_client
 from activities.notify import NotifyActivities, SmtpSettings
 from activities.retention import Retention, RetentionActivities
-from pricewatch.models import TargetConfig
-from tests.conftest import LOOPBACK, PageServer
+from pricewatch.models import (
+    Channel,
+    ChannelKind,
+    CheckInput,
+    CheckResult,
+    CheckStatus,
+    DeliveryInput,
+    Notice,
+    TargetConfig,
+)
+from tests.conftest import LOOPBACK, PageServer, WebhookReceiver
 from workers.worker import Activities, WorkerTuning, build_worker
 
 HOUR = timedelta(hours=1)
+# The slot the activity-level tests check (an instant on an hourly grid).
+SLOT = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)
 NO_SMTP = SmtpSettings(host="127.0.0.1", port=9, sender="pricewatch@localhost")
 # Tests run workflows in the sandbox, which stops a non-deterministic call where it happens.
 DEFAULT_TUNING = WorkerTuning(sandboxed=True)
@@ -108,3 +126,93 @@ async def worker_process(
             logged = await drain
             if output is not None:
                 output.append(logged)
+
+
+CHANGED = CheckResult(
+    work_id="acme:2026-08-07T08:00:00Z",
+    scheduled_for=SLOT,
+    status=CheckStatus.CHANGED,
+    checked_at=SLOT,
+    attempt_count=1,
+    result_hash="b" * 64,
+    previous_hash="a" * 64,
+)
+
+
+async def add_target(
+    pool: asyncpg.Pool, webhook: WebhookReceiver, mail_to: str = "ops@example.com"
+) -> TargetConfig:
+    config = TargetConfig(
+        target_id="acme",
+        url="https://example.com/pricing",
+        interval_seconds=3600,
+        channels=[
+            Channel(kind=ChannelKind.WEBHOOK, destination=webhook.url),
+            Channel(kind=ChannelKind.EMAIL, destination=mail_to),
+        ],
+    )
+    await store.sync_target(pool, config, next_slot=SLOT, enabled=True)
+    return config
+
+
+def delivery(config: TargetConfig, kind: ChannelKind) -> DeliveryInput:
+    channel = next(c for c in config.channels if c.kind is kind)
+    return DeliveryInput(
+        notice=Notice.CHANGED,
+        channel_id=channel.channel_id,
+        target_id=config.target_id,
+        url=config.url,
+        result=CHANGED,
+    )
+
+
+async def deliveries(pool: asyncpg.Pool) -> list[asyncpg.Record]:
+    return list(await pool.fetch("SELECT * FROM deliveries ORDER BY channel_id"))
+
+
+def watched(page_server: PageServer, channels: list[Channel], **config: Any) -> TargetConfig:
+    target_id = f"t-{uuid.uuid4().hex[:8]}"
+    page_server.set(f"/{target_id}", "price 10")
+    return TargetConfig(
+        target_id=target_id, url=page_server.url(f"/{target_id}"), interval_seconds=3600,
+        channels=channels, **config,
+    )  # fmt: skip
+
+
+async def anchor_of(env: WorkflowEnvironment) -> datetime:
+    return (await env.get_current_time()).replace(microsecond=0) + HOUR
+
+
+def attempt(number: int, heartbeats: list[object] | None = None) -> ActivityEnvironment:
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(
+        env.info, workflow_run_id="run-1", activity_id="1", attempt=number,
+        current_attempt_scheduled_time=SLOT,
+    )  # fmt: skip
+    if heartbeats is not None:
+        env.on_heartbeat = lambda *details: heartbeats.append(details)
+    return env
+
+
+def local_attempt() -> ActivityEnvironment:
+    env = attempt(1)
+    env.info = dataclasses.replace(env.info, is_local=True)
+    return env
+
+
+class Checker:
+    """Runs the real check activity slot after slot for one target."""
+
+    def __init__(self, pool: asyncpg.Pool, http: httpx.AsyncClient, config: TargetConfig) -> None:
+        self.activities = CheckActivities(pool, http, snapshots_kept=2)
+        self.config = config
+        self.slot = SLOT
+
+    async def check(self) -> CheckResult:
+        env = ActivityEnvironment()
+        env.info = dataclasses.replace(env.info, current_attempt_scheduled_time=self.slot)
+        check = CheckInput.of(self.config, self.slot)
+        result: CheckResult = await env.run(self.activities.check_slot, check)
+        assert result.next_slot is not None
+        self.slot = result.next_slot
+        return result

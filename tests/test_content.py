@@ -2,11 +2,10 @@
 ignore rule, conditional requests, snapshots, excerpts and `pricewatch diff`."""
 
 import asyncio
-import dataclasses
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import asyncpg
@@ -15,20 +14,17 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities import store
-from activities.checks import CheckActivities
 from activities.notify import NotifyActivities, SmtpSettings
 from pricewatch.models import (
     Channel,
     ChannelKind,
-    CheckInput,
-    CheckResult,
     DeliveryInput,
     Notice,
     TargetConfig,
 )
 from tests.conftest import MailSink, Site, WebhookReceiver
+from tests.helpers import SLOT, Checker
 
-T0 = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
 
 
@@ -40,29 +36,11 @@ def page(price: str, token: str = "t0", footer: str = "2026") -> str:
     )
 
 
-class Checker:
-    """Runs the real check activity slot after slot for one target."""
-
-    def __init__(self, pool: asyncpg.Pool, http: httpx.AsyncClient, config: TargetConfig) -> None:
-        self.activities = CheckActivities(pool, http, snapshots_kept=2)
-        self.config = config
-        self.slot = T0
-
-    async def check(self) -> CheckResult:
-        env = ActivityEnvironment()
-        env.info = dataclasses.replace(env.info, current_attempt_scheduled_time=self.slot)
-        check = CheckInput.of(self.config, self.slot)
-        result: CheckResult = await env.run(self.activities.check_slot, check)
-        assert result.next_slot is not None
-        self.slot = result.next_slot
-        return result
-
-
 async def checker(
     pool: asyncpg.Pool, http: httpx.AsyncClient, site: Site, **options: str
 ) -> Checker:
     config = TargetConfig(target_id="acme", url=site.url, interval_seconds=3600, **options)
-    await store.sync_target(pool, config, next_slot=T0, enabled=True)
+    await store.sync_target(pool, config, next_slot=SLOT, enabled=True)
     return Checker(pool, http, config)
 
 
@@ -126,7 +104,7 @@ async def test_snapshots_are_kept_for_new_states_and_pruned_to_the_retention(
         await checks.check()
     rows = await pool.fetch(
         "SELECT status, snapshot IS NOT NULL AS kept FROM source_checks"
-        " WHERE status <> 'skipped' ORDER BY scheduled_for"  # the months since T0
+        " WHERE status <> 'skipped' ORDER BY scheduled_for"  # the months since SLOT
     )
     assert [(r["status"], r["kept"]) for r in rows] == [
         ("unchanged", False),  # the baseline's snapshot, pruned
@@ -169,7 +147,7 @@ async def test_a_change_notice_carries_the_excerpt(
     checks = await checker(pool, http, site)
     webhook = Channel(kind=ChannelKind.WEBHOOK, destination=webhook_receiver.url)
     config = checks.config.model_copy(update={"channels": [webhook]})
-    await store.sync_target(pool, config, next_slot=T0, enabled=True)
+    await store.sync_target(pool, config, next_slot=SLOT, enabled=True)
     site.html = page("12.00")
     await checks.check()
     site.html = page("14.00")

@@ -3,11 +3,8 @@ a real page server on 127.0.0.1, and the CLI as a user runs it."""
 
 import asyncio
 import json
-import os
 import signal
-import tempfile
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -27,46 +24,14 @@ from pricewatch.names import RETENTION_SCHEDULE_ID, RETENTION_WORKFLOW_TYPE
 from pricewatch.settings import Settings
 from tests.chaos.proxy import Proxy, postgres_upstream, through
 from tests.conftest import MailSink, PageServer, WebhookReceiver
-from tests.helpers import PRICEWATCH as PRICEWATCH  # re-exported, as below
-from tests.helpers import cli as cli  # for the modules that import these from here
-from tests.helpers import worker_process as worker_process
-from tests.waits import eventually
-from tests.waits import wait_for as wait_for  # still importable from here (tests.waits has it)
-from workers.embedded import free_port, start_temporal_dev_server, stop_process
+from tests.helpers import PRICEWATCH, cli, worker_process
+from tests.waits import eventually, wait_for
+from workers.embedded import free_port
 from workflows.monitor import MonitorTarget
 
 pytestmark = pytest.mark.e2e
 
 INTERVAL_SECONDS = 2
-
-
-@pytest.fixture(scope="module")
-def temporal_address() -> Iterator[str]:
-    """A dev server of our own, with continue-as-new suggested after 40 events."""
-    with tempfile.TemporaryDirectory(prefix="pricewatch-temporal-") as tmp:
-        port = free_port()
-        server = start_temporal_dev_server(
-            Path(tmp) / "temporal.db",
-            port=port,
-            ui_port=None,
-            extra_args=("--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=40"),
-        )
-        try:
-            yield f"127.0.0.1:{port}"
-        finally:
-            stop_process(server)
-
-
-@pytest.fixture
-def env(temporal_address: str, database_url: str, task_queue: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "TEMPORAL_ADDRESS": temporal_address,
-        "PRICEWATCH_DATABASE_URL": database_url,
-        "PRICEWATCH_TASK_QUEUE": task_queue,
-        "PRICEWATCH_MIN_INTERVAL": "1s",  # test-only: real seconds instead of 15 minutes
-        "PRICEWATCH_ALLOW_NETWORKS": "127.0.0.1/32",  # the test pages and receivers
-    }
 
 
 async def quiet_slots_checked(pool: asyncpg.Pool, target_id: str) -> None:

@@ -3,22 +3,19 @@ server. Each attempt is the real `check_slot` activity with its own execution id
 ActivityEnvironment supplies the attempt's info), so the race is reproduced exactly."""
 
 import asyncio
-import dataclasses
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import asyncpg
 import httpx
 import pytest
 from temporalio.exceptions import ApplicationError
-from temporalio.testing import ActivityEnvironment
 
 from activities import checks, store
 from activities.checks import CheckActivities
 from pricewatch.models import CheckInput, CheckResult, CheckStatus, TargetConfig
 from pricewatch.policy import LEASE_HELD
 from tests.conftest import PageServer
-
-SLOT = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)
+from tests.helpers import SLOT, attempt, local_attempt
 
 
 @pytest.fixture
@@ -28,17 +25,6 @@ async def check(pool: asyncpg.Pool, page_server: PageServer) -> CheckInput:
     config = TargetConfig(target_id="acme", url=page_server.url("/p"), interval_seconds=3600)
     await store.sync_target(pool, config, next_slot=SLOT, enabled=True)
     return CheckInput(target_id="acme", url=config.url, slot=SLOT)
-
-
-def attempt(number: int, heartbeats: list[object] | None = None) -> ActivityEnvironment:
-    env = ActivityEnvironment()
-    env.info = dataclasses.replace(
-        env.info, workflow_run_id="run-1", activity_id="1", attempt=number,
-        current_attempt_scheduled_time=SLOT,
-    )  # fmt: skip
-    if heartbeats is not None:
-        env.on_heartbeat = lambda *details: heartbeats.append(details)
-    return env
 
 
 async def test_a_zombie_attempt_writes_nothing_after_a_newer_attempt_committed(
@@ -130,9 +116,3 @@ async def test_a_local_first_attempt_run_again_after_a_crash_does_not_share_the_
     assert committed.status is CheckStatus.UNCHANGED
     checked = "SELECT count(*) FROM source_checks WHERE status <> 'skipped'"
     assert await pool.fetchval(checked) == 1
-
-
-def local_attempt() -> ActivityEnvironment:
-    env = attempt(1)
-    env.info = dataclasses.replace(env.info, is_local=True)
-    return env

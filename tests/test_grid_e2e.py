@@ -18,12 +18,10 @@ from temporalio.client import Client
 from client.temporal import DATA_CONVERTER, workflow_id
 from tests.conftest import PageServer, WebhookReceiver
 from tests.helpers import cli, worker_process
-from tests.test_e2e import env
 from tests.waits import eventually, wait_for
 from workers.embedded import find_binary, free_port, start_temporal_dev_server, stop_process
 
 pytestmark = pytest.mark.e2e
-__all__ = ["env"]  # the end-to-end fixture, on this module's own dev server
 
 INTERVAL = timedelta(seconds=1)
 

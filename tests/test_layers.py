@@ -47,3 +47,18 @@ def test_imports_point_down(path: Path) -> None:
 def test_every_package_has_a_floor() -> None:
     packages = {p.parent.name for p in REPO.glob("*/__init__.py")} - {"tests", "bench"}
     assert packages <= FLOOR.keys(), f"no floor for {sorted(packages - FLOOR.keys())}"
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared helpers live in tests/helpers.py (and the fixtures in conftest.py)."""
+    importing = {}
+    for path in sorted((REPO / "tests").rglob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        taken = {
+            node.module
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests.test_")
+        }
+        if taken:
+            importing[str(path.relative_to(REPO))] = sorted(taken)
+    assert not importing, importing

@@ -33,13 +33,7 @@ from pricewatch.urls import as_sent
 from surfaces.cli import _one_line, app
 from tests.chaos.stack import serve
 from tests.conftest import PageServer, Start
-from tests.test_e2e import (  # the dev stack's fixtures and helpers
-    cli,
-    env,  # noqa: F401
-    temporal_address,  # noqa: F401
-    worker_process,
-)
-from tests.test_workflow import HOUR, new_target, rows, running_worker
+from tests.helpers import HOUR, cli, new_target, rows, running_worker, worker_process
 from tests.waits import wait_for
 from workflows.monitor import MonitorTarget
 
@@ -259,7 +253,7 @@ async def test_the_guard_checks_the_host_that_is_fetched(monkeypatch: pytest.Mon
 
 @pytest.mark.e2e
 async def test_add_list_and_export_show_the_url_typed_and_the_page_is_asked_encoded(
-    env: dict[str, str],  # noqa: F811 (the fixture imported above)
+    env: dict[str, str],
     pool: asyncpg.Pool,
     tmp_path: Path,
 ) -> None:

@@ -4,8 +4,7 @@ mail by an aiosmtpd server) and real Postgres."""
 
 import asyncio
 import uuid
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
 import asyncpg
 import httpx
@@ -13,62 +12,23 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from activities import store
 from activities.notify import NotifyActivities, SmtpSettings
 from pricewatch.models import (
     Channel,
     ChannelKind,
-    CheckResult,
-    CheckStatus,
-    DeliveryInput,
-    Notice,
-    TargetConfig,
 )
 from pricewatch.policy import PERMANENT_DELIVERY_ERROR
 from tests.conftest import Hold, MailSink, PageServer, Start, WebhookReceiver
-from tests.helpers import HOUR, rows, running_worker
-
-SLOT = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)
-CHANGED = CheckResult(
-    work_id="acme:2026-08-07T08:00:00Z",
-    scheduled_for=SLOT,
-    status=CheckStatus.CHANGED,
-    checked_at=SLOT,
-    attempt_count=1,
-    result_hash="b" * 64,
-    previous_hash="a" * 64,
+from tests.helpers import (
+    CHANGED,
+    add_target,
+    anchor_of,
+    deliveries,
+    delivery,
+    rows,
+    running_worker,
+    watched,
 )
-
-
-async def add_target(
-    pool: asyncpg.Pool, webhook: WebhookReceiver, mail_to: str = "ops@example.com"
-) -> TargetConfig:
-    config = TargetConfig(
-        target_id="acme",
-        url="https://example.com/pricing",
-        interval_seconds=3600,
-        channels=[
-            Channel(kind=ChannelKind.WEBHOOK, destination=webhook.url),
-            Channel(kind=ChannelKind.EMAIL, destination=mail_to),
-        ],
-    )
-    await store.sync_target(pool, config, next_slot=SLOT, enabled=True)
-    return config
-
-
-def delivery(config: TargetConfig, kind: ChannelKind) -> DeliveryInput:
-    channel = next(c for c in config.channels if c.kind is kind)
-    return DeliveryInput(
-        notice=Notice.CHANGED,
-        channel_id=channel.channel_id,
-        target_id=config.target_id,
-        url=config.url,
-        result=CHANGED,
-    )
-
-
-async def deliveries(pool: asyncpg.Pool) -> list[asyncpg.Record]:
-    return list(await pool.fetch("SELECT * FROM deliveries ORDER BY channel_id"))
 
 
 async def test_a_webhook_is_signed_sent_once_and_never_again(
@@ -211,19 +171,6 @@ async def channels_for(webhook: WebhookReceiver) -> list[Channel]:
         Channel(kind=ChannelKind.WEBHOOK, destination=webhook.url),
         Channel(kind=ChannelKind.EMAIL, destination=f"ops-{uuid.uuid4().hex[:6]}@example.com"),
     ]
-
-
-def watched(page_server: PageServer, channels: list[Channel], **config: Any) -> TargetConfig:
-    target_id = f"t-{uuid.uuid4().hex[:8]}"
-    page_server.set(f"/{target_id}", "price 10")
-    return TargetConfig(
-        target_id=target_id, url=page_server.url(f"/{target_id}"), interval_seconds=3600,
-        channels=channels, **config,
-    )  # fmt: skip
-
-
-async def anchor_of(env: WorkflowEnvironment) -> datetime:
-    return (await env.get_current_time()).replace(microsecond=0) + HOUR
 
 
 async def test_a_change_is_told_once_per_channel_and_nothing_else_is(

@@ -30,8 +30,7 @@ from pricewatch.policy import LEASE_HELD
 from tests.chaos.proxy import Proxy, postgres_upstream, through
 from tests.chaos.stack import serve
 from tests.conftest import PageServer
-from tests.helpers import PRICEWATCH
-from tests.test_fencing import attempt, local_attempt
+from tests.helpers import PRICEWATCH, attempt, local_attempt
 from workers.embedded import free_port
 from workers.observability import JsonFormatter
 from workflows.calls import first_retry_delay

@@ -29,7 +29,7 @@ from pricewatch.models import (
 )
 from pricewatch.prices import Price, listing, move_line, moves, tells
 from tests.conftest import MailSink, Site, WebhookReceiver
-from tests.test_content import T0, Checker
+from tests.helpers import SLOT, Checker
 
 PAGES = Path(__file__).parent / "pages"
 STRUCTURED = PriceSettings()
@@ -247,7 +247,7 @@ async def price_checker(
     pool: asyncpg.Pool, http: httpx.AsyncClient, site: Site, rules: PriceSettings
 ) -> Checker:
     config = TargetConfig(target_id="acme", url=site.url, interval_seconds=3600, prices=rules)
-    await store.sync_target(pool, config, next_slot=T0, enabled=True)
+    await store.sync_target(pool, config, next_slot=SLOT, enabled=True)
     return Checker(pool, http, config)
 
 
@@ -286,7 +286,7 @@ async def test_a_move_no_rule_matches_is_a_change_nobody_is_told(
     checks = await price_checker(pool, http, site, PLANS.model_copy(update={"below": Decimal(9)}))
     webhook = Channel(kind=ChannelKind.WEBHOOK, destination="http://127.0.0.1:9/hook")
     checks.config = checks.config.model_copy(update={"channels": [webhook]})
-    await store.sync_target(pool, checks.config, next_slot=T0, enabled=True)
+    await store.sync_target(pool, checks.config, next_slot=SLOT, enabled=True)
     site.html = plans("9,90", "19,90")
     await checks.check()
     site.html = plans("9,50", "19,90")
@@ -300,7 +300,7 @@ async def test_a_move_no_rule_matches_is_a_change_nobody_is_told(
         ("changed", True),
         ("changed", False),
     ]
-    owed = await store.unnotified_changes(pool, "acme", T0, T0.replace(year=2027))
+    owed = await store.unnotified_changes(pool, "acme", SLOT, SLOT.replace(year=2027))
     assert [r.work_id for r in owed] == [told.work_id], "only a told change is owed a notice"
 
 
@@ -337,7 +337,7 @@ async def test_a_price_notice_carries_each_move(
     mail = Channel(kind=ChannelKind.EMAIL, destination="ops@example.com")
     checks = await price_checker(pool, http, site, PLANS)
     checks.config = checks.config.model_copy(update={"channels": [webhook, mail]})
-    await store.sync_target(pool, checks.config, next_slot=T0, enabled=True)
+    await store.sync_target(pool, checks.config, next_slot=SLOT, enabled=True)
     site.html = plans("9,90", "19,90")
     await checks.check()
     site.html = plans("9,90", "24,90")

@@ -11,12 +11,11 @@ import asyncpg
 import pytest
 
 from tests.conftest import PageServer
-from tests.test_e2e import cli, env, temporal_address, worker_process
+from tests.helpers import cli, worker_process
 from tests.waits import eventually
 
 pytestmark = pytest.mark.e2e
 
-__all__ = ["env", "temporal_address"]  # fixtures, used by name
 
 RETRY_AFTER_SECONDS = 3
 MAX_ATTEMPTS = 5  # about 12 s of retries: room for two `apply` runs in between

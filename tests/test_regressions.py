@@ -28,8 +28,7 @@ from pricewatch.models import (
 )
 from pricewatch.slots import work_id
 from tests.conftest import MailSink, PageServer, Start, WebhookReceiver
-from tests.helpers import rows, running_worker
-from tests.test_notify import add_target, anchor_of, deliveries, delivery, watched
+from tests.helpers import add_target, anchor_of, deliveries, delivery, rows, running_worker, watched
 from tests.waits import eventually, wait_for
 from workers.worker import WorkerTuning
 from workflows.monitor import MonitorTarget

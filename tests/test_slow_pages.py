@@ -34,10 +34,8 @@ from pricewatch.policy import (
 )
 from tests.chaos.stack import serve
 from tests.conftest import PageServer, Start
-from tests.test_e2e import cli, env, temporal_address, wait_for, worker_process
-from tests.test_workflow import HOUR, new_target, rows, running_worker
-
-__all__ = ["env", "temporal_address"]  # the end-to-end fixtures, on this module's dev server
+from tests.helpers import HOUR, cli, new_target, rows, running_worker, worker_process
+from tests.waits import wait_for
 
 SLOW_SECONDS = 20.0
 """How long the slow page takes to send anything: past the default 10 s per read."""

@@ -9,12 +9,10 @@ from temporalio.client import Client
 
 from client.temporal import DATA_CONVERTER, workflow_id
 from tests.conftest import PageServer
-from tests.test_e2e import cli, env, temporal_address, worker_process
+from tests.helpers import cli, worker_process
 from tests.waits import eventually
 
 pytestmark = pytest.mark.e2e
-
-__all__ = ["env", "temporal_address"]  # fixtures, used by name
 
 
 async def test_the_ui_says_sleeping_paused_retrying_and_unhealthy(

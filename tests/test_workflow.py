@@ -29,12 +29,7 @@ from pricewatch.names import Update
 from pricewatch.policy import LEGACY_RUN_CHECKS, RUN_CHECKS
 from pricewatch.slots import format_slot
 from tests.conftest import PageServer, Start
-from tests.helpers import DEFAULT_TUNING as DEFAULT_TUNING  # re-exported, as below
-from tests.helpers import HOUR as HOUR  # for the modules that import these from here
-from tests.helpers import NO_SMTP as NO_SMTP
-from tests.helpers import new_target as new_target
-from tests.helpers import rows as rows
-from tests.helpers import running_worker as running_worker
+from tests.helpers import HOUR, new_target, rows, running_worker
 from tests.waits import eventually
 from workers.worker import WorkerTuning
 from workflows.monitor import MonitorTarget
