@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from activities import store
-from activities.migrate import CREATE_LEDGER, migrate, migration_files
+from activities.migrate import migrate, migration_files
 from pricewatch.decisions import final_result
 from pricewatch.models import CheckKind, CheckResult, CheckStatus, TargetConfig
 from pricewatch.slots import work_id
@@ -300,6 +300,33 @@ async def test_skipped_rows_need_the_commit_to_succeed(target: asyncpg.Pool) -> 
     assert [r["status"] for r in await check_rows(target)] == ["failed", "skipped"]
 
 
+async def test_every_statement_that_moves_the_schedule_skips_by_the_one_rule(
+    target: asyncpg.Pool,
+) -> None:
+    """A dead letter and a re-run that finds the schedule behind (a sync wrote an older slot
+    back) move the schedule as the commit does (`next_due`, `skip_passed`): to the first
+    grid point after the decisive clock, with a skipped row per slot passed, each saying
+    why; a slot that has a row keeps it, and a schedule already past the slot stays."""
+    failed = await record_failed(target, now=T0 + 1.5 * HOUR)
+    assert failed is not None and failed.next_slot == T0 + 2 * HOUR
+    await store.sync_target(target, CONFIG, next_slot=T0 + HOUR, enabled=True)
+    moved = await store.advance_past_final(
+        target, target_id=TARGET, slot=T0 + 2 * HOUR, temporal_now=T0 + 3.5 * HOUR
+    )
+    assert moved == T0 + 4 * HOUR == (await target_row(target))["next_slot"]
+    stays = await store.advance_past_final(
+        target, target_id=TARGET, slot=T0 + 2 * HOUR, temporal_now=T0 + 9 * HOUR
+    )
+    assert stays == T0 + 4 * HOUR
+    rows = await check_rows(target)
+    assert [(r["scheduled_for"], r["status"], r["error_message"]) for r in rows] == [
+        (T0, "failed", "gave up after 5 attempts"),
+        (T0 + HOUR, "skipped", f"not checked: came due before {wid()} gave up"),
+        (T0 + 3 * HOUR, "skipped", "not checked: the schedule was behind"),
+    ]
+    assert [r["work_id"] for r in rows] == [wid(T0), wid(T0 + HOUR), wid(T0 + 3 * HOUR)]
+
+
 async def test_record_failed_refuses_while_a_lease_is_live(target: asyncpg.Pool) -> None:
     """A running attempt may still succeed: giving up must wait for it."""
     await claim(target, "running")
@@ -434,59 +461,6 @@ async def test_the_grid_migration_keeps_existing_rows_and_their_meaning(
         kept = [k for k in old.keys() if k != "status"]  # noqa: SIM118 (a Record)
         assert [new[k] for k in kept] == [old[k] for k in kept]
         assert new["next_attempt_at"] is None
-
-
-# The schema as the catalogs see it: columns, constraints (by definition: PG 18 names the
-# NOT NULL ones after the column they were made for), indexes and functions.
-SCHEMA = """
-SELECT 'column' AS what, table_name || '.' || column_name || ' ' || data_type || ' '
-       || is_nullable || ' ' || coalesce(column_default, '') AS def
-  FROM information_schema.columns WHERE table_schema = 'public'
-UNION ALL
-SELECT 'constraint', conrelid::regclass || ' ' || conname || ' ' || pg_get_constraintdef(oid)
-  FROM pg_constraint WHERE connamespace = 'public'::regnamespace AND contype <> 'n'
-UNION ALL
-SELECT 'index', indexdef FROM pg_indexes WHERE schemaname = 'public'
-UNION ALL
-SELECT 'function', pg_get_functiondef(p.oid)
-  FROM pg_proc p WHERE pronamespace = 'public'::regnamespace
-ORDER BY 1, 2
-"""
-
-
-async def test_the_one_schema_file_is_what_the_pre_1_0_steps_built(
-    postgres_server_url: str,
-) -> None:
-    """A database a development build created before 1.0 (here: after its first step) is
-    brought up through the old steps it lacks and ends with exactly the schema a new
-    database gets from the one file; both ledgers then agree on what comes next."""
-    admin = await asyncpg.connect(postgres_server_url)
-    names = [f"schema_{uuid.uuid4().hex[:12]}" for _ in range(2)]
-    try:
-        schemas, ledgers = [], []
-        for name, legacy in zip(names, (False, True), strict=True):
-            await admin.execute(f"CREATE DATABASE {name}")
-            conn = await asyncpg.connect(postgres_server_url, database=name)
-            try:
-                if legacy:
-                    first, sql = migration_files("sql/legacy")[0]
-                    await conn.execute(sql)
-                    await conn.execute(CREATE_LEDGER)
-                    await conn.execute("INSERT INTO schema_migrations VALUES ($1)", first)
-                await migrate(conn)
-                assert await migrate(conn) == []
-                schemas.append([tuple(r) for r in await conn.fetch(SCHEMA)])
-                ledgers.append(
-                    {r[0] for r in await conn.fetch("SELECT version FROM schema_migrations")}
-                )
-            finally:
-                await conn.close()
-    finally:
-        for name in names:
-            await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        await admin.close()
-    assert len(schemas[0]) > 50 and schemas[0] == schemas[1]
-    assert "0001_schema" in ledgers[0] & ledgers[1]
 
 
 async def test_urls_the_model_accepts_are_accepted_by_the_table(pool: asyncpg.Pool) -> None:

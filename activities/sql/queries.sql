@@ -90,25 +90,21 @@ WITH lease AS (
             WHERE target_id = :target_id AND snapshot IS NOT NULL
             ORDER BY checked_at DESC LIMIT :snapshots_kept::integer - 1)
 ), moved AS (
+    -- The schedule's rule (0005_advance.sql): `next_due` decides, `skip_passed` (in
+    -- RETURNING: once per row this UPDATE changed) writes the slots it passed.
     UPDATE monitor_targets
        SET lease_token = NULL, lease_expires_at = NULL,
            next_slot = CASE WHEN :advance::boolean
-                                THEN grid_after(anchor, interval_seconds,
-                                                greatest(now(), :temporal_now::timestamptz,
-                                                         :slot::timestamptz))
-                                ELSE next_slot END,
+                            THEN next_due(anchor, interval_seconds, :slot, :temporal_now)
+                            ELSE next_slot END,
            failure_streak = CASE WHEN :advance::boolean THEN 0 ELSE failure_streak END,
            updated_at = now()
      WHERE id = :target_id AND lease_token = :token AND EXISTS (SELECT 1 FROM recorded)
-    RETURNING id, anchor, interval_seconds, next_slot
-), skipped AS (
-    INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at, status,
-        error_message)
-    SELECT slot_work_id(m.id, s), m.id, s, 'scheduled', now(), 'skipped',
-           'not checked: came due before ' || :work_id || ' was final'
-      FROM moved m, grid_between(m.anchor, m.interval_seconds, :slot, m.next_slot) s
-     WHERE :advance::boolean
-    ON CONFLICT DO NOTHING
+    RETURNING next_slot,
+              CASE WHEN :advance::boolean
+                   THEN skip_passed(id, anchor, interval_seconds, :slot, next_slot,
+                                    'not checked: came due before ' || :work_id || ' was final')
+              END AS skipped
 )
 SELECT recorded.*, (SELECT next_slot FROM moved WHERE :advance::boolean) AS next_slot
   FROM recorded;
@@ -151,25 +147,20 @@ WITH target AS (
     RETURNING work_id, scheduled_for, kind, status, checked_at, attempt_count, result_hash,
               previous_hash, error_message, next_attempt_at
 ), moved AS (
+    -- The schedule's rule, as in `commit` (0005_advance.sql).
     UPDATE monitor_targets t
        SET lease_token = NULL, lease_expires_at = NULL, updated_at = now(),
            next_slot = CASE WHEN target.advance
-                                THEN grid_after(anchor, interval_seconds,
-                                                greatest(now(), :temporal_now::timestamptz,
-                                                         :slot::timestamptz))
-                                ELSE next_slot END,
+                            THEN next_due(anchor, interval_seconds, :slot, :temporal_now)
+                            ELSE next_slot END,
            failure_streak = CASE WHEN target.advance AND EXISTS (SELECT 1 FROM recorded)
                                  THEN failure_streak + 1 ELSE failure_streak END
       FROM target WHERE t.id = target.id
-    RETURNING t.id, anchor, interval_seconds, next_slot, target.advance
-), skipped AS (
-    INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at, status,
-        error_message)
-    SELECT slot_work_id(m.id, s), m.id, s, 'scheduled', now(), 'skipped',
-           'not checked: came due before ' || :work_id || ' gave up'
-      FROM moved m, grid_between(m.anchor, m.interval_seconds, :slot, m.next_slot) s
-     WHERE m.advance
-    ON CONFLICT DO NOTHING
+    RETURNING t.next_slot,
+              CASE WHEN target.advance
+                   THEN skip_passed(t.id, anchor, interval_seconds, :slot, t.next_slot,
+                                    'not checked: came due before ' || :work_id || ' gave up')
+              END AS skipped
 )
 SELECT recorded.*, (SELECT next_slot FROM moved WHERE :advance::boolean) AS next_slot
   FROM recorded;
@@ -179,19 +170,14 @@ SELECT recorded.*, (SELECT next_slot FROM moved WHERE :advance::boolean) AS next
 -- workflow's slot back): move the schedule on as the commit would have, with a skipped row
 -- for each slot the jump passes. Returns where the schedule stands either way.
 WITH moved AS (
+    -- The schedule's rule, as in `commit` (0005_advance.sql).
     UPDATE monitor_targets
-       SET next_slot = grid_after(anchor, interval_seconds,
-                                      greatest(now(), :temporal_now::timestamptz, :slot)),
+       SET next_slot = next_due(anchor, interval_seconds, :slot, :temporal_now),
            updated_at = now()
      WHERE id = :target_id AND next_slot <= :slot
-    RETURNING id, anchor, interval_seconds, next_slot
-), skipped AS (
-    INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at, status,
-        error_message)
-    SELECT slot_work_id(m.id, s), m.id, s, 'scheduled', now(), 'skipped',
-           'not checked: the schedule was behind'
-      FROM moved m, grid_between(m.anchor, m.interval_seconds, :slot, m.next_slot) s
-    ON CONFLICT DO NOTHING
+    RETURNING next_slot,
+              skip_passed(id, anchor, interval_seconds, :slot, next_slot,
+                          'not checked: the schedule was behind') AS skipped
 )
 SELECT COALESCE((SELECT next_slot FROM moved),
                 (SELECT next_slot FROM monitor_targets WHERE id = :target_id));

@@ -1,0 +1,230 @@
+-- pricewatch's schema as it is now: every table, index and function, in one file to read.
+-- It is not what builds a database: a fresh one, like an old one, gets the numbered
+-- migrations beside this file, applied in order (activities/migrate.py), so there is one way
+-- a schema comes about. This file is what they add up to, and tests/test_schema.py proves
+-- it (it builds one database from the migrations and one from this file and compares their
+-- catalogs). A new migration changes this file too, in place: a column added at its
+-- table's end, a function as it now reads.
+--
+-- The migrations' comments say why each step was taken; the comments here say what things
+-- are. The `schema_migrations` ledger belongs to activities/migrate.py, not to this file.
+
+-- The grid: a target's slots are `anchor + k * interval_seconds`. `grid_after` is the first
+-- grid point strictly after a moment; the schedule calls it (through `next_due`) with the
+-- database's own now(), never a worker's clock, so a skewed worker cannot skip or invent
+-- slots.
+CREATE FUNCTION grid_after(anchor timestamptz, interval_seconds integer, after timestamptz)
+RETURNS timestamptz LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN anchor + make_interval(
+    secs => (floor(extract(epoch FROM after - anchor) / interval_seconds) + 1)
+            * interval_seconds);
+
+-- The grid points strictly between `after` and `before` (itself a grid point): the slots a
+-- late schedule moves past.
+CREATE FUNCTION grid_between(
+    anchor timestamptz, interval_seconds integer, after timestamptz, before timestamptz
+) RETURNS SETOF timestamptz LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT generate_series(grid_after(anchor, interval_seconds, after),
+                           before - make_interval(secs => interval_seconds),
+                           make_interval(secs => interval_seconds))
+$$;
+
+-- A slot's work id, exactly as `pricewatch.slots.work_id` writes it (ISO-8601 UTC, `Z`,
+-- microseconds only when present), for rows the database writes itself.
+CREATE FUNCTION slot_work_id(target_id text, slot timestamptz)
+RETURNS text LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN target_id || ':'
+    || to_char(slot AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
+    || CASE WHEN extract(microseconds FROM slot)::bigint % 1000000 = 0 THEN ''
+            ELSE to_char(slot AT TIME ZONE 'UTC', '.US') END
+    || 'Z';
+
+-- The slot after `slot` once it is final: the first grid point after the database's now(),
+-- or after Temporal's time for the attempt if that is later (the time-skipping test server
+-- runs ahead of every real clock); never a worker's clock, never at or before `slot`.
+-- Not STRICT: `temporal_now` is NULL when the caller has no Temporal time.
+CREATE FUNCTION next_due(
+    anchor timestamptz, interval_seconds integer, slot timestamptz, temporal_now timestamptz
+) RETURNS timestamptz LANGUAGE sql STABLE PARALLEL SAFE
+RETURN grid_after(anchor, interval_seconds, greatest(now(), temporal_now, slot));
+
+-- One row per monitored target: a mirror of the workflow's config, its grid and pending
+-- slot, and the lease that fences concurrent or stale check attempts.
+CREATE TABLE monitor_targets (
+    id               text PRIMARY KEY
+                     CONSTRAINT monitor_targets_id_check
+                     CHECK (id ~ '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$'),
+    url              text NOT NULL CONSTRAINT monitor_targets_url_check CHECK (url ~ '^https?://'),
+    -- The configurable minimum (PRICEWATCH_MIN_INTERVAL) is checked at the edges; the
+    -- table refuses what no setting can make valid.
+    interval_seconds integer NOT NULL
+                     CONSTRAINT monitor_targets_interval_seconds_check CHECK (interval_seconds >= 1),
+    enabled          boolean NOT NULL DEFAULT true,
+    -- Failed slots in a row (reset by a good one); unhealthy from `unhealthy_after` on.
+    failure_streak   integer NOT NULL DEFAULT 0
+                     CONSTRAINT monitor_targets_failure_streak_check CHECK (failure_streak >= 0),
+    unhealthy_after  integer NOT NULL DEFAULT 3
+                     CONSTRAINT monitor_targets_unhealthy_after_check CHECK (unhealthy_after >= 1),
+    -- The pending slot: the next grid point the schedule is due at.
+    next_slot        timestamptz NOT NULL,
+    lease_token      text,
+    lease_expires_at timestamptz,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    -- Written at the first registration; changed only by a deliberate change of interval.
+    anchor           timestamptz NOT NULL,
+    -- The whole config the workflow holds, mirrored: `pricewatch apply` plans against it and
+    -- `pricewatch export` writes it back. NULL until a target's next registration or sync.
+    config           jsonb,
+    CONSTRAINT monitor_targets_check CHECK ((lease_token IS NULL) = (lease_expires_at IS NULL))
+);
+
+-- One row per (target, due slot): the durable result of a check, or what happened to a slot
+-- that was never checked (`skipped`), or a check still being retried (`retrying`, with when
+-- the next attempt comes). What a check saw besides its hash: validators for conditional
+-- requests, and for the checks that set a new state (the baseline and every change) the
+-- normalised text, compressed and pruned to the newest few per target, plus an excerpt of
+-- what changed, and the fingerprint of the extraction rules the hash was made under.
+CREATE TABLE source_checks (
+    work_id         text PRIMARY KEY,
+    target_id       text NOT NULL REFERENCES monitor_targets (id) ON DELETE CASCADE,
+    scheduled_for   timestamptz NOT NULL,
+    kind            text NOT NULL DEFAULT 'scheduled'
+                    CONSTRAINT source_checks_kind_check CHECK (kind IN ('scheduled', 'manual')),
+    checked_at      timestamptz NOT NULL,
+    status          text NOT NULL CONSTRAINT source_checks_status_check
+                    CHECK (status IN ('unchanged', 'changed', 'retrying', 'failed', 'skipped')),
+    attempt_count   integer NOT NULL DEFAULT 1
+                    CONSTRAINT source_checks_attempt_count_check CHECK (attempt_count > 0),
+    result_hash     text,
+    previous_hash   text,
+    http_status     integer,
+    body_bytes      integer,
+    error_message   text,
+    etag            text,
+    last_modified   text,
+    snapshot        bytea,
+    excerpt         text,
+    rules           text,
+    next_attempt_at timestamptz,
+    -- Price mode: the prices the check read (`[{name, amount, currency}]`, in page order), a
+    -- change's moves (`[{name, old, new, ..., rules}]`), and whether the target's price rules
+    -- tell the channels about the change (a change nobody is told owes no delivery).
+    prices          jsonb,
+    price_moves     jsonb,
+    notify          boolean NOT NULL DEFAULT true,
+    CONSTRAINT source_checks_hash_check
+        CHECK ((status IN ('retrying', 'failed', 'skipped')) = (result_hash IS NULL)),
+    CONSTRAINT source_checks_check1 CHECK (status <> 'changed' OR previous_hash IS NOT NULL),
+    CONSTRAINT source_checks_next_attempt_check
+        CHECK (next_attempt_at IS NULL OR status = 'retrying')
+);
+
+-- Second guard: even a bug that builds another work id cannot record a slot twice.
+-- Manual checks are not slots (their time is when someone asked); their work id is unique.
+CREATE UNIQUE INDEX source_checks_target_slot ON source_checks (target_id, scheduled_for)
+    WHERE kind = 'scheduled';
+CREATE INDEX source_checks_target_checked ON source_checks (target_id, checked_at DESC);
+CREATE INDEX source_checks_target_snapshots ON source_checks (target_id, checked_at DESC)
+    WHERE snapshot IS NOT NULL;
+
+-- Where a target's changes are told. Secrets live here and only here: the workflow and its
+-- history carry the channel id, never the secret.
+CREATE TABLE channels (
+    target_id       text NOT NULL,
+    channel_id      text NOT NULL,
+    kind            text NOT NULL CONSTRAINT channels_kind_check CHECK (kind IN ('webhook', 'email')),
+    destination     text NOT NULL,
+    secret          text,
+    -- Set when the endpoint said it is gone for good (HTTP 410): no more attempts.
+    disabled_reason text,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (target_id, channel_id),
+    CONSTRAINT channels_check CHECK ((kind = 'webhook') = (secret IS NOT NULL)),
+    CONSTRAINT channels_target_fkey
+        FOREIGN KEY (target_id) REFERENCES monitor_targets (id) ON DELETE CASCADE
+);
+
+-- One row per notice per channel: the idempotency guard of every send.
+CREATE TABLE deliveries (
+    work_id        text NOT NULL,
+    channel_id     text NOT NULL,
+    notice         text NOT NULL CONSTRAINT deliveries_notice_check
+                   CHECK (notice IN ('changed', 'failing', 'recovered')),
+    target_id      text NOT NULL,
+    message_id     text NOT NULL,
+    status         text NOT NULL DEFAULT 'pending'
+                   CONSTRAINT deliveries_status_check CHECK (status IN ('pending', 'sent', 'failed')),
+    attempt_count  integer NOT NULL DEFAULT 0
+                   CONSTRAINT deliveries_attempt_count_check CHECK (attempt_count >= 0),
+    last_error     text,
+    -- A sending attempt holds this briefly, so two executions of one delivery never send
+    -- at the same time.
+    sending_until  timestamptz,
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    sent_at        timestamptz,
+    PRIMARY KEY (work_id, channel_id, notice),
+    CONSTRAINT deliveries_check CHECK ((status = 'sent') = (sent_at IS NOT NULL)),
+    CONSTRAINT deliveries_target_fkey
+        FOREIGN KEY (target_id) REFERENCES monitor_targets (id) ON DELETE CASCADE
+);
+
+CREATE INDEX deliveries_target ON deliveries (target_id, created_at DESC);
+
+-- Retention: the rows of one target that may go: routine rows (unchanged, skipped, failed)
+-- older than `keep_checks`, changes older than `keep_changes`. Never what a check or a
+-- notice still needs: the latest observation (the next check compares against it), the
+-- newest snapshot (its text, for the next diff), a slot still being retried, a change whose
+-- notices have not all settled (a change nobody is told has none). Callers also leave alone
+-- a target whose lease is live (see `prune_checks`).
+CREATE FUNCTION expired_checks(target text, keep_checks interval, keep_changes interval)
+RETURNS SETOF source_checks LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT c.* FROM source_checks c
+     WHERE c.target_id = target
+       AND c.checked_at < now() - least(keep_checks, keep_changes)
+       AND c.checked_at < now() - CASE WHEN c.status = 'changed' THEN keep_changes
+                                       ELSE keep_checks END
+       AND c.status <> 'retrying'
+       AND c.work_id IS DISTINCT FROM (
+           SELECT work_id FROM source_checks
+            WHERE target_id = target AND status IN ('unchanged', 'changed')
+            ORDER BY checked_at DESC LIMIT 1)
+       AND c.work_id IS DISTINCT FROM (
+           SELECT work_id FROM source_checks
+            WHERE target_id = target AND snapshot IS NOT NULL
+            ORDER BY checked_at DESC LIMIT 1)
+       AND NOT EXISTS (
+           SELECT 1 FROM deliveries d WHERE d.work_id = c.work_id AND d.status = 'pending')
+       AND (c.status <> 'changed' OR NOT c.notify OR NOT EXISTS (
+           SELECT 1 FROM channels ch
+            WHERE ch.target_id = target AND ch.created_at <= c.checked_at
+              AND ch.disabled_reason IS NULL AND NOT EXISTS (
+                  SELECT 1 FROM deliveries d
+                   WHERE d.work_id = c.work_id AND d.channel_id = ch.channel_id
+                     AND d.notice = 'changed' AND d.status IN ('sent', 'failed'))))
+$$;
+
+-- A `skipped` row, saying `reason`, for each grid point strictly between `after` and
+-- `before` (the slot the schedule left and the one `next_due` moved it to); a slot that
+-- already has a row keeps it. Returns how many rows it wrote. `commit`, `record_failed` and
+-- `advance_past_final` call it in the RETURNING of the UPDATE that moved the schedule (why
+-- there: 0005_advance.sql). Every such point is at or before the clock `next_due` read, so
+-- no skipped row is in the future.
+CREATE FUNCTION skip_passed(
+    target_id text, anchor timestamptz, interval_seconds integer, after timestamptz,
+    before timestamptz, reason text
+) RETURNS integer LANGUAGE sql VOLATILE
+AS $$
+    WITH written AS (
+        INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at,
+            status, error_message)
+        SELECT slot_work_id(skip_passed.target_id, s), skip_passed.target_id, s, 'scheduled',
+               now(), 'skipped', reason
+          FROM grid_between(anchor, interval_seconds, after, before) s
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+    )
+    SELECT count(*)::integer FROM written
+$$;
