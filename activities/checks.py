@@ -1,17 +1,20 @@
 """The activities: every side effect of monitoring a target.
 
-`CheckActivities` owns the worker's one asyncpg pool and one httpx client. A check may
-execute several times for one slot (retries, crashes, resets, zombies); the lease and the
+`CheckActivities` owns the worker's one asyncpg pool and its fetcher (over the worker's one
+httpx client, unless the worker hands in another way to fetch a page). A check may execute
+several times for one slot (retries, crashes, resets, zombies); the lease and the
 one-row-per-slot record in Postgres make every execution after the first a no-op.
 """
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from datetime import datetime, timedelta
+from typing import Any
 
 import asyncpg
 import httpx
@@ -24,7 +27,13 @@ from activities.metrics import count, observe_seconds
 from activities.normalise import Extraction
 from activities.outcomes import outcome_of
 from activities.tracing import span
-from pricewatch.decisions import comparable, final_result, retry_delay, rules_fingerprint
+from pricewatch.decisions import (
+    UNSETTLED,
+    comparable,
+    final_result,
+    retry_delay,
+    rules_fingerprint,
+)
 from pricewatch.durations import format_duration
 from pricewatch.models import (
     CheckInput,
@@ -61,6 +70,10 @@ CHECK_LOG = logging.getLogger("pricewatch.checks")
 HEARTBEAT_EVERY = timedelta(seconds=5)
 
 EPSILON = timedelta(microseconds=1)  # turns the store's open interval into a closed one
+
+# How a check gets its page: httpx (`fetch_page`) unless the worker hands `CheckActivities`
+# another way (the seam for a rendering browser, say).
+Fetcher = Callable[[Request], Coroutine[Any, Any, Page]]
 
 
 def temporal_now(check: CheckInput) -> datetime | None:
@@ -105,11 +118,15 @@ def refused_config_is_final() -> Iterator[None]:
 
 class CheckActivities:
     def __init__(
-        self, pool: asyncpg.Pool, http: httpx.AsyncClient, snapshots_kept: int = 50
+        self,
+        pool: asyncpg.Pool,
+        http: httpx.AsyncClient,
+        snapshots_kept: int = 50,
+        fetcher: Fetcher | None = None,
     ) -> None:
         self.pool = pool
-        self.http = http
         self.snapshots_kept = snapshots_kept
+        self.fetcher = fetcher or functools.partial(fetch_page, http)
 
     @activity.defn(name=Activity.SYNC_TARGET)
     async def sync_target(self, sync: SyncTargetInput) -> None:
@@ -144,9 +161,48 @@ class CheckActivities:
 
     @activity.defn(name=Activity.CHECK_SLOT)
     async def check_slot(self, check: CheckInput) -> CheckResult:
-        """Claim, skip if done, fetch, hash, then commit the row and the schedule together."""
+        """Claim, decide, fetch, commit: the row and the schedule together, once per slot
+        however often this runs. `Report` tells what became of this attempt."""
         token = execution_id()
-        started = time.monotonic()
+        report = Report(check, token)
+        claim = await self._claim(check, token)
+
+        if stored := final_result(claim.existing, claim.next_slot, retrying=check.retry):
+            report.already_recorded(stored)
+            return await self._already_recorded(check, stored)
+        if not claim.claimed:
+            raise report.refused(self._claim_refused(check, claim))
+        report.claimed()
+        rules = rules_fingerprint(check.selector, check.ignore, check.json_pointer, check.prices)
+        if not comparable(claim.previous_rules, rules):
+            claim = claim.without_previous()
+
+        failure: FetchError | None = None
+        committed = False
+        try:
+            try:
+                with report.fetching():
+                    page = await self._fetch(check, token, claim)
+                    outcome = await outcome_of(claim, page, rules, check.prices)
+            except FetchError as err:
+                failure, outcome = err, failed_attempt(err)
+
+            result = await self._commit(check, token, outcome)
+            committed = result is not None
+            if failure is not None:
+                report.attempt_failed(failure, outcome.next_attempt_in)
+                raise fetch_failed(failure) from failure
+            if result is None:
+                return await self._lost_lease(check, report)
+            return report.recorded(result, outcome)
+        finally:
+            if not committed:
+                await store.release(self.pool, target_id=check.target_id, token=token)
+
+    async def _claim(self, check: CheckInput, token: str) -> store.Claim:
+        """Take the target's lease and read what the check compares with. A target the
+        database lacks or holds paused disagrees with the workflow (row deleted, restored
+        database, a lost sync): the workflow re-syncs and tries again."""
         with span("claim", work_id=check.work_id):
             claim = await store.claim(
                 self.pool,
@@ -158,79 +214,16 @@ class CheckActivities:
                 slot=check.slot,
             )
         if not claim.target_exists or (check.on_schedule and not claim.enabled):
-            # The mirror disagrees with the workflow (row deleted, restored database, a
-            # lost sync): the workflow re-syncs and tries again.
             raise expected_failure(
                 f"target {check.target_id} is missing or paused in the database",
                 TARGET_OUT_OF_SYNC,
                 non_retryable=True,
             )
-        if stored := final_result(claim.existing, claim.next_slot, retrying=check.retry):
-            tell(check, token, "already recorded, not fetched again", started)
-            count("pricewatch_checks", "checks by outcome", kind=check.kind.value,
-                  status=stored.status.value, outcome="already_recorded")  # fmt: skip
-            return await self._already_recorded(check, stored)
-        if not claim.claimed:
-            count("pricewatch_lease_conflicts", "claims refused: leased or not due")
-            refusal = self._claim_refused(check, claim)
-            tell(check, token, f"not checked: {refusal.message}", started)
-            raise refusal
-        if check.on_schedule and activity.info().attempt == 1:
-            lateness = (activity.info().started_time - check.slot).total_seconds()
-            observe_seconds("pricewatch_lateness", "attempt start minus due slot", lateness)
+        return claim
 
-        rules = rules_fingerprint(check.selector, check.ignore, check.json_pointer, check.prices)
-        if not comparable(claim.previous_rules, rules):
-            claim = claim.without_previous()
-        committed = False
-        try:
-            fetch_started = time.monotonic()
-            try:
-                with span("fetch", url=check.url):
-                    page = await self._fetch_holding_lease(check, token, claim)
-                outcome = await outcome_of(claim, page, rules, check.prices)
-            except FetchError as err:
-                kind = "transient" if err.transient else "permanent"
-                count("pricewatch_fetch_failures", "failed fetch attempts", kind=kind)
-                delay = next_attempt_in(err)
-                committed = await self._record_attempt_failure(check, token, err, delay)
-                then = (
-                    "slot failed" if delay is None else f"next attempt in {format_duration(delay)}"
-                )
-                tell(check, token, f"{err} ({kind}), {then}", started)
-                raise expected_failure(
-                    str(err),
-                    TRANSIENT_FETCH_ERROR if err.transient else PERMANENT_FETCH_ERROR,
-                    non_retryable=not err.transient,
-                    next_retry_delay=err.retry_after,
-                ) from err
-            observe_seconds("pricewatch_fetch", "fetch latency", time.monotonic() - fetch_started)
-            with span("commit", status=outcome.status.value):
-                result = await store.commit(
-                    self.pool,
-                    target_id=check.target_id,
-                    token=token,
-                    work_id=check.work_id,
-                    slot=check.slot,
-                    kind=check.kind,
-                    outcome=outcome,
-                    advance=check.on_schedule,
-                    temporal_now=temporal_now(check),
-                    snapshots_kept=self.snapshots_kept,
-                )
-            committed = result is not None
-            if result is None:
-                return await self._lost_lease(check, token, started)
-            count("pricewatch_checks", "checks by outcome", kind=check.kind.value,
-                  status=result.status.value, outcome="recorded")  # fmt: skip
-            tell(check, token, described(result, outcome), started)
-            return result
-        finally:
-            if not committed:
-                await store.release(self.pool, target_id=check.target_id, token=token)
-
-    async def _fetch_holding_lease(self, check: CheckInput, token: str, claim: store.Claim) -> Page:
-        """Fetch, heartbeating to Temporal and extending the lease while the fetch runs.
+    async def _fetch(self, check: CheckInput, token: str, claim: store.Claim) -> Page:
+        """Fetch with `self.fetcher`, heartbeating to Temporal and extending the lease while
+        it runs.
 
         If Temporal has given up on this attempt, the SDK cancels it at the next heartbeat;
         if the lease was taken over meanwhile, the fetch stops at once: its result could
@@ -249,25 +242,46 @@ class CheckActivities:
             last_modified=claim.previous_last_modified,
             timeout=timedelta(seconds=check.timeout_seconds) if check.timeout_seconds else None,
         )
-        fetch = asyncio.create_task(fetch_page(self.http, request))
-        try:
-            while True:
-                done, _ = await asyncio.wait({fetch}, timeout=HEARTBEAT_EVERY.total_seconds())
-                if done:
-                    return fetch.result()
-                if not activity.info().is_local:  # a local one has no heartbeat timeout
-                    activity.heartbeat()
-                if not await store.extend_lease(
-                    self.pool, target_id=check.target_id, token=token, lease=CHECK_LEASE
-                ):
-                    raise expected_failure(
-                        f"lost the lease on {check.target_id} while fetching", LEASE_HELD
-                    )
-        finally:
-            if not fetch.done():
-                fetch.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await fetch
+        with span("fetch", url=check.url):
+            fetch = asyncio.create_task(self.fetcher(request))
+            try:
+                while True:
+                    done, _ = await asyncio.wait({fetch}, timeout=HEARTBEAT_EVERY.total_seconds())
+                    if done:
+                        return fetch.result()
+                    if not activity.info().is_local:  # a local one has no heartbeat timeout
+                        activity.heartbeat()
+                    if not await store.extend_lease(
+                        self.pool, target_id=check.target_id, token=token, lease=CHECK_LEASE
+                    ):
+                        raise expected_failure(
+                            f"lost the lease on {check.target_id} while fetching", LEASE_HELD
+                        )
+            finally:
+                if not fetch.done():
+                    fetch.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await fetch
+
+    async def _commit(
+        self, check: CheckInput, token: str, outcome: store.Outcome
+    ) -> CheckResult | None:
+        """Record the attempt on the slot's one row; None if the lease was lost or the slot
+        was final already. Only a result advances the schedule: a failed attempt's row waits
+        for the workflow to give the slot up (`record_failed_slot`)."""
+        with span("commit", status=outcome.status.value):
+            return await store.commit(
+                self.pool,
+                target_id=check.target_id,
+                token=token,
+                work_id=check.work_id,
+                slot=check.slot,
+                kind=check.kind,
+                outcome=outcome,
+                advance=check.on_schedule and outcome.status not in UNSETTLED,
+                temporal_now=temporal_now(check),
+                snapshots_kept=self.snapshots_kept,
+            )
 
     @activity.defn(name=Activity.RECORD_FAILED_SLOT)
     async def record_failed_slot(self, failure: RecordFailureInput) -> CheckResult:
@@ -316,34 +330,15 @@ class CheckActivities:
     async def remove_target(self, remove: RemoveTargetInput) -> None:
         await store.delete_target(self.pool, remove.target_id)
 
-    async def _record_attempt_failure(
-        self, check: CheckInput, token: str, err: FetchError, delay: timedelta | None
-    ) -> bool:
-        """Keep the attempt on the slot's one row (attempt_count + 1), as `retrying` with when
-        the next attempt (`delay`) comes, or `failed` if none will; never advance here. The
-        workflow decides when the slot is given up (`record_failed_slot`)."""
-        status = CheckStatus.FAILED if delay is None else CheckStatus.RETRYING
-        recorded = await store.commit(
-            self.pool,
-            target_id=check.target_id,
-            token=token,
-            work_id=check.work_id,
-            slot=check.slot,
-            kind=check.kind,
-            outcome=store.Outcome(status=status, error_message=str(err), next_attempt_in=delay),
-            advance=False,
-        )
-        return recorded is not None
-
-    async def _lost_lease(self, check: CheckInput, token: str, started: float) -> CheckResult:
+    async def _lost_lease(self, check: CheckInput, report: "Report") -> CheckResult:
         """The commit matched nothing: either another attempt finished the slot, or our
         lease was taken over. The first is success; the second must not pass silently."""
         stored = await store.stored_check(self.pool, check.work_id)
-        if stored is not None and stored.status not in (CheckStatus.RETRYING, CheckStatus.FAILED):
-            tell(check, token, "not committed: another attempt recorded the slot first", started)
+        if stored is not None and stored.status not in UNSETTLED:
+            report.not_committed("another attempt recorded the slot first")
             return await self._already_recorded(check, stored)
         message = f"lost the lease on {check.target_id} before committing {check.work_id}"
-        tell(check, token, f"not committed: {message}", started)
+        report.not_committed(message)
         raise expected_failure(message, LEASE_HELD)
 
     async def _already_recorded(self, check: CheckInput, stored: CheckResult) -> CheckResult:
@@ -352,8 +347,9 @@ class CheckActivities:
         without having told anyone (see `CheckResult.unnotified`)."""
         if not check.on_schedule:
             return stored.model_copy(update={"already_recorded": True, "next_slot": None})
+        now = temporal_now(check)
         next_slot = await store.advance_past_final(
-            self.pool, target_id=check.target_id, slot=check.slot, temporal_now=temporal_now(check)
+            self.pool, target_id=check.target_id, slot=check.slot, temporal_now=now
         )
         unnotified = []
         if next_slot is not None and next_slot > check.slot:
@@ -397,6 +393,87 @@ def after_lease(left: timedelta | None) -> timedelta | None:
     return min(max(left, timedelta(0)), CHECK_LEASE) + LEASE_RETRY_MARGIN
 
 
+def failed_attempt(err: FetchError) -> store.Outcome:
+    """A failed attempt kept on the slot's one row (attempt_count + 1): `retrying`, with when
+    the next attempt comes, or `failed` if none will."""
+    delay = next_attempt_in(err)
+    status = CheckStatus.FAILED if delay is None else CheckStatus.RETRYING
+    return store.Outcome(status=status, error_message=str(err), next_attempt_in=delay)
+
+
+def fetch_failed(err: FetchError) -> ApplicationError:
+    """What Temporal hears of a failed fetch: retried by its policy only if it may help."""
+    return expected_failure(
+        str(err),
+        TRANSIENT_FETCH_ERROR if err.transient else PERMANENT_FETCH_ERROR,
+        non_retryable=not err.transient,
+        next_retry_delay=err.retry_after,
+    )
+
+
+class Report:
+    """What one attempt of a check tells: its one line (see CHECK_LOG), its counters and
+    its lateness. The steps of `check_slot` hand it what became of the attempt, so none of
+    them logs or counts."""
+
+    def __init__(self, check: CheckInput, execution_id: str) -> None:
+        self.check = check
+        self.execution_id = execution_id
+        self.started = time.monotonic()
+
+    def already_recorded(self, stored: CheckResult) -> None:
+        self._count_check(stored, "already_recorded")
+        self._tell("already recorded, not fetched again")
+
+    def refused(self, refusal: ApplicationError) -> ApplicationError:
+        count("pricewatch_lease_conflicts", "claims refused: leased or not due")
+        self._tell(f"not checked: {refusal.message}")
+        return refusal
+
+    def claimed(self) -> None:
+        """How late the first attempt of a scheduled check started (by the worker's clock)."""
+        info = activity.info()
+        if self.check.on_schedule and info.attempt == 1:
+            lateness = (info.started_time - self.check.slot).total_seconds()
+            observe_seconds("pricewatch_lateness", "attempt start minus due slot", lateness)
+
+    @contextlib.contextmanager
+    def fetching(self) -> Iterator[None]:
+        """The latency of a fetch that produced an outcome."""
+        started = time.monotonic()
+        yield
+        observe_seconds("pricewatch_fetch", "fetch latency", time.monotonic() - started)
+
+    def attempt_failed(self, err: FetchError, delay: timedelta | None) -> None:
+        kind = "transient" if err.transient else "permanent"
+        count("pricewatch_fetch_failures", "failed fetch attempts", kind=kind)
+        then = "slot failed" if delay is None else f"next attempt in {format_duration(delay)}"
+        self._tell(f"{err} ({kind}), {then}")
+
+    def recorded(self, result: CheckResult, outcome: store.Outcome) -> CheckResult:
+        self._count_check(result, "recorded")
+        self._tell(described(result, outcome))
+        return result
+
+    def not_committed(self, why: str) -> None:
+        self._tell(f"not committed: {why}")
+
+    def _count_check(self, result: CheckResult, outcome: str) -> None:
+        count("pricewatch_checks", "checks by outcome", kind=self.check.kind.value,
+              status=result.status.value, outcome=outcome)  # fmt: skip
+
+    def _tell(self, outcome: str) -> None:
+        check = self.check
+        elapsed_ms = round((time.monotonic() - self.started) * 1000)
+        manual = " (manual)" if check.kind is CheckKind.MANUAL else ""
+        ids = {"target_id": check.target_id, "work_id": check.work_id,
+               "execution_id": self.execution_id}  # fmt: skip
+        CHECK_LOG.info(
+            "%s%s %s %d ms", check.target_id, manual, outcome, elapsed_ms,
+            extra={**ids, "outcome": outcome, "elapsed_ms": elapsed_ms},
+        )  # fmt: skip
+
+
 def described(result: CheckResult, outcome: store.Outcome) -> str:
     """`changed`, or in price mode `changed: Pro: 19.90 -> 24.90 EUR (+5.00, +25.13%)
     [price-change]` (`(no rule matched)` where none did)."""
@@ -404,18 +481,3 @@ def described(result: CheckResult, outcome: store.Outcome) -> str:
         return result.status.value
     moves = ", ".join(move_line(move.as_json()) for move in outcome.price_moves)
     return f"{result.status.value}: {moves}" + ("" if result.notify else " (no rule matched)")
-
-
-def tell(check: CheckInput, token: str, outcome: str, started: float) -> None:
-    """The check's one line (see CHECK_LOG)."""
-    elapsed_ms = round((time.monotonic() - started) * 1000)
-    manual = " (manual)" if check.kind is CheckKind.MANUAL else ""
-    CHECK_LOG.info(
-        "%s%s %s %d ms", check.target_id, manual, outcome, elapsed_ms,
-        extra={**_ids(check, token), "outcome": outcome, "elapsed_ms": elapsed_ms},
-    )  # fmt: skip
-
-
-def _ids(check: CheckInput, token: str) -> dict[str, str]:
-    """The ids every log line of a check carries (see the JSON log format)."""
-    return {"target_id": check.target_id, "work_id": check.work_id, "execution_id": token}
