@@ -57,7 +57,9 @@ def test_no_test_module_imports_another() -> None:
         taken = {
             node.module
             for node in ast.walk(tree)
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests.test_")
+            if isinstance(node, ast.ImportFrom)
+            and node.module is not None
+            and node.module.startswith("tests.test_")
         }
         if taken:
             importing[str(path.relative_to(REPO))] = sorted(taken)
