@@ -9,7 +9,7 @@ import dataclasses
 import signal
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -216,3 +216,24 @@ class Checker:
         assert result.next_slot is not None
         self.slot = result.next_slot
         return result
+
+
+Build = Callable[[asyncpg.Connection], Awaitable[object]]
+
+
+@asynccontextmanager
+async def built(server: str, build: Build) -> AsyncIterator[asyncpg.Connection]:
+    """A new database on the server, built by `build`, dropped afterwards."""
+    name = f"schema_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(server)
+    try:
+        await admin.execute(f"CREATE DATABASE {name}")
+        conn = await asyncpg.connect(server, database=name)
+        try:
+            await build(conn)
+            yield conn
+        finally:
+            await conn.close()
+    finally:
+        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        await admin.close()

@@ -3,14 +3,12 @@ what `activities/sql/schema.sql` (the file to read) says, and a database a devel
 created before 1.0 reaches that same schema through `sql/legacy/`. Each test builds its own
 databases and compares their catalogs."""
 
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from importlib import resources
 
 import asyncpg
 
 from activities.migrate import CREATE_LEDGER, migrate, migration_files
+from tests.helpers import built
 
 SCHEMA_FILE = resources.files("activities") / "sql" / "schema.sql"
 
@@ -63,26 +61,6 @@ UNION ALL
 SELECT 'extension', extname FROM pg_extension WHERE extname <> 'plpgsql'
 ORDER BY 1, 2
 """
-
-Build = Callable[[asyncpg.Connection], Awaitable[object]]
-
-
-@asynccontextmanager
-async def built(server: str, build: Build) -> AsyncIterator[asyncpg.Connection]:
-    """A new database on the server, built by `build`, dropped afterwards."""
-    name = f"schema_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(server)
-    try:
-        await admin.execute(f"CREATE DATABASE {name}")
-        conn = await asyncpg.connect(server, database=name)
-        try:
-            await build(conn)
-            yield conn
-        finally:
-            await conn.close()
-    finally:
-        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        await admin.close()
 
 
 async def catalog(conn: asyncpg.Connection) -> list[tuple[str, str]]:

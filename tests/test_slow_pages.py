@@ -6,7 +6,7 @@ takes 20 s to send its first byte, through `fetch_page` and end to end through t
 import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import TypeVar
 
@@ -34,7 +34,17 @@ from pricewatch.policy import (
 )
 from tests.chaos.stack import serve
 from tests.conftest import PageServer, Start
-from tests.helpers import HOUR, cli, new_target, rows, running_worker, worker_process
+from tests.helpers import (
+    HOUR,
+    SLOT,
+    cli,
+    local_attempt,
+    new_target,
+    rows,
+    running_worker,
+    worker_process,
+)
+from tests.helpers import attempt as shared_attempt
 from tests.waits import wait_for
 
 SLOW_SECONDS = 20.0
@@ -45,7 +55,6 @@ DEFAULT_READ_LIMIT = (
     "up to 120s)"
 )
 THIRTY = timedelta(seconds=30)
-SLOT = datetime(2026, 8, 7, 8, 0, tzinfo=UTC)
 T = TypeVar("T")
 
 
@@ -227,11 +236,10 @@ async def test_a_fetch_longer_than_the_lease_keeps_it_to_the_end(
 
 
 def attempt(number: int, local: bool) -> ActivityEnvironment:
-    env = ActivityEnvironment()
-    env.info = dataclasses.replace(
-        env.info, workflow_run_id="run-1", activity_id="1", attempt=number, is_local=local,
-        current_attempt_scheduled_time=SLOT, heartbeat_timeout=None if local else HEARTBEAT_TIMEOUT,
-    )  # fmt: skip
+    """A first attempt run locally (no heartbeat timeout), or a normal one that has one."""
+    env = local_attempt() if local else shared_attempt(number)
+    if not local:
+        env.info = dataclasses.replace(env.info, heartbeat_timeout=HEARTBEAT_TIMEOUT)
     return env
 
 

@@ -16,6 +16,7 @@ from activities.migrate import migrate, migration_files
 from pricewatch.decisions import final_result
 from pricewatch.models import CheckKind, CheckResult, CheckStatus, TargetConfig
 from pricewatch.slots import work_id
+from tests.helpers import built
 
 # Ahead of the database's clock: the next slot then follows from the slot alone, or from the
 # Temporal time a test passes in (`now`), exactly.
@@ -421,40 +422,33 @@ async def test_the_grid_migration_keeps_existing_rows_and_their_meaning(
     """A database written before 0005: every target gets its pending slot as anchor (a point
     of its grid); a failed row of a slot still being retried becomes `retrying`; a final
     failed row, and every other row, is left exactly as it was."""
-    name = f"migrate_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(postgres_server_url)
-    try:
-        await admin.execute(f"CREATE DATABASE {name}")
-        conn = await asyncpg.connect(postgres_server_url, database=name)
-        try:
-            older = [(v, sql) for v, sql in migration_files("sql/legacy") if v < "0005"]
-            await conn.execute("CREATE TABLE schema_migrations (version text PRIMARY KEY, "
-                               "applied_at timestamptz NOT NULL DEFAULT now())")  # fmt: skip
-            for version, sql in older:
-                await conn.execute(sql)
-                await conn.execute("INSERT INTO schema_migrations VALUES ($1)", version)
-            await conn.execute(
-                "INSERT INTO monitor_targets (id, url, interval_seconds, next_check_at) "
-                "VALUES ('acme', 'https://example.com/p', 3600, $1)",
-                T0 + HOUR,
-            )
-            insert = (
-                "INSERT INTO source_checks (work_id, target_id, scheduled_for, checked_at, "
-                "status, attempt_count, error_message) VALUES ($1, 'acme', $2, $2, 'failed', "
-                "$3, 'HTTP 503')"
-            )
-            await conn.execute(insert, wid(T0), T0, 5)  # gave up: the schedule moved on
-            await conn.execute(insert, wid(T0 + HOUR), T0 + HOUR, 2)  # still being retried
-            before = await conn.fetch("SELECT * FROM source_checks ORDER BY scheduled_for")
 
-            assert (await migrate(conn))[0] == "0005_grid"
-            target = await conn.fetchrow("SELECT anchor, next_slot FROM monitor_targets")
-            after = await conn.fetch("SELECT * FROM source_checks ORDER BY scheduled_for")
-        finally:
-            await conn.close()
-    finally:
-        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        await admin.close()
+    async def before_the_grid(conn: asyncpg.Connection) -> None:
+        older = [(v, sql) for v, sql in migration_files("sql/legacy") if v < "0005"]
+        await conn.execute("CREATE TABLE schema_migrations (version text PRIMARY KEY, "
+                           "applied_at timestamptz NOT NULL DEFAULT now())")  # fmt: skip
+        for version, sql in older:
+            await conn.execute(sql)
+            await conn.execute("INSERT INTO schema_migrations VALUES ($1)", version)
+
+    async with built(postgres_server_url, before_the_grid) as conn:
+        await conn.execute(
+            "INSERT INTO monitor_targets (id, url, interval_seconds, next_check_at) "
+            "VALUES ('acme', 'https://example.com/p', 3600, $1)",
+            T0 + HOUR,
+        )
+        insert = (
+            "INSERT INTO source_checks (work_id, target_id, scheduled_for, checked_at, "
+            "status, attempt_count, error_message) VALUES ($1, 'acme', $2, $2, 'failed', "
+            "$3, 'HTTP 503')"
+        )
+        await conn.execute(insert, wid(T0), T0, 5)  # gave up: the schedule moved on
+        await conn.execute(insert, wid(T0 + HOUR), T0 + HOUR, 2)  # still being retried
+        before = await conn.fetch("SELECT * FROM source_checks ORDER BY scheduled_for")
+
+        assert (await migrate(conn))[0] == "0005_grid"
+        target = await conn.fetchrow("SELECT anchor, next_slot FROM monitor_targets")
+        after = await conn.fetch("SELECT * FROM source_checks ORDER BY scheduled_for")
     assert target is not None and target["anchor"] == target["next_slot"] == T0 + HOUR
     assert [r["status"] for r in after] == ["failed", "retrying"]
     for old, new in zip(before, after, strict=True):
