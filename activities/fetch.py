@@ -31,7 +31,7 @@ import httpx
 
 from activities.guard import AddressPolicy, BlockedAddress, GuardedTransport
 from activities.normalise import Extraction, ExtractionError, normalise
-from activities.prices import observe
+from activities.price_reader import observe
 from pricewatch.policy import MAX_FETCH_TIMEOUT
 from pricewatch.prices import Price, listing
 from pricewatch.urls import as_sent

@@ -41,7 +41,7 @@ class Extraction:
     ignore: str | None = None
     json_pointer: str | None = None
     prices: PriceSettings | None = None
-    """Price mode: the page's prices are read instead (see activities.prices)."""
+    """Price mode: the page's prices are read instead (see activities.price_reader)."""
 
 
 class ExtractionError(ValueError):

@@ -22,7 +22,7 @@ from activities import store
 from activities.guard import AddressPolicy, BlockedAddress, check_url
 from activities.normalise import Extraction, validate_extraction
 from activities.outages import postgres_address
-from activities.prices import validate_price_settings
+from activities.price_reader import validate_price_settings
 from activities.retention import Expired, Retention, expired_summary, prune_pass
 from activities.snapshots import decompress, unified_diff
 from client import manifest

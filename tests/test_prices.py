@@ -16,7 +16,7 @@ from temporalio.testing import ActivityEnvironment
 from activities import store
 from activities.normalise import ExtractionError
 from activities.notify import NotifyActivities, SmtpSettings
-from activities.prices import parse_amount, read_prices
+from activities.price_reader import parse_amount, read_prices
 from pricewatch import views
 from pricewatch.models import (
     Channel,
