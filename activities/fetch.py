@@ -90,6 +90,8 @@ class Page:
     last_modified: str | None = None
     prices: list[Price] | None = None
     """Price mode: the prices read (`text` is their listing)."""
+    skipped: list[str] = field(default_factory=list)
+    """Price mode: each value that could not be read, and why (the others were)."""
 
     @property
     def not_modified(self) -> bool:
@@ -254,14 +256,14 @@ async def _read_page(response: httpx.Response, extraction: Extraction) -> Page:
     body = await _read_capped(response)
     # Off the event loop when heavy (a big page, a user's regex): heartbeats must not stall.
     inline = len(body) <= INLINE_WORK_BYTES and extraction.ignore is None
-    prices = None
+    reading = None
     if extraction.prices is not None:
-        prices = (
+        reading = (
             observe(body, full_type, extraction.prices)
             if inline
             else await asyncio.to_thread(observe, body, full_type, extraction.prices)
         )
-        text = listing(prices)
+        text = listing(reading.prices)
     elif inline:
         text = normalise(body, full_type, extraction)
     else:
@@ -271,7 +273,8 @@ async def _read_page(response: httpx.Response, extraction: Extraction) -> Page:
         sha256=hashlib.sha256(text.encode()).hexdigest(),
         size=len(body),
         text=text,
-        prices=prices,
+        prices=reading.prices if reading else None,
+        skipped=reading.skipped if reading else [],
         **validators,
     )
 

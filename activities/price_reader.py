@@ -19,7 +19,7 @@ from selectolax.lexbor import LexborHTMLParser, LexborNode, SelectolaxError
 
 from activities.normalise import ExtractionError, decode, looks_html
 from pricewatch.models import PriceSettings
-from pricewatch.prices import Price
+from pricewatch.prices import Price, Reading
 
 OFFER_TYPES = {"Offer", "AggregateOffer"}
 # "0.007" or "0,50": a leading zero means the separator is a decimal one (price-parser would
@@ -27,7 +27,7 @@ OFFER_TYPES = {"Offer", "AggregateOffer"}
 _LEADING_ZERO = re.compile(r"0([.,])\d+")
 
 
-def observe(body: bytes, content_type: str, settings: PriceSettings) -> list[Price]:
+def observe(body: bytes, content_type: str, settings: PriceSettings) -> Reading:
     """The prices of a fetched body (HTML only)."""
     media_type, _, params = content_type.partition(";")
     media_type = media_type.strip().lower()
@@ -36,7 +36,7 @@ def observe(body: bytes, content_type: str, settings: PriceSettings) -> list[Pri
         not media_type and not looks_html(text)
     ):
         raise ExtractionError(f"price mode reads HTML pages, not {media_type or 'this body'}")
-    return read_prices(text, settings)
+    return Reading(read_prices(text, settings))
 
 
 def validate_price_settings(settings: PriceSettings) -> None:

@@ -35,6 +35,12 @@ def final_result(
     return None
 
 
+PRICE_READER = "reader-2"
+"""How price mode reads a page. A new reader (1.3: the current price over the struck-out one,
+stock) starts each price target from a new baseline, so a reading it corrects is not told as a
+move."""
+
+
 def rules_fingerprint(
     selector: str | None,
     ignore: str | None,
@@ -45,7 +51,7 @@ def rules_fingerprint(
     the price rules too (new rules start from a new baseline, so they tell no stale move)."""
     rules = [selector, ignore, json_pointer]
     if prices is not None:
-        rules.append(prices.model_dump_json())
+        rules += [prices.model_dump_json(), PRICE_READER]
     return hashlib.sha256(json.dumps(rules).encode()).hexdigest()[:16]
 
 

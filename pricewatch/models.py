@@ -101,6 +101,8 @@ class PriceSettings(Model):
     """CSS selector: each match is one price (instead of structured data)."""
     name: str | None = None
     """CSS selector relative to each match: the price's name (default: its position)."""
+    attribute: str | None = None
+    """Read each match's attribute (`content`, `data-price`) instead of its text."""
     notify_on: NotifyOn = NotifyOn.PRICE_CHANGE
     below: Decimal | None = None
     """Tell when a price falls below this (once per crossing)."""
@@ -113,6 +115,8 @@ class PriceSettings(Model):
     def _name_needs_selector(self) -> "PriceSettings":
         if self.name is not None and self.selector is None:
             raise ValueError("a price name selector needs a price selector")
+        if self.attribute is not None and self.selector is None:
+            raise ValueError("a price attribute needs a price selector")
         return self
 
 

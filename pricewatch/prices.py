@@ -8,7 +8,8 @@ evaluated against the previous observation, the same one the hash compares with:
 crosses a threshold is told once, at the check that sees it cross, and not again while it stays.
 """
 
-from dataclasses import dataclass, replace
+import re
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
 from pricewatch.models import NotifyOn, PriceSettings
@@ -16,16 +17,43 @@ from pricewatch.models import NotifyOn, PriceSettings
 
 @dataclass(frozen=True)
 class Price:
+    """One price the page shows now. `regular` is the struck-out price beside it (a sale's
+    "was"), never recorded as the price; `availability` is schema.org's word for its stock
+    (`InStock`, `OutOfStock`, ...), where the page says."""
+
     name: str
     amount: Decimal
     currency: str | None = None
+    regular: Decimal | None = None
+    availability: str | None = None
 
     def as_json(self) -> dict[str, str | None]:
-        return {"name": self.name, "amount": str(self.amount), "currency": self.currency}
+        value = {"name": self.name, "amount": str(self.amount), "currency": self.currency}
+        if self.regular is not None:
+            value["regular"] = str(self.regular)
+        if self.availability is not None:
+            value["availability"] = self.availability
+        return value
 
     @classmethod
     def from_json(cls, value: dict[str, str | None]) -> "Price":
-        return cls(str(value["name"]), Decimal(str(value["amount"])), value.get("currency"))
+        regular = value.get("regular")
+        return cls(
+            str(value["name"]),
+            Decimal(str(value["amount"])),
+            value.get("currency"),
+            Decimal(regular) if regular is not None else None,
+            value.get("availability"),
+        )
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What price mode read on a page: the prices, and each value it could not read (named,
+    with why), which is skipped instead of failing the page."""
+
+    prices: list[Price]
+    skipped: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -86,9 +114,21 @@ def move_line(move: dict[str, object]) -> str:
 
 
 def listing(prices: list[Price]) -> str:
-    """The observation as text, one price per line: hashed, kept as the snapshot, diffed."""
-    lines = (f"{p.name}: {p.amount.normalize():f} {p.currency or ''}" for p in prices)
-    return "\n".join(line.rstrip() for line in lines)
+    """The observation as text, one price per line: hashed, kept as the snapshot, diffed.
+    Stock is part of it where the page says (a page back in stock is a change); the struck-out
+    price is not (a new "was" beside the same price is not a move)."""
+    lines = []
+    for price in prices:
+        line = f"{price.name}: {price.amount.normalize():f} {price.currency or ''}".rstrip()
+        if price.availability is not None:
+            line += f", {stock_words(price.availability)}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def stock_words(availability: str) -> str:
+    """schema.org's `OutOfStock` as people write it: `out of stock`."""
+    return re.sub(r"(?<=[a-z])(?=[A-Z])", " ", availability).lower()
 
 
 def moves(previous: list[Price], current: list[Price], rules: PriceSettings) -> list[Move]:
