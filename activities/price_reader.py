@@ -1,19 +1,29 @@
-"""Read the named prices on a page (price mode): structured data first, or a CSS selector.
+"""Read the prices a shopper sees on a page (price mode): structured data, or a CSS selector.
 
-Structured data, the first kind the page has: JSON-LD (`Offer`, `AggregateOffer`,
-`Product.offers`), then microdata (`itemprop=price`), then OpenGraph (`product:price:amount`).
-With a price selector, each match is one price, named by `name` (a selector relative to the
-match) or by its position. Amounts are parsed by Zyte's `price-parser`: `1.234,56 €`,
-`$1,234.56`, `12,-`, `CHF 12.-` (with an en dash), `from $9/mo`. A price that cannot be read is an
-ExtractionError naming where it looked and what it found: never a guessed amount.
+Structured data: JSON-LD offers (`Offer`, `AggregateOffer`, typed or not, `@type` or `type`,
+short or full schema.org names, every `priceSpecification`), microdata (`price`, `lowPrice`,
+`highPrice`), OpenGraph (`product:price:amount`). The first kind the page has is read, unless
+its prices are the struck-out ones (the page shows them struck out, or another kind names them
+the regular price) and another kind's are not: then that kind is read, because it is the price
+the page shows. With a price selector, each visible match is one price; inside a match, the
+struck-out amount is the regular price, and of several numbers the one that reads as a price
+(a currency beside it, "now") wins over counts and quantities.
+
+Forgiving reading, strict recording: a value that cannot be read is skipped and named in the
+Reading; only a page where no price at all can be read is an ExtractionError. Amounts are
+parsed by Zyte's `price-parser` after typographic separators and non-Latin digits are made
+plain; `€`, `£` and other unambiguous symbols become ISO codes, `$` and `¥` stay as written.
 """
 
+import contextlib
 import json
 import re
+import unicodedata
 from collections.abc import Iterator
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+import json_repair
 from price_parser import Price as ParsedPrice
 from selectolax.lexbor import LexborHTMLParser, LexborNode, SelectolaxError
 
@@ -22,21 +32,86 @@ from pricewatch.models import PriceSettings
 from pricewatch.prices import Price, Reading
 
 OFFER_TYPES = {"Offer", "AggregateOffer"}
+REGULAR_PRICE_TYPES = {"StrikethroughPrice", "ListPrice", "SRP", "MSRP", "RegularPrice"}
+STOCK = {
+    word.lower(): word
+    for word in (
+        "InStock", "OutOfStock", "PreOrder", "PreSale", "BackOrder", "Discontinued", "SoldOut",
+        "InStoreOnly", "OnlineOnly", "LimitedAvailability", "Reserved", "MadeToOrder",
+    )
+}  # fmt: skip
+# OpenGraph's and shops' own words for the same states.
+STOCK |= {"in stock": "InStock", "out of stock": "OutOfStock", "oos": "OutOfStock",
+          "preorder": "PreOrder", "pre-order": "PreOrder", "available for order": "BackOrder",
+          "backorder": "BackOrder", "available": "InStock", "pending": "PreOrder"}  # fmt: skip
+# Where the symbol names one currency only. `$`, `¥`, `kr` and `Rs` stay as written.
+ISO_CURRENCY = {
+    "€": "EUR", "£": "GBP", "₹": "INR", "₽": "RUB", "₩": "KRW", "₺": "TRY", "₴": "UAH",
+    "₪": "ILS", "฿": "THB", "₫": "VND", "₱": "PHP", "₦": "NGN", "zł": "PLN", "Kč": "CZK",
+    "Ft": "HUF", "лв": "BGN", "R$": "BRL", "US$": "USD", "C$": "CAD", "CA$": "CAD",
+    "A$": "AUD", "AU$": "AUD", "NZ$": "NZD", "HK$": "HKD", "S$": "SGD", "KD": "KWD",
+    "د.ك": "KWD", "BD": "BHD", "د.ب": "BHD", "ر.ع.": "OMR", "د.ا": "JOD", "د.ت": "TND",  # noqa: RUF001
+}  # fmt: skip
+THREE_DECIMALS = {"KWD", "BHD", "OMR", "JOD", "TND", "LYD", "IQD"}
 # "0.007" or "0,50": a leading zero means the separator is a decimal one (price-parser would
 # read "$0.007/hour" as 7: three digits after a dot look like thousands to it).
 _LEADING_ZERO = re.compile(r"0([.,])\d+")
+_ONE_SEPARATOR = re.compile(r"\d+([.,])\d{3}")
+# Thousands groups (`1.234,56`, `1 234`, `1'234`) or a plain number with decimals.
+_NUMBER = re.compile(r"\d{1,3}(?:[ .,']\d{3})+(?:[.,]\d+)?|\d+(?:[.,]\d+)?")
+_NOT_AN_AMOUNT_AFTER = re.compile(
+    r"\s*(?:x\b|\u00d7|%|\+|pcs?\b|pieces?|items?|packs?\b|new\b|used\b|offers?|reviews?|ratings?"
+    r"|stars?|sold|left|l\b|litres?|liters?|ml\b|cl\b|kg\b|g\b|gr\b|lbs?\b"
+    r"|oz\b|cm\b|mm\b|m\b|gb\b|tb\b|mb\b|months?|days?|years?|people|users?|seats?)",
+    re.I,
+)
+_NOW_BEFORE = re.compile(r"(?:now|sale|price|only|from|our price|jetzt|nur|ab|dès)\W*$", re.I)
+_WAS_BEFORE = re.compile(
+    r"(?:was|previously|before|regular(?: price)?|list price|rrp|msrp|compare at|original"
+    r"(?: price)?|old price|uvp|statt|avant)\W*$",
+    re.I,
+)
+_STRUCK = "del, s, strike"
+# A class token that names a struck-out price: `was-price`, `price--compare`, `old-price`,
+# `compare-at-price`, `strikethrough` (not `compare-table`: a plan comparison is no old price).
+_WAS = r"(?:was|old|compare[-_]?at|compare|original|list|strike|strikethrough|crossed|before|rrp)"
+_STRUCK_CLASS = re.compile(
+    rf"{_WAS}[-_]*(?:price|amount)|(?:price|amount)[-_]*{_WAS}"
+    r"|^(?:was|strike|strikethrough|crossed|line-through|compare-at)$",
+    re.I,
+)
+_HIDING_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)
+_SEPARATORS = str.maketrans(
+    {"\u2019": "'", "\u02bc": "'", "\u2032": "'", "\u202f": " ", "\u2009": " ", "\u00a0": " ",
+     "\u066b": ".", "\u066c": ",", "\u060c": ","}
+)  # fmt: skip
+_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_:.-]+)""", re.I)
+# WHATWG: these labels mean windows-1252 (a `€` at 0x80), not Latin-1's control characters.
+_WINDOWS_1252 = {"iso-8859-1", "iso8859-1", "latin1", "latin-1", "l1", "ascii", "us-ascii"}
 
 
 def observe(body: bytes, content_type: str, settings: PriceSettings) -> Reading:
     """The prices of a fetched body (HTML only)."""
     media_type, _, params = content_type.partition(";")
     media_type = media_type.strip().lower()
-    text = decode(body, params)
+    text = decode(body, params if "charset" in params.lower() else _document_charset(body))
     if media_type not in ("text/html", "application/xhtml+xml", "") or (
         not media_type and not looks_html(text)
     ):
         raise ExtractionError(f"price mode reads HTML pages, not {media_type or 'this body'}")
-    return Reading(read_prices(text, settings))
+    return read_prices(text, settings)
+
+
+def _document_charset(body: bytes) -> str:
+    """The charset the document declares (`<meta charset>`, `http-equiv`), for a response
+    whose header names none; a BOM wins over both."""
+    if body.startswith((b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")):
+        return "charset=utf-16" if body[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+    found = _CHARSET.search(body[:4096])
+    if found is None:
+        return ""
+    label = found.group(1).decode("ascii").lower()
+    return f"charset={'windows-1252' if label in _WINDOWS_1252 else label}"
 
 
 def validate_price_settings(settings: PriceSettings) -> None:
@@ -48,136 +123,435 @@ def validate_price_settings(settings: PriceSettings) -> None:
                 raise ExtractionError(f"invalid CSS selector {selector!r}: {err}") from err
 
 
-def read_prices(html: str, settings: PriceSettings) -> list[Price]:
-    """The page's prices in page order, uniquely named; ExtractionError if there are none."""
+def read_prices(html: str, settings: PriceSettings) -> Reading:
+    """The page's prices in page order, uniquely named, and what was skipped; ExtractionError
+    if there are none."""
     tree = LexborHTMLParser(html)
+    skipped: list[str] = []
     if settings.selector is not None:
-        found = list(_selected(tree, settings.selector, settings.name))
+        found = list(_selected(tree, settings, skipped))
+        if not found:
+            raise ExtractionError("; ".join(skipped))
     else:
-        found = _json_ld(tree) or _microdata(tree) or _open_graph(tree)
+        found = _structured(tree, skipped)
         if not found:
             raise ExtractionError(
                 "no prices on the page: no JSON-LD offer, microdata price or OpenGraph "
                 "product:price; name them with a price selector"
+                + (f" ({'; '.join(skipped)})" if skipped else "")
             )
-    return _unique_names(found)
+    return Reading(_unique_names(found), skipped)
 
 
 def parse_amount(text: str, where: str, *, structured: bool = False) -> tuple[Decimal, str | None]:
-    """Amount and currency (as written: `€`, `EUR`, `CHF`) of one price text."""
-    text = " ".join(text.split())
+    """Amount and currency (an ISO code where the symbol is unambiguous, else as written) of
+    one price text."""
+    text = " ".join(_plain(text).split())
     if structured:  # schema.org: a plain number with a dot
         try:
-            return Decimal(text), None
+            amount = Decimal(text)
+            if amount.is_finite():
+                return amount, None
         except InvalidOperation:
             pass
     parsed = ParsedPrice.fromstring(text)
     if parsed.amount_text and (zero := _LEADING_ZERO.fullmatch(parsed.amount_text)):
         parsed = ParsedPrice.fromstring(text, decimal_separator=zero.group(1))
+    currency = _iso(parsed.currency)
+    if (
+        currency in THREE_DECIMALS
+        and parsed.amount_text
+        and (one := _ONE_SEPARATOR.fullmatch(parsed.amount_text))
+    ):
+        parsed = ParsedPrice.fromstring(text, decimal_separator=one.group(1))
     if parsed.amount is None:
         raise ExtractionError(f"{where}: no price in {text[:80]!r}")
-    return parsed.amount, parsed.currency
+    return parsed.amount, currency
 
 
-def _selected(tree: LexborHTMLParser, selector: str, name: str | None) -> Iterator[Price]:
-    """One price per match; with `name`, the named element's text is left out of the amount
-    (a plan called `CX22` must not read as 22, or `CX22 4,51 €` as 224.51)."""
+def _plain(text: str) -> str:
+    """Typographic separators as ASCII ones, and every decimal digit (Arabic-Indic,
+    Devanagari, full-width) as its ASCII digit."""
+    text = text.translate(_SEPARATORS)
+    if text.isascii():
+        return text
+    return "".join(
+        str(unicodedata.decimal(ch)) if not ch.isascii() and ch.isdecimal() else ch for ch in text
+    )
+
+
+def _iso(currency: str | None) -> str | None:
+    if currency is None:
+        return None
+    currency = currency.strip()
+    return ISO_CURRENCY.get(currency, currency.upper() if len(currency) == 3 else currency)
+
+
+def _stock(value: Any) -> str | None:
+    """schema.org's availability word from a URL (`https://schema.org/InStock`), a short name
+    or OpenGraph's `in stock`."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    word = re.split(r"[/:#]", value.strip())[-1].strip().lower().replace("_", " ")
+    return STOCK.get(word) or STOCK.get(word.replace(" ", ""))
+
+
+# --- a price selector ---------------------------------------------------------------------
+
+
+def _selected(
+    tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str]
+) -> Iterator[Price]:
+    """One price per visible match; with `name`, the named element's text is left out of the
+    amount (a plan called `CX22` must not read as 22, or `CX22 4,51 €` as 224.51)."""
+    assert settings.selector is not None
+    selector, name = settings.selector, settings.name
     matches = tree.css(selector)
     if not matches:
-        raise ExtractionError(f"price selector {selector!r} matched nothing")
+        skipped.append(f"price selector {selector!r} matched nothing")
+        return
     for position, match in enumerate(matches, 1):
         shown = " ".join(match.text(separator=" ").split())[:80]
-        text, label = match.text(), None
+        if _hidden(match):
+            skipped.append(f"match {position} {shown!r}: hidden")
+            continue
+        if _struck(match):
+            skipped.append(f"match {position} {shown!r}: struck out")
+            continue
+        label = None
         if name is not None:
             named = match.css_first(name)
             if named is None:
-                raise ExtractionError(
-                    f"price name selector {name!r} matched nothing inside price {position} "
-                    f"({shown!r})"
-                )
-            text = text.replace(named.text(), " ", 1)
+                skipped.append(f"match {position} {shown!r}: price name {name!r} matched nothing")
+                continue
             label = " ".join(named.text().split())
         try:
-            amount, currency = parse_amount(text, f"price selector {selector!r}")
-        except ExtractionError:  # name what was there, as a reader sees it
-            raise ExtractionError(
-                f"price selector {selector!r}: no price in match {position} {shown!r}"
-            ) from None
-        yield Price(label or f"price {position}", amount, currency)
+            if settings.attribute is not None:
+                value = match.attributes.get(settings.attribute)
+                if not value:
+                    skipped.append(f"match {position}: no {settings.attribute!r} attribute")
+                    continue
+                amount, currency = parse_amount(value, "", structured=True)
+                regular = None
+            else:
+                amount, currency, regular = _shown_amount(match, name)
+        except ExtractionError:
+            skipped.append(f"price selector {selector!r}: no price in match {position} {shown!r}")
+            continue
+        yield Price(label or f"price {position}", amount, currency, regular)
 
 
-def _json_ld(tree: LexborHTMLParser) -> list[Price]:
-    found: list[Price] = []
-    for script in tree.css('script[type="application/ld+json"]'):
-        try:
-            data = json.loads(script.text())
-        except json.JSONDecodeError:
-            continue  # a broken block elsewhere on the page: the others may do
-        for offer, product in _offers(data, None):
-            found.extend(_offer_prices(offer, product))
+def _shown_amount(
+    match: LexborNode, name: str | None
+) -> tuple[Decimal, str | None, Decimal | None]:
+    """The amount a match shows now: struck-out and hidden parts and the name are set aside
+    (a struck-out amount is the regular price), then the number that reads as a price."""
+    match = match.clone()
+    if name is not None and (named := match.css_first(name)) is not None:
+        named.decompose()
+    regular = None
+    for struck in [n for n in match.css(f"{_STRUCK}, [class], [style]") if _struck_here(n)]:
+        if struck.parent is None:
+            continue  # inside a struck element already set aside
+        if regular is None:
+            with contextlib.suppress(ExtractionError):
+                regular = parse_amount(struck.text(), "")[0]
+        struck.decompose()
+    for hidden in [n for n in match.css("[hidden], [aria-hidden], [style]") if _hidden_here(n)]:
+        if hidden.parent is not None:
+            hidden.decompose()
+    text = _plain(" ".join(match.text(separator=" ").split()))
+    amount, currency = parse_amount(_priced_part(text), "")
+    return amount, currency, regular
+
+
+def _priced_part(text: str) -> str:
+    """Of several numbers, the one that reads as a price, with what is around it: a currency
+    beside it or "now" before it counts for it; parentheses (a review count), a quantity or
+    unit after it (`2 Litre`, `1 New from`) or "was" before it count against it."""
+    numbers = list(_NUMBER.finditer(text))
+    if len(numbers) <= 1:
+        return text
+    best, best_score = 0, None
+    for i, number in enumerate(numbers):
+        start = numbers[i - 1].end() if i else 0
+        end = numbers[i + 1].start() if i + 1 < len(numbers) else len(text)
+        before, after = text[start : number.start()], text[number.end() : end]
+        window = (before[-6:] + number.group() + after[:6]).strip()
+        score = 4 if ParsedPrice.fromstring(window).currency else 0
+        score += 2 if _NOW_BEFORE.search(before) else 0
+        score -= 3 if _WAS_BEFORE.search(before) else 0
+        score -= 4 if _NOT_AN_AMOUNT_AFTER.match(after) else 0
+        score -= 4 if before.rstrip().endswith("(") and after.lstrip().startswith(")") else 0
+        if best_score is None or score > best_score:
+            best, best_score = i, score
+    start = numbers[best - 1].end() if best else 0
+    end = numbers[best + 1].start() if best + 1 < len(numbers) else len(text)
+    return text[start:end]
+
+
+def _hidden(node: LexborNode) -> bool:
+    """Hidden by the page itself (`hidden`, `aria-hidden`, inline `display:none`), on the
+    node or one of its ancestors: a yearly price behind a monthly toggle is not shown."""
+    current: LexborNode | None = node
+    while current is not None and current.tag not in ("body", "html"):
+        if _hidden_here(current):
+            return True
+        current = current.parent
+    return False
+
+
+def _hidden_here(node: LexborNode) -> bool:
+    attributes = node.attributes
+    return (
+        "hidden" in attributes
+        or attributes.get("aria-hidden") == "true"
+        or bool(_HIDING_STYLE.search(attributes.get("style") or ""))
+    )
+
+
+def _struck(node: LexborNode) -> bool:
+    """Struck out, on the node or an ancestor."""
+    current: LexborNode | None = node
+    while current is not None and current.tag not in ("body", "html"):
+        if _struck_here(current):
+            return True
+        current = current.parent
+    return False
+
+
+def _struck_here(node: LexborNode) -> bool:
+    """`<del>`, `<s>`, `<strike>`, a line-through style or a "was"/"compare at" class."""
+    if node.tag in ("del", "s", "strike"):
+        return True
+    attributes = node.attributes
+    return "line-through" in (attributes.get("style") or "") or any(
+        _STRUCK_CLASS.search(token) for token in (attributes.get("class") or "").split()
+    )
+
+
+# --- structured data ------------------------------------------------------------------------
+
+
+def _structured(tree: LexborHTMLParser, skipped: list[str]) -> list[Price]:
+    """The first kind of structured data the page has, unless its prices are the struck-out
+    ones and another kind's are not (a JSON-LD regular price beside OpenGraph's sale price)."""
+    kinds = [
+        (kind, found)
+        for kind, found in (
+            ("JSON-LD", _json_ld(tree, skipped)),
+            ("microdata", _microdata(tree, skipped)),
+            ("OpenGraph", _open_graph(tree, skipped)),
+        )
+        if found
+    ]
+    if len(kinds) <= 1:
+        return kinds[0][1] if kinds else []
+    regular = {p.regular for _, found in kinds for p in found if p.regular is not None}
+    regular |= _struck_amounts(tree)
+    for kind, found in kinds:
+        if not any(p.amount in regular for p in found):
+            for other, passed in kinds[: kinds.index((kind, found))]:
+                amounts = ", ".join(f"{p.amount}" for p in passed)
+                skipped.append(f"{other} {amounts}: the struck-out price; {kind} is read")
+            return found
+    return kinds[0][1]
+
+
+def _struck_amounts(tree: LexborHTMLParser) -> set[Decimal]:
+    """Amounts the page shows struck out, or after "was"."""
+    found: set[Decimal] = set()
+    body = tree.body
+    if body is None:
+        return found
+    for node in body.css(f"{_STRUCK}, [class], [style]"):
+        if not _struck_here(node):
+            continue
+        with contextlib.suppress(ExtractionError):
+            found.add(parse_amount(node.text(), "")[0])
     return found
 
 
-def _offers(node: Any, product: str | None) -> Iterator[tuple[dict[str, Any], str | None]]:
-    """Every Offer/AggregateOffer in a JSON-LD tree, with the name of the product it is in."""
+def _json_ld(tree: LexborHTMLParser, skipped: list[str]) -> list[Price]:
+    found: list[Price] = []
+    for position, script in enumerate(tree.css('script[type*="ld+json" i]'), 1):
+        data = _lenient_json(script.text())
+        if data is None:
+            skipped.append(f"JSON-LD block {position}: not JSON")
+            continue
+        for offer, product in _offers(data, None):
+            found.extend(_offer_prices(offer, product, skipped))
+    return found
+
+
+def _lenient_json(text: str) -> Any:
+    """JSON as shops serve it: strict first (the common case, fast), then with raw control
+    characters in strings, then repaired (trailing commas, comments, a missing brace)."""
+    text = text.strip()
+    for wrapper in (("<!--", "-->"), ("<![CDATA[", "]]>"), ("//<![CDATA[", "//]]>")):
+        if text.startswith(wrapper[0]):
+            text = text.removeprefix(wrapper[0]).strip().removesuffix(wrapper[1]).strip()
+            text = text.removesuffix("//").strip()
+    if not text:
+        return None
+    try:
+        return json.loads(text, strict=False)
+    except json.JSONDecodeError:
+        pass
+    repaired = json_repair.loads(text)
+    return repaired if isinstance(repaired, dict | list) and repaired else None
+
+
+def _types(node: dict[str, Any]) -> set[str]:
+    """`@type` or `type`, short or as a URL (`http://schema.org/Offer`, `schema:Offer`)."""
+    value = node.get("@type", node.get("type"))
+    values = value if isinstance(value, list) else [value]
+    return {re.split(r"[/:#]", v)[-1] for v in values if isinstance(v, str)}
+
+
+def _offers(
+    node: Any, product: str | None, in_offers: bool = False
+) -> Iterator[tuple[dict[str, Any], str | None]]:
+    """Every offer in a JSON-LD tree, with the name of the product it is in. An untyped
+    object under `offers` that carries a price is an offer too."""
     if isinstance(node, list):
         for item in node:
-            yield from _offers(item, product)
+            yield from _offers(item, product, in_offers)
         return
     if not isinstance(node, dict):
         return
-    types = node.get("@type")
-    types = set(types) if isinstance(types, list) else {types}
-    if types & OFFER_TYPES:
-        if "AggregateOffer" in types and node.get("offers"):  # the plans themselves
-            yield from _offers(node["offers"], product)
+    types = _types(node)
+    priced = any(k in node for k in ("price", "lowPrice", "highPrice", "priceSpecification"))
+    if types & OFFER_TYPES or (in_offers and not types and priced):
+        inner = list(_offers(node["offers"], product, True)) if node.get("offers") else []
+        if any(_has_price(offer) for offer, _ in inner):
+            yield from inner  # the plans themselves, not their low and high
         else:
             yield node, product
         return
-    if "Product" in types and isinstance(node.get("name"), str):
+    if isinstance(node.get("name"), str) and "offers" in node:
         product = node["name"]
     for key, value in node.items():
         if key != "@context":
-            yield from _offers(value, product)
+            yield from _offers(value, product, key == "offers")
 
 
-def _offer_prices(offer: dict[str, Any], product: str | None) -> Iterator[Price]:
+def _has_price(offer: dict[str, Any]) -> bool:
+    return any(offer.get(k) not in (None, "") for k in ("price", "lowPrice", "priceSpecification"))
+
+
+def _offer_prices(
+    offer: dict[str, Any], product: str | None, skipped: list[str]
+) -> Iterator[Price]:
     name = next(
         (v for v in (offer.get("name"), offer.get("sku"), product) if isinstance(v, str) and v),
         "price",
     )
+    where = f"JSON-LD offer {name!r}"
     currency = offer.get("priceCurrency")
-    spec = offer.get("priceSpecification")
-    if isinstance(spec, list):
-        spec = spec[0] if spec else None
-    amounts = [
-        (name, offer.get("price", spec.get("price") if isinstance(spec, dict) else None)),
-        (f"{name} (low)", offer.get("lowPrice")),
-        (f"{name} (high)", offer.get("highPrice")),
-    ]
-    if isinstance(spec, dict):
-        currency = currency or spec.get("priceCurrency")
-    for label, value in amounts:
+    stock = _stock(offer.get("availability"))
+    specs = offer.get("priceSpecification") or []
+    specs = [s for s in (specs if isinstance(specs, list) else [specs]) if isinstance(s, dict)]
+    regular = None
+    specified: list[tuple[str, Any, Any]] = []  # (name, value, currency), as the page shows
+    for spec in specs:
+        kinds = {re.split(r"[/:#]", str(spec.get("priceType", "")))[-1]} | _types(spec)
+        value = spec.get("price")
+        if kinds & REGULAR_PRICE_TYPES:  # the struck-out price: kept as the regular one
+            regular = regular if regular is not None else _amount(value, where, skipped)
+        elif spec.get("validForMemberTier") is not None:
+            specified.append((f"{name} (member)", value, spec.get("priceCurrency")))
+        elif value is not None:
+            specified.append((name, value, spec.get("priceCurrency")))
+    price = offer.get("price")
+    if price is not None and (str(price).strip() or not specified):
+        shown = [(name, price, currency), *(s for s in specified if s[0] != name)]
+    else:
+        shown = specified
+    shown += [(f"{name} (low)", offer.get("lowPrice"), currency)]
+    shown += [(f"{name} (high)", offer.get("highPrice"), currency)]
+    for label, value, own_currency in shown:
         if value is None:
             continue
-        amount, written = parse_amount(str(value), f"JSON-LD offer {name!r}", structured=True)
-        yield Price(label, amount, currency if isinstance(currency, str) else written)
+        amount_currency = _amount_and_currency(value, where, skipped)
+        if amount_currency is None:
+            continue
+        amount, written = amount_currency
+        said = own_currency or currency
+        yield Price(
+            label,
+            amount,
+            _iso(said) if isinstance(said, str) and said else written,
+            regular if label == name and regular is not None and regular > amount else None,
+            stock,
+        )
 
 
-def _microdata(tree: LexborHTMLParser) -> list[Price]:
+def _amount(value: Any, where: str, skipped: list[str]) -> Decimal | None:
+    found = _amount_and_currency(value, where, skipped)
+    return found[0] if found else None
+
+
+def _amount_and_currency(
+    value: Any, where: str, skipped: list[str]
+) -> tuple[Decimal, str | None] | None:
+    if isinstance(value, list):
+        value = value[0] if value else None
+    if isinstance(value, dict):
+        value = value.get("@value", value.get("value"))
+    if value is None or isinstance(value, bool) or str(value).strip() == "":
+        skipped.append(f"{where}: an empty price")
+        return None
+    try:
+        return parse_amount(str(value), where, structured=True)
+    except ExtractionError as err:
+        skipped.append(str(err))
+        return None
+
+
+def _microdata(tree: LexborHTMLParser, skipped: list[str]) -> list[Price]:
     found = []
-    for node in tree.css('[itemprop="price"]'):
+    nodes = tree.css('[itemprop~="price"], [itemprop~="lowPrice"], [itemprop~="highPrice"]')
+    taken = {node.mem_id for node in nodes}
+    for node in nodes:
+        if _inside(node, taken):
+            continue  # an itemprop=price inside another is the same price
+        props = (node.attributes.get("itemprop") or "").split()
+        prop = next(p for p in ("price", "lowPrice", "highPrice") if p in props)
         scope = _scope(node)
         content = node.attributes.get("content")
-        value = content or node.text()
-        amount, written = parse_amount(value, "microdata price", structured=bool(content))
+        where = f"microdata {prop}"
+        try:
+            if content and content.strip():
+                try:
+                    amount, written = parse_amount(content, where, structured=True)
+                except ExtractionError:  # `content="itemprop value"`: the text may be it
+                    amount, written = parse_amount(node.text(), where)
+            else:
+                amount, written = parse_amount(node.text(), where)
+        except ExtractionError as err:
+            skipped.append(str(err))
+            continue
         currency = _property(scope, "priceCurrency") if scope is not None else None
+        stock = _stock(_property(scope, "availability")) if scope is not None else None
         name = None
         while scope is not None and name is None:
             name = _property(scope, "name") or _property(scope, "sku")
             scope = _scope(scope)
-        found.append(Price(name or "price", amount, currency or written))
+        label = name or "price"
+        if prop != "price":
+            label += " (low)" if prop == "lowPrice" else " (high)"
+        found.append(Price(label, amount, _iso(currency) if currency else written, None, stock))
     return found
+
+
+def _inside(node: LexborNode, taken: set[int]) -> bool:
+    parent = node.parent
+    while parent is not None:
+        if parent.mem_id in taken:
+            return True
+        parent = parent.parent
+    return False
 
 
 def _scope(node: LexborNode) -> LexborNode | None:
@@ -188,24 +562,48 @@ def _scope(node: LexborNode) -> LexborNode | None:
 
 
 def _property(scope: LexborNode, name: str) -> str | None:
-    node = scope.css_first(f'[itemprop="{name}"]')
-    if node is None:
+    """The scope's own property: not one of an item nested in it (a venue's name)."""
+    for node in scope.css(f'[itemprop~="{name}"]'):
+        owner = _scope(node)
+        if owner is None or owner.mem_id != scope.mem_id:
+            continue
+        value = node.attributes.get("content") or node.attributes.get("href") or node.text()
+        return " ".join(value.split()) or None
+    return None
+
+
+def _open_graph(tree: LexborHTMLParser, skipped: list[str]) -> list[Price]:
+    def meta(*props: str) -> str | None:
+        for prop in props:
+            node = tree.css_first(f'meta[property="{prop}"], meta[name="{prop}"]')
+            if node is not None and (value := node.attributes.get("content")):
+                return value
         return None
-    value = node.attributes.get("content") or node.text()
-    return " ".join(value.split()) or None
 
-
-def _open_graph(tree: LexborHTMLParser) -> list[Price]:
-    def meta(prop: str) -> str | None:
-        node = tree.css_first(f'meta[property="{prop}"]')
-        return node.attributes.get("content") if node is not None else None
-
-    value = meta("product:price:amount") or meta("og:price:amount")
+    listed = meta("product:price:amount", "og:price:amount")
+    sale = meta("product:sale_price:amount", "og:sale_price:amount")
+    value = sale or listed
     if value is None:
         return []
-    amount, written = parse_amount(value, "OpenGraph product:price:amount", structured=True)
-    currency = meta("product:price:currency") or meta("og:price:currency") or written
-    return [Price(meta("og:title") or "price", amount, currency)]
+    where = "OpenGraph product:price:amount"
+    found = _amount_and_currency(value, where, skipped)
+    if found is None:
+        return []
+    amount, written = found
+    standard = meta("og:price:standard_amount", "product:original_price:amount")
+    standard = standard or (listed if sale else None)
+    regular = _amount(standard, where, skipped) if standard else None
+    currency = meta("product:price:currency", "og:price:currency") or written
+    stock = _stock(meta("product:availability", "og:availability"))
+    return [
+        Price(
+            meta("og:title") or "price",
+            amount,
+            _iso(currency),
+            regular if regular is not None and regular > amount else None,
+            stock,
+        )
+    ]
 
 
 def _unique_names(prices: list[Price]) -> list[Price]:
@@ -215,5 +613,5 @@ def _unique_names(prices: list[Price]) -> list[Price]:
     for price in prices:
         seen[price.name] = seen.get(price.name, 0) + 1
         name = price.name if seen[price.name] == 1 else f"{price.name} ({seen[price.name]})"
-        unique.append(Price(name, price.amount, price.currency))
+        unique.append(Price(name, price.amount, price.currency, price.regular, price.availability))
     return unique

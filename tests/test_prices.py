@@ -36,7 +36,7 @@ STRUCTURED = PriceSettings()
 
 
 def read(page: str, settings: PriceSettings = STRUCTURED) -> list[tuple[str, str, str | None]]:
-    found = read_prices((PAGES / page).read_text(), settings)
+    found = read_prices((PAGES / page).read_text(), settings).prices
     return [(p.name, str(p.amount), p.currency) for p in found]
 
 
@@ -69,17 +69,17 @@ def test_open_graph_price() -> None:
 
 def test_a_price_selector_names_each_match_and_reads_european_formats() -> None:
     assert read("table-eu.html", PriceSettings(selector="tr.plan", name="th")) == [
-        ("Basis", "1234.56", "€"),
-        ("Plus", "12", "€"),
-        ("Pro", "9.90", "€"),
-        ("Stunde", "0.007", "€"),
+        ("Basis", "1234.56", "EUR"),
+        ("Plus", "12", "EUR"),
+        ("Pro", "9.90", "EUR"),
+        ("Stunde", "0.007", "EUR"),
         ("US", "1234.56", "$"),
     ]
 
 
 def test_a_name_with_digits_is_not_read_as_the_amount() -> None:
     html = "<div class=plan><b>CX22</b> 4,51 €</div><div class=plan><b>CX32</b>€ 7.59</div>"
-    found = read_prices(html, PriceSettings(selector=".plan", name="b"))
+    found = read_prices(html, PriceSettings(selector=".plan", name="b")).prices
     assert [(p.name, str(p.amount)) for p in found] == [("CX22", "4.51"), ("CX32", "7.59")]
 
 
@@ -88,24 +88,24 @@ def test_unnamed_matches_are_named_by_position_and_duplicates_stay_apart() -> No
         "<p class=p>$5</p><p class=p>$6</p>"
         "<div><b>Pro</b><i>$7</i></div><div><b>Pro</b><i>$8</i></div>"
     )
-    assert [p.name for p in read_prices(html, PriceSettings(selector="p.p"))] == [
+    assert [p.name for p in read_prices(html, PriceSettings(selector="p.p")).prices] == [
         "price 1",
         "price 2",
     ]
-    named = read_prices(html, PriceSettings(selector="div", name="b"))
+    named = read_prices(html, PriceSettings(selector="div", name="b")).prices
     assert [(p.name, p.amount) for p in named] == [("Pro", Decimal(7)), ("Pro (2)", Decimal(8))]
 
 
 @pytest.mark.parametrize(
     ("text", "amount", "currency"),
     [
-        ("1.234,56 €", "1234.56", "€"),
+        ("1.234,56 €", "1234.56", "EUR"),
         ("$1,234.56", "1234.56", "$"),
         ("12,-", "12", None),
         ("CHF 12.\u2013", "12", "CHF"),  # an en dash
         ("from $9/mo", "9", "$"),
         ("$0.007/hour", "0.007", "$"),
-        ("0,50 €", "0.50", "€"),
+        ("0,50 €", "0.50", "EUR"),
     ],
 )
 def test_amounts_as_pages_write_them(text: str, amount: str, currency: str | None) -> None:
@@ -246,7 +246,7 @@ def plans(basic: str, pro: str, banner: str = "") -> str:
 async def price_checker(
     pool: asyncpg.Pool, http: httpx.AsyncClient, site: Site, rules: PriceSettings
 ) -> Checker:
-    config = TargetConfig(target_id="acme", url=site.url, interval_seconds=3600, prices=rules)
+    config = TargetConfig(target_id="acme", url=site.url, interval_seconds=3600, price_mode=rules)
     await store.sync_target(pool, config, next_slot=SLOT, enabled=True)
     return Checker(pool, http, config)
 
@@ -311,7 +311,7 @@ async def test_new_rules_are_a_new_baseline(
     site.html = plans("9,90", "19,90")
     await checks.check()
     checks.config = checks.config.model_copy(
-        update={"prices": PLANS.model_copy(update={"notify_on": NotifyOn.DROP})}
+        update={"price_mode": PLANS.model_copy(update={"notify_on": NotifyOn.DROP})}
     )
     site.html = plans("9,90", "14,90")
     rebased = await checks.check()
@@ -322,8 +322,8 @@ async def test_a_page_without_prices_fails_permanently_with_what_it_found(
     pool: asyncpg.Pool, http: httpx.AsyncClient, site: Site
 ) -> None:
     checks = await price_checker(pool, http, site, PLANS)
-    site.html = plans("ask us", "19,90")
-    with pytest.raises(Exception, match=r"price selector 'tr.plan'.*Basic ask us"):
+    site.html = plans("ask us", "call us")
+    with pytest.raises(Exception, match=r"price selector 'tr.plan'.*Basic ask us.*Pro call us"):
         await checks.check()
     [(status, _, recorded_prices, _)] = await stored(pool)
     assert (status, recorded_prices) == ("failed", None), "never a guessed price"
@@ -353,8 +353,8 @@ async def test_a_price_notice_carries_each_move(
     views.PAYLOADS["notice"].validate_python(payload)  # as documented in docs/schemas/
     assert payload["type"] == "price.changed"
     assert payload["prices"] == [
-        {"name": "Pro", "old": "19.90", "new": "24.90", "currency": "€",
-         "previous_currency": "€", "change": "5.00", "change_percent": "25.13",
+        {"name": "Pro", "old": "19.90", "new": "24.90", "currency": "EUR",
+         "previous_currency": "EUR", "change": "5.00", "change_percent": "25.13",
          "rules": ["price-change"]},
     ]  # fmt: skip
     [message] = smtp_server[0].messages
@@ -362,4 +362,4 @@ async def test_a_price_notice_carries_each_move(
     text = message.get_payload(decode=True)
     assert isinstance(text, bytes)
     text = text.decode()
-    assert "Pro: 19.90 -> 24.90 € (+5.00, +25.13%) [price-change]" in text
+    assert "Pro: 19.90 -> 24.90 EUR (+5.00, +25.13%) [price-change]" in text
