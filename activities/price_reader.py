@@ -261,18 +261,29 @@ def _shown_amount(
         if hidden.parent is not None:
             hidden.decompose()
     text = _plain(" ".join(match.text(separator=" ").split()))
-    amount, currency = parse_amount(_priced_part(text), "")
+    priced, was = _priced_part(text)
+    amount, currency = parse_amount(priced, "")
+    if regular is None and was is not None:
+        with contextlib.suppress(ExtractionError):
+            regular = parse_amount(was, "")[0]
     return amount, currency, regular
 
 
-def _priced_part(text: str) -> str:
-    """Of several numbers, the one that reads as a price, with what is around it: a currency
-    beside it or "now" before it counts for it; parentheses (a review count), a quantity or
-    unit after it (`2 Litre`, `1 New from`) or "was" before it count against it."""
+def _priced_part(text: str) -> tuple[str, str | None]:
+    """Of several numbers, the one that reads as a price, with what is around it, and the
+    one after "was" if any (the regular price). A currency beside a number or "now" before it
+    counts for it; parentheses (a review count), a quantity or unit after it (`2 Litre`,
+    `1 New from`) or "was" before it count against it."""
     numbers = list(_NUMBER.finditer(text))
     if len(numbers) <= 1:
-        return text
-    best, best_score = 0, None
+        return text, None
+
+    def around(i: int) -> str:
+        start = numbers[i - 1].end() if i else 0
+        end = numbers[i + 1].start() if i + 1 < len(numbers) else len(text)
+        return text[start:end]
+
+    best, best_score, was = 0, None, None
     for i, number in enumerate(numbers):
         start = numbers[i - 1].end() if i else 0
         end = numbers[i + 1].start() if i + 1 < len(numbers) else len(text)
@@ -280,14 +291,14 @@ def _priced_part(text: str) -> str:
         window = (before[-6:] + number.group() + after[:6]).strip()
         score = 4 if ParsedPrice.fromstring(window).currency else 0
         score += 2 if _NOW_BEFORE.search(before) else 0
-        score -= 3 if _WAS_BEFORE.search(before) else 0
+        if _WAS_BEFORE.search(before):
+            score -= 3
+            was = around(i) if was is None else was
         score -= 4 if _NOT_AN_AMOUNT_AFTER.match(after) else 0
         score -= 4 if before.rstrip().endswith("(") and after.lstrip().startswith(")") else 0
         if best_score is None or score > best_score:
             best, best_score = i, score
-    start = numbers[best - 1].end() if best else 0
-    end = numbers[best + 1].start() if best + 1 < len(numbers) else len(text)
-    return text[start:end]
+    return around(best), was if was != around(best) else None
 
 
 def _hidden(node: LexborNode) -> bool:

@@ -16,7 +16,7 @@ from temporalio.testing import ActivityEnvironment
 from activities import store
 from activities.normalise import ExtractionError
 from activities.notify import NotifyActivities, SmtpSettings
-from activities.price_reader import parse_amount, read_prices
+from activities.price_reader import observe, parse_amount, read_prices
 from pricewatch import views
 from pricewatch.models import (
     Channel,
@@ -119,6 +119,138 @@ def test_a_price_that_cannot_be_read_names_the_selector_and_the_text() -> None:
         read_prices("<p>$5</p>", PriceSettings(selector="td"))
     with pytest.raises(ExtractionError, match="no prices on the page"):
         read_prices("<p>$5</p>", STRUCTURED)
+
+
+def shown(html: str | bytes, settings: PriceSettings = STRUCTURED) -> list[tuple[object, ...]]:
+    """What price mode records for a page served as text/html without a charset."""
+    body = html.encode() if isinstance(html, str) else html
+    found = observe(body, "text/html", settings).prices
+    return [(str(p.amount), p.currency, p.regular and str(p.regular)) for p in found]
+
+
+def ld(value: str) -> str:
+    return f'<script type="application/ld+json">{value}</script>'
+
+
+OFFER = '"@type": "Product", "name": "Kettle", "offers": '
+SELECTED = PriceSettings(selector=".p")
+
+
+@pytest.mark.parametrize(
+    ("html", "settings", "expected"),
+    [
+        # the current price wins; the struck-out one is kept as the regular price
+        ('<p class=p><del aria-hidden="true">€12,99</del> <ins>€9,99</ins></p>', SELECTED,
+         [("9.99", "EUR", "12.99")]),
+        ('<div class=p><s class="price-item--regular">$120.00</s><span>$60.00</span></div>',
+         SELECTED, [("60.00", "$", "120.00")]),
+        ('<div class=p><span class="compare-at-price">$80</span> $64</div>', SELECTED,
+         [("64", "$", "80")]),
+        ("<div class=p>Was $120.00 Now $60.00</div>", SELECTED, [("60.00", "$", "120.00")]),
+        (ld("{" + OFFER + '{"@type": "Offer", "priceCurrency": "EUR", "priceSpecification": ['
+            '{"priceType": "https://schema.org/StrikethroughPrice", "price": "129.00"},'
+            '{"@type": "UnitPriceSpecification", "price": "99.00"}]}}'),
+         STRUCTURED, [("99.00", "EUR", "129.00")]),
+        ('<meta property="og:price:amount" content="60.00">'
+         '<meta property="og:price:standard_amount" content="120.00">'
+         + ld("{" + OFFER + '{"@type": "Offer", "price": "120.00", "priceCurrency": "USD"}}'),
+         STRUCTURED, [("60.00", None, "120.00")]),
+        # one bad value never hides the good ones
+        ('<div itemscope><span itemprop="price" content="itemprop value">$5.00</span></div>'
+         '<div itemscope><span itemprop="price">Call for price</span></div>', STRUCTURED,
+         [("5.00", "$", None)]),
+        ('<p class=p>$5</p><p class=p></p>', SELECTED, [("5", "$", None)]),
+        # structured data as real shops write it
+        ('<div itemscope><meta itemprop="lowPrice" content="10"><meta itemprop="highPrice" '
+         'content="20"></div>', STRUCTURED, [("10", None, None), ("20", None, None)]),
+        (ld("{" + OFFER + '{"@type": "AggregateOffer", "lowPrice": 10, "highPrice": 20, '
+            '"offers": [{"@type": "Offer", "url": "a"}]}}'),
+         STRUCTURED, [("10", None, None), ("20", None, None)]),
+        (ld("{" + OFFER + '{"price": "10", "priceCurrency": "EUR"}}'), STRUCTURED,
+         [("10", "EUR", None)]),
+        (ld('{"@type": "http://schema.org/Product", "offers": {"@type": "http://schema.org/Offer"'
+            ', "price": "11"}}'), STRUCTURED, [("11", None, None)]),
+        (ld('{"type": "Product", "offers": {"type": "Offer", "price": "12"}}'), STRUCTURED,
+         [("12", None, None)]),
+        (ld("{" + OFFER + '{"@type": "Offer", "priceSpecification": [{"price": "50"}, '
+            '{"price": "45", "validForMemberTier": {"@id": "#gold"}}]}}'),
+         STRUCTURED, [("50", None, None), ("45", None, None)]),
+        (ld("{" + OFFER + '{"@type": "Offer", "price": "13",},}'), STRUCTURED,
+         [("13", None, None)]),
+        (ld('{"@type": "Product", "description": "two\nlines", // a comment\n'
+            ' "offers": {"@type": "Offer", "price": "14"}}'.replace("\\n", "\n")),
+         STRUCTURED, [("14", None, None)]),
+        (ld("<!--{" + OFFER + '{"@type": "Offer", "price": "15"}}-->'), STRUCTURED,
+         [("15", None, None)]),
+        (ld("//<![CDATA[\n{" + OFFER + '{"@type": "Offer", "price": "16"}}\n//]]>'),
+         STRUCTURED, [("16", None, None)]),
+        ('<div itemscope><span itemprop="price" content="7"><span itemprop="price">7</span>'
+         "</span></div>", STRUCTURED, [("7", None, None)]),
+        # numbers that are not the price
+        ("<div class=p>(22) $297.50</div>", SELECTED, [("297.50", "$", None)]),
+        ("<div class=p>1 New from $29.99</div>", SELECTED, [("29.99", "$", None)]),
+        ("<div class=p>2 Litre bottle 4,99 €</div>", SELECTED, [("4.99", "EUR", None)]),
+        ("<div class=p>$10/mo <span hidden>$100/yr</span></div>"
+         '<div class=p style="display: none">$100</div><div class=p aria-hidden="true">$9</div>',
+         SELECTED, [("10", "$", None)]),
+        ('<div class=p data-price="21.50">21,50 € <small>incl. VAT</small></div>',
+         PriceSettings(selector=".p", attribute="data-price"), [("21.50", None, None)]),
+        # text
+        (b'<html><head><meta charset="windows-1252"></head><p class=p>\x8012,50</p></html>',
+         SELECTED, [("12.50", "EUR", None)]),
+        (b'<meta http-equiv="Content-Type" content="text/html; charset=iso-8859-1">'
+         b"<p class=p>12,50 \x80</p>", SELECTED, [("12.50", "EUR", None)]),
+        ("<p class=p>CHF 1\u2019234.50</p>", SELECTED, [("1234.50", "CHF", None)]),
+        ("<p class=p>\u0663\u0664\u066b\u0665\u0660 SAR</p>", SELECTED,
+         [("34.50", "SAR", None)]),
+        ("<p class=p>423.923 KD</p>", SELECTED, [("423.923", "KWD", None)]),
+        ("<p class=p>\u00a35.00</p><p class=p>\u00a55.00</p>", SELECTED,
+         [("5.00", "GBP", None), ("5.00", "\u00a5", None)]),
+    ],
+)  # fmt: skip
+def test_the_price_a_shopper_sees(
+    html: str | bytes, settings: PriceSettings, expected: list[tuple[object, ...]]
+) -> None:
+    assert shown(html, settings) == expected
+
+
+def test_a_skipped_value_is_named_and_only_a_page_without_any_price_fails() -> None:
+    reading = read_prices("<p class=p>$5</p><p class=p>Call for price</p>", SELECTED)
+    assert reading.skipped == ["price selector '.p': no price in match 2 'Call for price'"]
+    with pytest.raises(ExtractionError, match=r"match 1 'Call'.*match 2 'Ask'"):
+        read_prices("<p class=p>Call</p><p class=p>Ask</p>", SELECTED)
+
+
+def test_when_structured_sources_disagree_the_one_the_page_shows_wins() -> None:
+    page = (
+        '<meta property="og:price:amount" content="60.00">'
+        + ld("{" + OFFER + '{"@type": "Offer", "price": "120.00"}}')
+        + "<body><del>$120.00</del> $60.00</body>"
+    )
+    reading = read_prices(page, STRUCTURED)
+    assert [p.amount for p in reading.prices] == [Decimal("60.00")]
+    assert reading.skipped == ["JSON-LD 120.00: the struck-out price; OpenGraph is read"]
+    alone = ld("{" + OFFER + '{"@type": "Offer", "price": "120.00"}}') + "<body>$120.00</body>"
+    assert [p.amount for p in read_prices(alone, STRUCTURED).prices] == [Decimal("120.00")]
+
+
+def test_availability_is_read_beside_each_price() -> None:
+    page = ld("{" + OFFER + '{"@type": "Offer", "price": "9", '
+              '"availability": "https://schema.org/OutOfStock"}}')  # fmt: skip
+    microdata = (
+        '<div itemscope><meta itemprop="price" content="9">'
+        '<link itemprop="availability" href="http://schema.org/InStock"></div>'
+    )
+    og = (
+        '<meta property="og:price:amount" content="9">'
+        '<meta property="og:availability" content="oos">'
+    )
+    assert [read_prices(p, STRUCTURED).prices[0].availability for p in (page, microdata, og)] == [
+        "OutOfStock",
+        "InStock",
+        "OutOfStock",
+    ]
+    assert listing(read_prices(page, STRUCTURED).prices) == "Kettle: 9, out of stock"
 
 
 def prices(*amounts: str, names: str = "ABC") -> list[Price]:
