@@ -173,7 +173,9 @@ class CheckActivities:
         if not claim.claimed:
             raise report.refused(self._claim_refused(check, claim))
         report.claimed()
-        rules = rules_fingerprint(check.selector, check.ignore, check.json_pointer, check.prices)
+        rules = rules_fingerprint(
+            check.selector, check.ignore, check.json_pointer, check.price_mode
+        )
         if not comparable(claim.previous_rules, rules):
             claim = claim.without_previous()
 
@@ -183,7 +185,7 @@ class CheckActivities:
             try:
                 with report.fetching():
                     page = await self._fetch(check, token, claim)
-                    outcome = await outcome_of(claim, page, rules, check.prices)
+                    outcome = await outcome_of(claim, page, rules, check.price_mode)
             except FetchError as err:
                 failure, outcome = err, failed_attempt(err)
 
@@ -235,7 +237,7 @@ class CheckActivities:
                 selector=check.selector,
                 ignore=check.ignore,
                 json_pointer=check.json_pointer,
-                prices=check.prices,
+                price_mode=check.price_mode,
             ),
             user_agent=check.user_agent,
             etag=claim.previous_etag,

@@ -257,11 +257,11 @@ async def _read_page(response: httpx.Response, extraction: Extraction) -> Page:
     # Off the event loop when heavy (a big page, a user's regex): heartbeats must not stall.
     inline = len(body) <= INLINE_WORK_BYTES and extraction.ignore is None
     reading = None
-    if extraction.prices is not None:
+    if extraction.price_mode is not None:
         reading = (
-            observe(body, full_type, extraction.prices)
+            observe(body, full_type, extraction.price_mode)
             if inline
-            else await asyncio.to_thread(observe, body, full_type, extraction.prices)
+            else await asyncio.to_thread(observe, body, full_type, extraction.price_mode)
         )
         text = listing(reading.prices)
     elif inline:

@@ -40,7 +40,7 @@ class Extraction:
     selector: str | None = None
     ignore: str | None = None
     json_pointer: str | None = None
-    prices: PriceSettings | None = None
+    price_mode: PriceSettings | None = None
     """Price mode: the page's prices are read instead (see activities.price_reader)."""
 
 

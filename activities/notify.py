@@ -95,7 +95,7 @@ def notice_body(
         "type": f"{kind}.{delivery.notice.value}",
         "target_id": delivery.target_id,
         "url": delivery.url,
-        "slot": format_slot(result.scheduled_for),
+        "slot": format_slot(result.slot),
         "work_id": result.work_id,
         "status": result.status.value,
         "previous_hash": result.previous_hash,
@@ -299,6 +299,4 @@ def _subject(delivery: DeliveryInput, price: bool = False) -> str:
         Notice.FAILING: "is failing",
         Notice.RECOVERED: "recovered",
     }[delivery.notice]
-    return (
-        f"[pricewatch] {delivery.target_id} {what} ({format_slot(delivery.result.scheduled_for)})"
-    )
+    return f"[pricewatch] {delivery.target_id} {what} ({format_slot(delivery.result.slot)})"

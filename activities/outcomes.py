@@ -11,14 +11,14 @@ from pricewatch.models import CheckStatus, PriceSettings
 
 
 async def outcome_of(
-    claim: store.Claim, page: Page, rules: str, price_rules: PriceSettings | None = None
+    claim: store.Claim, page: Page, rules: str, price_mode: PriceSettings | None = None
 ) -> store.Outcome:
     """`outcome`, in a thread only when it has real work: a big page, or a change (the
     excerpt diffs the previous snapshot, which can be much bigger than the page)."""
     status = compare(claim.previous_hash, page.sha256) if page.sha256 else None
     if page.size <= INLINE_WORK_BYTES and status is not CheckStatus.CHANGED:
-        return outcome(claim, page, rules, status, price_rules)
-    return await asyncio.to_thread(outcome, claim, page, rules, status, price_rules)
+        return outcome(claim, page, rules, status, price_mode)
+    return await asyncio.to_thread(outcome, claim, page, rules, status, price_mode)
 
 
 def outcome(
@@ -26,7 +26,7 @@ def outcome(
     page: Page,
     rules: str,
     status: CheckStatus | None,
-    price_rules: PriceSettings | None = None,
+    price_mode: PriceSettings | None = None,
 ) -> store.Outcome:
     """A 304 is the page as it was; a new state (the baseline, a change) keeps a snapshot
     and, for a change, an excerpt of what changed. In price mode every row keeps the prices
@@ -51,8 +51,8 @@ def outcome(
     if status is CheckStatus.CHANGED and claim.previous_snapshot is not None:
         change = snapshots.excerpt(snapshots.decompress(claim.previous_snapshot), page.text)
     moves = None
-    if status is CheckStatus.CHANGED and price_rules is not None and page.prices is not None:
-        moves = prices.moves(claim.previous_prices or [], page.prices, price_rules)
+    if status is CheckStatus.CHANGED and price_mode is not None and page.prices is not None:
+        moves = prices.moves(claim.previous_prices or [], page.prices, price_mode)
     return store.Outcome(
         status=status,
         result_hash=page.sha256,

@@ -93,7 +93,7 @@ class Entry(BaseModel):
             ignore=self.ignore,
             json_pointer=self.json_pointer,
             user_agent=self.user_agent,
-            prices=PriceSettings(**dict(self.prices)) if self.prices is not None else None,
+            price_mode=PriceSettings(**dict(self.prices)) if self.prices is not None else None,
             timeout_seconds=None if self.timeout is None else int(self.timeout.total_seconds()),
         )
 
@@ -203,8 +203,8 @@ def entry(config: TargetConfig, paused: bool = False) -> dict[str, object]:
         ),
     }
     said |= {key: value for key, value in optional.items() if value}
-    if config.prices is not None:
-        said["prices"] = config.prices.model_dump(mode="json", exclude_defaults=True)
+    if config.price_mode is not None:
+        said["prices"] = config.price_mode.model_dump(mode="json", exclude_defaults=True)
     return said
 
 

@@ -206,8 +206,8 @@ class Pricewatch:
             selector=config.selector, ignore=config.ignore, json_pointer=config.json_pointer
         )
         validate_extraction(rules)
-        if config.prices is not None:
-            validate_price_settings(config.prices)
+        if config.price_mode is not None:
+            validate_price_settings(config.price_mode)
         minimum = self.settings.min_interval
         if config.interval < minimum:
             raise BadInput(
@@ -350,7 +350,7 @@ class Pricewatch:
         if stored is None or target_id is None:
             raise BadInput(f"unknown work id {work_id!r}")
         handle = await self.workflow(target_id)
-        request = RetryRequest(scheduled_for=stored.scheduled_for, kind=stored.kind)
+        request = RetryRequest(slot=stored.slot, kind=stored.kind)
         result: CheckResult = await handle.execute_update(
             Update.RETRY_SLOT, request, result_type=CheckResult
         )

@@ -29,7 +29,7 @@ def final_result(
         return None
     if stored.status not in UNSETTLED:
         return stored
-    moved_on = next_slot is not None and next_slot > stored.scheduled_for
+    moved_on = next_slot is not None and next_slot > stored.slot
     if not retrying and stored.kind is CheckKind.SCHEDULED and moved_on:
         return stored
     return None
@@ -45,13 +45,13 @@ def rules_fingerprint(
     selector: str | None,
     ignore: str | None,
     json_pointer: str | None,
-    prices: PriceSettings | None = None,
+    price_mode: PriceSettings | None = None,
 ) -> str:
     """What the hash depends on besides the page: the extraction rules, and in price mode
     the price rules too (new rules start from a new baseline, so they tell no stale move)."""
     rules = [selector, ignore, json_pointer]
-    if prices is not None:
-        rules += [prices.model_dump_json(), PRICE_READER]
+    if price_mode is not None:
+        rules += [price_mode.model_dump_json(), PRICE_READER]
     return hashlib.sha256(json.dumps(rules).encode()).hexdigest()[:16]
 
 

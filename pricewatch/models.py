@@ -13,6 +13,7 @@ from typing import Annotated
 
 from pydantic import (
     AfterValidator,
+    AliasChoices,
     AnyHttpUrl,
     BaseModel,
     ConfigDict,
@@ -44,8 +45,17 @@ UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
 
 class Model(BaseModel):
     # Unknown fields are ignored, not refused: a field dropped in a later version must not
-    # stop old histories from decoding.
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    # stop old histories from decoding. A field renamed in 1.3 reads its new name and its
+    # 1.2 spelling and writes the 1.2 spelling (`serialization_alias`): payloads, histories
+    # and the config in Postgres stay readable by 1.2 workers during a rolling upgrade
+    # (docs/operations.md, "Renames ledger"). Code uses the new name only.
+    model_config = ConfigDict(
+        frozen=True,
+        extra="ignore",
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+    )
 
 
 class ChannelKind(StrEnum):
@@ -139,8 +149,12 @@ class TargetConfig(Model):
     """RFC 6901 pointer (JSON): only that value counts."""
     user_agent: str | None = None
     """Overrides pricewatch's User-Agent for this target."""
-    prices: PriceSettings | None = None
-    """Price mode (1.1): compare the page's prices, tell by these rules."""
+    price_mode: PriceSettings | None = Field(
+        default=None, validation_alias=AliasChoices("price_mode", "prices"),
+        serialization_alias="prices",
+    )  # fmt: skip
+    """Price mode (1.1): compare the page's prices, tell by these rules. Not the prices a
+    check read (`Page.prices`); the targets file and the wire call it `prices`."""
     timeout_seconds: int | None = None
     """How long the page may take (1.1), 5 to 120: the fetch's overall deadline and its
     limit per read. None: the default (10 s per read, 30 s in all)."""
@@ -156,7 +170,7 @@ class TargetConfig(Model):
 
     @model_validator(mode="after")
     def _one_mode(self) -> "TargetConfig":
-        if self.prices is not None and (self.selector or self.json_pointer or self.ignore):
+        if self.price_mode is not None and (self.selector or self.json_pointer or self.ignore):
             raise ValueError(
                 "price mode reads the prices alone: selector, ignore and json_pointer do not "
                 "apply (use a price selector)"
@@ -206,7 +220,10 @@ class CheckResult(Model):
     """The durable outcome of one slot, as stored: digests only, never the page."""
 
     work_id: str
-    scheduled_for: UtcDatetime
+    slot: UtcDatetime = Field(
+        validation_alias=AliasChoices("slot", "scheduled_for"), serialization_alias="scheduled_for"
+    )
+    """The slot this row records (the `scheduled_for` column; on the wire until 1.4)."""
     kind: CheckKind = CheckKind.SCHEDULED
     status: CheckStatus
     checked_at: UtcDatetime
@@ -238,7 +255,10 @@ class CheckInput(Model):
     ignore: str | None = None
     json_pointer: str | None = None
     user_agent: str | None = None
-    prices: PriceSettings | None = None
+    price_mode: PriceSettings | None = Field(
+        default=None, validation_alias=AliasChoices("price_mode", "prices"),
+        serialization_alias="prices",
+    )  # fmt: skip
     timeout_seconds: int | None = None
     """The target's fetch timeout (1.1); None: the default."""
     asked_at: UtcDatetime | None = None
@@ -257,7 +277,7 @@ class CheckInput(Model):
         return cls(
             target_id=config.target_id, url=config.url, slot=slot, kind=kind, retry=retry,
             selector=config.selector, ignore=config.ignore, json_pointer=config.json_pointer,
-            user_agent=config.user_agent, prices=config.prices,
+            user_agent=config.user_agent, price_mode=config.price_mode,
             timeout_seconds=config.timeout_seconds,
         )  # fmt: skip
 
@@ -364,7 +384,9 @@ class DeliveryFailureInput(Model):
 class RetryRequest(Model):
     """Re-run one failed slot (scheduled or manual) of this target."""
 
-    scheduled_for: UtcDatetime
+    slot: UtcDatetime = Field(
+        validation_alias=AliasChoices("slot", "scheduled_for"), serialization_alias="scheduled_for"
+    )
     kind: CheckKind = CheckKind.SCHEDULED
 
 

@@ -86,7 +86,7 @@ class PricesRow(View):
     """`prices`: the prices one slot's check read, oldest slot first."""
 
     work_id: str
-    scheduled_for: datetime
+    slot: datetime
     status: str
     prices: list[PriceView]
 
@@ -155,12 +155,14 @@ SCHEMAS = Path(__file__).resolve().parent.parent / "docs" / "schemas"
 def schema(name: str) -> str:
     """The JSON Schema of a command's `--json` output or of a payload."""
     shape = OUTPUTS.get(name) or PAYLOADS[name]
-    return json.dumps(shape.json_schema(mode="serialization"), indent=2) + "\n"
+    return json.dumps(shape.json_schema(mode="serialization", by_alias=False), indent=2) + "\n"
 
 
 def dump(command: str, value: object) -> str:
-    """The command's `--json` output."""
-    return OUTPUTS[command].dump_json(value, indent=2).decode()
+    """The command's `--json` output. It names fields as the code does (`slot`), not by the
+    1.2 spellings the models keep on the wire (`scheduled_for`, see `pricewatch.models.Model`):
+    a script reads one name per concept."""
+    return OUTPUTS[command].dump_json(value, indent=2, by_alias=False).decode()
 
 
 def write_schemas(folder: Path = SCHEMAS) -> None:

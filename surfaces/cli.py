@@ -299,7 +299,7 @@ async def add(
         ignore=ignore,
         json_pointer=json_pointer,
         user_agent=user_agent,
-        prices=PriceSettings.model_validate(given) if prices or given else None,
+        price_mode=PriceSettings.model_validate(given) if prices or given else None,
         timeout_seconds=parse_timeout(fetch_timeout),
     )
     async with pricewatch() as client:

@@ -38,7 +38,7 @@ def status(status: MonitorStatus, retrying: list[CheckResult], link: str) -> lis
         f"url:        {config.url}",
         f"every:      {format_duration(config.interval)}",
         f"timeout:    {fetch_timeout(config)}",
-        *([f"prices:     {price_rules(config.prices)}"] if config.prices else []),
+        *([f"prices:     {price_rules(config.price_mode)}"] if config.price_mode else []),
         f"state:      {'paused' if status.paused else 'active'}",
         f"health:     {health if status.unhealthy else 'healthy'}",
         f"next slot:  {format_slot(status.next_slot) if status.next_slot else '-'}",
@@ -133,7 +133,7 @@ def prices(rows: Sequence[PricesRow]) -> None:
     table(
         ["SLOT", "STATUS", *names],
         [
-            [format_slot(row.scheduled_for), row.status]
+            [format_slot(row.slot), row.status]
             + [amount(found[n]) if n in found else "-" for n in names]
             for row in rows
             for found in [{price.name: price for price in row.prices}]
@@ -153,7 +153,7 @@ def plot_prices(target_id: str, rows: Sequence[PricesRow], path: Path) -> None:
     figure, axes = pyplot.subplots(figsize=(10, 5), layout="constrained")
     names = list(dict.fromkeys(price.name for row in rows for price in row.prices))
     for name in names:
-        points = [(row.scheduled_for, p) for row in rows for p in row.prices if p.name == name]
+        points = [(row.slot, p) for row in rows for p in row.prices if p.name == name]
         currency = points[-1][1].currency or ""
         axes.step(
             [when for when, _ in points],  # type: ignore[arg-type]  # matplotlib takes dates

@@ -130,7 +130,7 @@ async def worker_process(
 
 CHANGED = CheckResult(
     work_id="acme:2026-08-07T08:00:00Z",
-    scheduled_for=SLOT,
+    slot=SLOT,
     status=CheckStatus.CHANGED,
     checked_at=SLOT,
     attempt_count=1,

@@ -111,7 +111,7 @@ async def drive(client: Client, activities: Activities, page_url: str) -> list[s
         # Price mode: the price goes up and down; only the drops are told (1.1).
         priced = config.model_copy(
             update={"target_id": "recorded-prices", "url": page_url + "plans",
-                    "prices": PriceSettings(selector="p", notify_on=NotifyOn.DROP)}
+                    "price_mode": PriceSettings(selector="p", notify_on=NotifyOn.DROP)}
         )  # fmt: skip
         started = await start_monitor(
             client, MonitorState(config=priced, min_interval_seconds=1), TASK_QUEUE

@@ -18,7 +18,7 @@ hashes = st.text(alphabet="0123456789abcdef", min_size=1, max_size=4)
 def stored(status: CheckStatus, kind: CheckKind = CheckKind.SCHEDULED) -> CheckResult:
     observed = status in (CheckStatus.UNCHANGED, CheckStatus.CHANGED)
     return CheckResult(
-        work_id="acme:x", scheduled_for=T0, kind=kind, status=status, checked_at=T0,
+        work_id="acme:x", slot=T0, kind=kind, status=status, checked_at=T0,
         attempt_count=1, result_hash="h" if observed else None,
     )  # fmt: skip
 

@@ -50,10 +50,10 @@ def test_a_good_file_reads_as_configs(tmp_path: Path) -> None:
     )  # fmt: skip
     assert hetzner.entry.paused and not acme.entry.paused
     assert acme.config.max_attempts == 2 and acme.where.endswith("targets.yaml:9")
-    assert plans.config.prices == PriceSettings(
+    assert plans.config.price_mode == PriceSettings(
         selector="tr.plan", name="th", below=Decimal("9.50"), notify_on=NotifyOn.DROP
     )
-    assert shop.config.prices == PriceSettings(), "`prices: {}` is price mode on structured data"
+    assert shop.config.price_mode == PriceSettings(), "`prices: {}`: price mode, structured data"
 
 
 @pytest.mark.parametrize(

@@ -98,7 +98,7 @@ async def an_email_fails_within_the_send_deadline(
     now = datetime.now(UTC)
     await store.sync_target(pool, config, next_slot=now, enabled=True)
     result = CheckResult(
-        work_id="acme:x", scheduled_for=now, kind=CheckKind.SCHEDULED,
+        work_id="acme:x", slot=now, kind=CheckKind.SCHEDULED,
         status=CheckStatus.CHANGED, checked_at=now, attempt_count=1,
     )  # fmt: skip
     delivery = DeliveryInput(

@@ -631,14 +631,14 @@ async def test_retry_reruns_a_failed_slot_on_its_row_and_never_refetches_a_good_
         handle = await start(config, start_at=anchor)
         await time_skipping_env.sleep(timedelta(hours=1, minutes=30))
         page_server.set(path, "back")
-        request = RetryRequest(scheduled_for=anchor)
+        request = RetryRequest(slot=anchor)
         retried = await handle.execute_update("retry_slot", request, result_type=CheckResult)
         assert (retried.status, retried.attempt_count) == (CheckStatus.UNCHANGED, 2)
         hits = page_server.hits[path]
         again = await handle.execute_update("retry_slot", request, result_type=CheckResult)
         assert again == retried and page_server.hits[path] == hits, "fetched a good slot again"
         with pytest.raises(WorkflowUpdateFailedError):
-            future = RetryRequest(scheduled_for=anchor + 5 * HOUR)
+            future = RetryRequest(slot=anchor + 5 * HOUR)
             await handle.execute_update("retry_slot", future, result_type=CheckResult)
         assert (await handle.query(MonitorTarget.status)).next_slot == anchor + HOUR
     records = await rows(pool, config.target_id)

@@ -168,7 +168,7 @@ async def serve(settings: Settings, database_url: str, demo_url: str | None, ver
                 TargetConfig(target_id=DEMO_TARGET, url=demo_url,
                              interval_seconds=DEMO_INTERVAL_SECONDS),
                 TargetConfig(target_id=DEMO_PLANS_TARGET, url=f"{demo_url}plans",
-                             interval_seconds=DEMO_INTERVAL_SECONDS, prices=PriceSettings()),
+                             interval_seconds=DEMO_INTERVAL_SECONDS, price_mode=PriceSettings()),
             ]  # fmt: skip
             for config in demos:
                 # Anchored as `pricewatch add` does.

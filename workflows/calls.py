@@ -222,7 +222,7 @@ def unrecorded(
     every retry), or was stopped: still reported to the caller and counted for health."""
     return CheckResult(
         work_id=check.work_id,
-        scheduled_for=check.slot,
+        slot=check.slot,
         kind=check.kind,
         status=CheckStatus.FAILED,
         checked_at=workflow.now(),

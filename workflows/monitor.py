@@ -257,14 +257,12 @@ class MonitorTarget:
     async def retry_slot(self, request: RetryRequest) -> CheckResult:
         """Re-run one failed slot now, on its own row; a slot that succeeded meanwhile is
         returned as recorded, not fetched again. The schedule is untouched."""
-        check = CheckInput.of(self.state.config, request.scheduled_for, request.kind, retry=True)
+        check = CheckInput.of(self.state.config, request.slot, request.kind, retry=True)
         return await self._extra_check(check)
 
     @retry_slot.validator
     def _validate_retry(self, request: RetryRequest) -> None:
-        not_yet_due = (
-            self.state.next_slot is not None and request.scheduled_for >= self.state.next_slot
-        )
+        not_yet_due = self.state.next_slot is not None and request.slot >= self.state.next_slot
         if request.kind is CheckKind.SCHEDULED and not_yet_due:
             raise ValueError("only slots that already fell due can be retried")
 

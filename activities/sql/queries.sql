@@ -14,7 +14,7 @@ WITH target AS (
     SELECT enabled, next_slot, lease_token, lease_expires_at FROM monitor_targets
      WHERE id = :target_id
 ), existing AS (
-    SELECT work_id, scheduled_for, kind, status, checked_at, attempt_count, result_hash,
+    SELECT work_id, scheduled_for AS slot, kind, status, checked_at, attempt_count, result_hash,
            previous_hash, error_message, next_attempt_at, notify
       FROM source_checks WHERE work_id = :work_id
 ), claimed AS (
@@ -78,8 +78,8 @@ WITH lease AS (
            next_attempt_at = excluded.next_attempt_at, prices = excluded.prices,
            price_moves = excluded.price_moves, notify = excluded.notify
      WHERE c.status IN ('retrying', 'failed', 'skipped')  -- a real result replaces a placeholder
-    RETURNING work_id, scheduled_for, kind, status, checked_at, attempt_count, result_hash,
-              previous_hash, error_message, next_attempt_at, notify
+    RETURNING work_id, scheduled_for AS slot, kind, status, checked_at, attempt_count,
+              result_hash, previous_hash, error_message, next_attempt_at, notify
 ), pruned AS (
     -- Keep the newest :snapshots_kept snapshots of the target (this new one included).
     UPDATE source_checks SET snapshot = NULL
@@ -144,8 +144,8 @@ WITH target AS (
     ON CONFLICT (work_id) DO UPDATE
        SET status = 'failed', error_message = excluded.error_message, next_attempt_at = NULL
      WHERE c.status IN ('retrying', 'failed')
-    RETURNING work_id, scheduled_for, kind, status, checked_at, attempt_count, result_hash,
-              previous_hash, error_message, next_attempt_at
+    RETURNING work_id, scheduled_for AS slot, kind, status, checked_at, attempt_count,
+              result_hash, previous_hash, error_message, next_attempt_at
 ), moved AS (
     -- The schedule's rule, as in `commit` (0005_advance.sql).
     UPDATE monitor_targets t
@@ -261,7 +261,7 @@ ON CONFLICT (target_id, channel_id) DO NOTHING;
 -- Changes between two slots with a channel (that existed when the change was recorded) that
 -- has neither sent nor given up: the run that recorded them is not the one asking, so
 -- nobody else will tell the channels.
-SELECT work_id, scheduled_for, kind, status, checked_at, attempt_count, result_hash,
+SELECT work_id, scheduled_for AS slot, kind, status, checked_at, attempt_count, result_hash,
        previous_hash, error_message, next_attempt_at, notify
   FROM source_checks c
  WHERE c.target_id = :target_id AND c.kind = 'scheduled' AND c.status = 'changed' AND c.notify
@@ -286,7 +286,7 @@ SELECT id, enabled, config FROM monitor_targets ORDER BY id;
 SELECT EXISTS (SELECT 1 FROM monitor_targets WHERE id = :target_id);
 
 -- name: stored_check
-SELECT work_id, scheduled_for, kind, status, checked_at, attempt_count, result_hash,
+SELECT work_id, scheduled_for AS slot, kind, status, checked_at, attempt_count, result_hash,
        previous_hash, error_message, next_attempt_at, notify
   FROM source_checks WHERE work_id = :work_id;
 
@@ -315,21 +315,21 @@ SELECT t.id, t.url, t.interval_seconds, t.enabled, t.next_slot,
 
 -- name: price_history
 -- The prices each slot's check read (price mode), oldest first, from :since on.
-SELECT work_id, scheduled_for, status, prices FROM (
-    SELECT work_id, scheduled_for, status, prices FROM source_checks
+SELECT work_id, slot, status, prices FROM (
+    SELECT work_id, scheduled_for AS slot, status, prices FROM source_checks
      WHERE target_id = :target_id AND prices IS NOT NULL AND scheduled_for >= :since
      ORDER BY scheduled_for DESC LIMIT :limit) newest
- ORDER BY scheduled_for;
+ ORDER BY slot;
 
 -- name: check_history
-SELECT work_id, scheduled_for, kind, status, checked_at, attempt_count, result_hash,
+SELECT work_id, scheduled_for AS slot, kind, status, checked_at, attempt_count, result_hash,
        previous_hash, error_message, next_attempt_at
   FROM source_checks
  WHERE target_id = :target_id ORDER BY scheduled_for DESC LIMIT :limit;
 
 -- name: failed_checks
 -- Dead letters and slots still being retried, newest first.
-SELECT work_id, scheduled_for, kind, status, checked_at, attempt_count, result_hash,
+SELECT work_id, scheduled_for AS slot, kind, status, checked_at, attempt_count, result_hash,
        previous_hash, error_message, next_attempt_at
   FROM source_checks
  WHERE status IN ('retrying', 'failed') AND (:target_id::text IS NULL OR target_id = :target_id)
