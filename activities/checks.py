@@ -98,13 +98,13 @@ def next_attempt_in(err: FetchError) -> timedelta | None:
     return retry_delay(policy, info.attempt, err.retry_after)
 
 
-def execution_id() -> str:
-    """One per attempt, unique across runs and resets: the lease token. A local activity's
+def this_execution_id() -> str:
+    """One per attempt, unique across runs and resets: the lease holder. A local activity's
     attempt is recorded only when it completes, so after a crash the replaying worker runs
     the same "attempt" again: it gets a random suffix, unique per execution."""
     info = activity.info()
-    token = f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}"
-    return f"{token}/local-{uuid.uuid4().hex[:12]}" if info.is_local else token
+    attempt = f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}"
+    return f"{attempt}/local-{uuid.uuid4().hex[:12]}" if info.is_local else attempt
 
 
 @contextlib.contextmanager
@@ -163,9 +163,9 @@ class CheckActivities:
     async def check_slot(self, check: CheckInput) -> CheckResult:
         """Claim, decide, fetch, commit: the row and the schedule together, once per slot
         however often this runs. `Report` tells what became of this attempt."""
-        token = execution_id()
-        report = Report(check, token)
-        claim = await self._claim(check, token)
+        execution_id = this_execution_id()
+        report = Report(check, execution_id)
+        claim = await self._claim(check, execution_id)
 
         if stored := final_result(claim.existing, claim.next_slot, retrying=check.retry):
             report.already_recorded(stored)
@@ -184,12 +184,12 @@ class CheckActivities:
         try:
             try:
                 with report.fetching():
-                    page = await self._fetch(check, token, claim)
+                    page = await self._fetch(check, execution_id, claim)
                     outcome = await outcome_of(claim, page, rules, check.price_mode)
             except FetchError as err:
                 failure, outcome = err, failed_attempt(err)
 
-            result = await self._commit(check, token, outcome)
+            result = await self._commit(check, execution_id, outcome)
             committed = result is not None
             if failure is not None:
                 report.attempt_failed(failure, outcome.next_attempt_in)
@@ -199,9 +199,9 @@ class CheckActivities:
             return report.recorded(result, outcome)
         finally:
             if not committed:
-                await store.release(self.pool, target_id=check.target_id, token=token)
+                await store.release(self.pool, target_id=check.target_id, execution_id=execution_id)
 
-    async def _claim(self, check: CheckInput, token: str) -> store.Claim:
+    async def _claim(self, check: CheckInput, execution_id: str) -> store.Claim:
         """Take the target's lease and read what the check compares with. A target the
         database lacks or holds paused disagrees with the workflow (row deleted, restored
         database, a lost sync): the workflow re-syncs and tries again."""
@@ -210,7 +210,7 @@ class CheckActivities:
                 self.pool,
                 target_id=check.target_id,
                 work_id=check.work_id,
-                token=token,
+                execution_id=execution_id,
                 lease=CHECK_LEASE,
                 on_schedule=check.on_schedule,
                 slot=check.slot,
@@ -223,7 +223,7 @@ class CheckActivities:
             )
         return claim
 
-    async def _fetch(self, check: CheckInput, token: str, claim: store.Claim) -> Page:
+    async def _fetch(self, check: CheckInput, execution_id: str, claim: store.Claim) -> Page:
         """Fetch with `self.fetcher`, heartbeating to Temporal and extending the lease while
         it runs.
 
@@ -254,7 +254,10 @@ class CheckActivities:
                     if not activity.info().is_local:  # a local one has no heartbeat timeout
                         activity.heartbeat()
                     if not await store.extend_lease(
-                        self.pool, target_id=check.target_id, token=token, lease=CHECK_LEASE
+                        self.pool,
+                        target_id=check.target_id,
+                        execution_id=execution_id,
+                        lease=CHECK_LEASE,
                     ):
                         raise expected_failure(
                             f"lost the lease on {check.target_id} while fetching", LEASE_HELD
@@ -266,7 +269,7 @@ class CheckActivities:
                         await fetch
 
     async def _commit(
-        self, check: CheckInput, token: str, outcome: store.Outcome
+        self, check: CheckInput, execution_id: str, outcome: store.Outcome
     ) -> CheckResult | None:
         """Record the attempt on the slot's one row; None if the lease was lost or the slot
         was final already. Only a result advances the schedule: a failed attempt's row waits
@@ -275,7 +278,7 @@ class CheckActivities:
             return await store.commit(
                 self.pool,
                 target_id=check.target_id,
-                token=token,
+                execution_id=execution_id,
                 work_id=check.work_id,
                 slot=check.slot,
                 kind=check.kind,

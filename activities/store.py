@@ -115,13 +115,13 @@ async def claim(
     *,
     target_id: str,
     work_id: str,
-    token: str,
+    execution_id: str,
     lease: timedelta,
     on_schedule: bool,
     slot: datetime,
 ) -> Claim:
     row = await QUERIES["claim"].fetchrow(
-        pool, target_id=target_id, work_id=work_id, token=token, lease=lease,
+        pool, target_id=target_id, work_id=work_id, execution_id=execution_id, lease=lease,
         on_schedule=on_schedule, slot=slot,
     )  # fmt: skip
     assert row is not None
@@ -149,7 +149,7 @@ async def commit(
     pool: asyncpg.Pool,
     *,
     target_id: str,
-    token: str,
+    execution_id: str,
     work_id: str,
     slot: datetime,
     kind: CheckKind,
@@ -163,8 +163,8 @@ async def commit(
     With `advance` (a final outcome of the due slot), the schedule moves to the first grid
     point after now (`next_slot`), and each slot it passes gets a skipped row."""
     row = await QUERIES["commit"].fetchrow(
-        pool, target_id=target_id, token=token, work_id=work_id, slot=slot, kind=kind.value,
-        status=outcome.status.value, result_hash=outcome.result_hash,
+        pool, target_id=target_id, execution_id=execution_id, work_id=work_id, slot=slot,
+        kind=kind.value, status=outcome.status.value, result_hash=outcome.result_hash,
         previous_hash=outcome.previous_hash, http_status=outcome.http_status,
         body_bytes=outcome.body_bytes, error_message=outcome.error_message, etag=outcome.etag,
         last_modified=outcome.last_modified, snapshot=outcome.snapshot, excerpt=outcome.excerpt,
@@ -176,13 +176,16 @@ async def commit(
     return None if row is None else _result(row)
 
 
-async def release(pool: asyncpg.Pool, *, target_id: str, token: str) -> bool:
-    return await QUERIES["release"].execute(pool, target_id=target_id, token=token) == "UPDATE 1"
+async def release(pool: asyncpg.Pool, *, target_id: str, execution_id: str) -> bool:
+    status = await QUERIES["release"].execute(pool, target_id=target_id, execution_id=execution_id)
+    return status == "UPDATE 1"
 
 
-async def extend_lease(pool: asyncpg.Pool, *, target_id: str, token: str, lease: timedelta) -> bool:
+async def extend_lease(
+    pool: asyncpg.Pool, *, target_id: str, execution_id: str, lease: timedelta
+) -> bool:
     status = await QUERIES["extend_lease"].execute(
-        pool, target_id=target_id, token=token, lease=lease
+        pool, target_id=target_id, execution_id=execution_id, lease=lease
     )
     return status == "UPDATE 1"
 

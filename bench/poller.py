@@ -20,7 +20,7 @@ from pricewatch.settings import Settings
 from pricewatch.slots import work_id
 from workers.worker import WorkerTuning, address_policy, keep_session
 
-# Lease the due rows (each with its own token) and read each one's last good hash, in one
+# Lease the due rows (each with its own holder) and read each one's last good hash, in one
 # statement; rows another poller holds are skipped, not waited for.
 CLAIM_DUE = """
 WITH due AS (
@@ -60,7 +60,7 @@ async def check(pool: asyncpg.Pool, http: httpx.AsyncClient, row: asyncpg.Record
     await store.commit(
         pool,
         target_id=row["id"],
-        token=row["lease_token"],
+        execution_id=row["lease_token"],
         work_id=work_id(row["id"], slot),
         slot=slot,
         kind=CheckKind.SCHEDULED,

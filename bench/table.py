@@ -135,16 +135,16 @@ async def hot_path(pool: asyncpg.Pool, targets: list[str]) -> Latency:
     claims, commits = [], []
     for target_id in targets:
         slot = await pool.fetchval("SELECT next_slot FROM monitor_targets WHERE id = $1", target_id)
-        wid, token = work_id(target_id, slot), f"bench/{target_id}"
+        wid, execution_id = work_id(target_id, slot), f"bench/{target_id}"
         started = time.perf_counter()
         claim = await store.claim(
-            pool, target_id=target_id, work_id=wid, token=token, lease=LEASE,
+            pool, target_id=target_id, work_id=wid, execution_id=execution_id, lease=LEASE,
             on_schedule=True, slot=slot,
         )  # fmt: skip
         claimed = time.perf_counter()
         assert claim.claimed and claim.previous_hash, target_id
         result = await store.commit(
-            pool, target_id=target_id, token=token, work_id=wid, slot=slot,
+            pool, target_id=target_id, execution_id=execution_id, work_id=wid, slot=slot,
             kind=CheckKind.SCHEDULED, outcome=GOOD, advance=True,
         )  # fmt: skip
         committed = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Stale attempts are fenced out by the lease token, with real Postgres and a real page
+"""Stale attempts are fenced out by the lease holder, with real Postgres and a real page
 server. Each attempt is the real `check_slot` activity with its own execution id (the SDK's
 ActivityEnvironment supplies the attempt's info), so the race is reproduced exactly."""
 

@@ -30,19 +30,19 @@ FIRST = store.Outcome(status=CheckStatus.UNCHANGED, result_hash="a" * 64, http_s
 LATE = store.Outcome(status=CheckStatus.CHANGED, result_hash="b" * 64, previous_hash="a" * 64)
 
 
-async def claim(pool: asyncpg.Pool, check: CheckInput, token: str) -> store.Claim:
+async def claim(pool: asyncpg.Pool, check: CheckInput, execution_id: str) -> store.Claim:
     return await store.claim(
-        pool, target_id=check.target_id, work_id=check.work_id, token=token, lease=LEASE,
-        on_schedule=check.on_schedule, slot=check.slot,
+        pool, target_id=check.target_id, work_id=check.work_id, execution_id=execution_id,
+        lease=LEASE, on_schedule=check.on_schedule, slot=check.slot,
     )  # fmt: skip
 
 
 async def commit(
-    pool: asyncpg.Pool, check: CheckInput, token: str, outcome: store.Outcome
+    pool: asyncpg.Pool, check: CheckInput, execution_id: str, outcome: store.Outcome
 ) -> CheckResult | None:
     return await store.commit(
-        pool, target_id=check.target_id, token=token, work_id=check.work_id, slot=check.slot,
-        kind=check.kind, outcome=outcome, advance=check.on_schedule,
+        pool, target_id=check.target_id, execution_id=execution_id, work_id=check.work_id,
+        slot=check.slot, kind=check.kind, outcome=outcome, advance=check.on_schedule,
     )  # fmt: skip
 
 
@@ -83,7 +83,7 @@ async def test_a_claim_read_before_a_final_commit_cannot_overwrite_it(
     check = await make_check(pool)
     assert (await claim(pool, check, "first")).claimed
     # The first attempt outlived its lease (a slow fetch), so Temporal's next attempt may
-    # claim; the first still holds the token and commits, as it may until someone claims.
+    # claim; the first still holds the lease and commits, as it may until someone claims.
     await pool.execute("UPDATE monitor_targets SET lease_expires_at = now() - interval '1 s'")
 
     # Hold the target's row so that the first attempt's commit is in flight (waiting for it)

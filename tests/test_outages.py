@@ -342,7 +342,7 @@ async def test_a_claim_reads_no_lease_left_when_it_takes_the_lease(
 ) -> None:
     await pool.execute("UPDATE monitor_targets SET lease_expires_at = now()")
     claim = await store.claim(
-        pool, target_id="acme", work_id=leased.work_id, token="t", lease=timedelta(seconds=45),
-        on_schedule=True, slot=leased.slot,
+        pool, target_id="acme", work_id=leased.work_id, execution_id="t",
+        lease=timedelta(seconds=45), on_schedule=True, slot=leased.slot,
     )  # fmt: skip
     assert claim.claimed and claim.lease_left is None

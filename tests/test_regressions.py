@@ -103,13 +103,13 @@ async def test_a_change_the_reset_run_never_told_is_handed_to_the_new_run(
     for k, status in enumerate([CheckStatus.UNCHANGED, CheckStatus.CHANGED]):
         slot = first + k * hour
         claim = await store.claim(
-            pool, target_id="acme", work_id=work_id("acme", slot), token=f"t{k}",
+            pool, target_id="acme", work_id=work_id("acme", slot), execution_id=f"t{k}",
             lease=timedelta(seconds=45), on_schedule=True, slot=slot,
         )  # fmt: skip
         assert claim.claimed
         outcome = store.Outcome(status=status, result_hash=f"h{k}", previous_hash="h")
         await store.commit(
-            pool, target_id="acme", token=f"t{k}", work_id=work_id("acme", slot), slot=slot,
+            pool, target_id="acme", execution_id=f"t{k}", work_id=work_id("acme", slot), slot=slot,
             kind=CheckKind.SCHEDULED, outcome=outcome, advance=True,
         )  # fmt: skip
     check = CheckInput(target_id="acme", url=config.url, slot=first)

@@ -112,7 +112,7 @@ async def test_expired_rows_go_and_what_checks_and_notices_need_stays(pool: asyn
 
     # The next check still compares against the latest observation and its snapshot.
     claim = await store.claim(
-        pool, target_id="acme", work_id="acme:next", token="t", lease=timedelta(seconds=45),
+        pool, target_id="acme", work_id="acme:next", execution_id="t", lease=timedelta(seconds=45),
         on_schedule=False, slot=datetime.now(UTC),
     )  # fmt: skip
     assert claim.previous_hash == HASH and claim.previous_snapshot == b"text"

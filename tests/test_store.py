@@ -48,13 +48,16 @@ def wid(slot: datetime = T0, kind: CheckKind = CheckKind.SCHEDULED) -> str:
 
 
 async def claim(
-    pool: asyncpg.Pool, token: str, slot: datetime = T0, kind: CheckKind = CheckKind.SCHEDULED
+    pool: asyncpg.Pool,
+    execution_id: str,
+    slot: datetime = T0,
+    kind: CheckKind = CheckKind.SCHEDULED,
 ) -> store.Claim:
     return await store.claim(
         pool,
         target_id=TARGET,
         work_id=wid(slot, kind),
-        token=token,
+        execution_id=execution_id,
         lease=LEASE,
         on_schedule=kind is CheckKind.SCHEDULED,
         slot=slot,
@@ -63,7 +66,7 @@ async def claim(
 
 async def commit(
     pool: asyncpg.Pool,
-    token: str,
+    execution_id: str,
     outcome: store.Outcome = GOOD,
     *,
     slot: datetime = T0,
@@ -74,7 +77,7 @@ async def commit(
     return await store.commit(
         pool,
         target_id=TARGET,
-        token=token,
+        execution_id=execution_id,
         work_id=wid(slot, kind),
         slot=slot,
         kind=kind,
@@ -150,9 +153,9 @@ async def test_completed_slot_is_final_and_not_claimed_again(target: asyncpg.Poo
 async def test_concurrent_attempts_on_one_slot_write_one_row(target: asyncpg.Pool) -> None:
     """Twenty executions of the same slot racing: one claim, one commit, one row."""
 
-    async def attempt(token: str) -> tuple[bool, CheckResult | None]:
-        claimed = await claim(target, token)
-        return claimed.claimed, await commit(target, token)  # commits even when refused
+    async def attempt(execution_id: str) -> tuple[bool, CheckResult | None]:
+        claimed = await claim(target, execution_id)
+        return claimed.claimed, await commit(target, execution_id)  # commits even when refused
 
     outcomes = await asyncio.gather(*(attempt(f"t{i}") for i in range(20)))
 
@@ -163,7 +166,7 @@ async def test_concurrent_attempts_on_one_slot_write_one_row(target: asyncpg.Poo
 
 
 async def test_only_the_lease_holder_commits(target: asyncpg.Pool) -> None:
-    """A token that never claimed writes nothing and leaves the holder's lease alone."""
+    """An execution id that never claimed writes nothing and leaves the holder's lease alone."""
     assert (await claim(target, "holder")).claimed
 
     assert await commit(target, "intruder") is None
@@ -194,10 +197,10 @@ async def test_release_needs_the_holders_token(target: asyncpg.Pool) -> None:
     await claim(target, "holder")
     held = tuple(await target_row(target))
 
-    assert not await store.release(target, target_id=TARGET, token="someone-else")
+    assert not await store.release(target, target_id=TARGET, execution_id="someone-else")
     assert tuple(await target_row(target)) == held
 
-    assert await store.release(target, target_id=TARGET, token="holder")
+    assert await store.release(target, target_id=TARGET, execution_id="holder")
     assert tuple(await target_row(target)) == (T0, None, None)
 
 
@@ -224,11 +227,11 @@ async def test_failed_attempts_share_one_row_until_success(target: asyncpg.Pool)
     """Retries count attempts on the slot's row without moving the schedule; the success
     then finalises that same row."""
     for attempt in (1, 2):
-        token = f"try-{attempt}"
-        claimed = await claim(target, token)
+        execution_id = f"try-{attempt}"
+        claimed = await claim(target, execution_id)
         assert claimed.claimed
         assert final(claimed) is None
-        failed = await commit(target, token, FAILED, advance=False)
+        failed = await commit(target, execution_id, FAILED, advance=False)
         assert failed is not None
         assert (failed.status, failed.attempt_count) == (CheckStatus.FAILED, attempt)
         assert tuple(await target_row(target)) == (T0, None, None)
@@ -472,7 +475,7 @@ async def test_dead_lettered_slot_cannot_be_rewritten_by_its_zombie(target: asyn
     manual_at = T0 + timedelta(minutes=5)
     manual = wid(manual_at, CheckKind.MANUAL)
     claimed = await store.claim(
-        target, target_id=TARGET, work_id=manual, token="zombie", lease=timedelta(0),
+        target, target_id=TARGET, work_id=manual, execution_id="zombie", lease=timedelta(0),
         on_schedule=False, slot=manual_at,
     )  # fmt: skip
     assert claimed.claimed
@@ -482,7 +485,7 @@ async def test_dead_lettered_slot_cannot_be_rewritten_by_its_zombie(target: asyn
     )  # fmt: skip
     assert failed is not None and failed.status is CheckStatus.FAILED
     late = await store.commit(
-        target, target_id=TARGET, token="zombie", work_id=manual, slot=manual_at,
+        target, target_id=TARGET, execution_id="zombie", work_id=manual, slot=manual_at,
         kind=CheckKind.MANUAL, outcome=GOOD, advance=False,
     )  # fmt: skip
     assert late is None

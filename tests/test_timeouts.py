@@ -57,8 +57,8 @@ async def a_statement_fails_within_twice_its_timeout(database_url: str) -> None:
         started = time.monotonic()
         with pytest.raises(TimeoutError):
             await store.claim(
-                pool, target_id="acme", work_id="acme:x", token="t", lease=timedelta(seconds=45),
-                on_schedule=True, slot=datetime.now(UTC),
+                pool, target_id="acme", work_id="acme:x", execution_id="t",
+                lease=timedelta(seconds=45), on_schedule=True, slot=datetime.now(UTC),
             )  # fmt: skip
         waited = time.monotonic() - started
         assert waited <= 2 * store.STATEMENT_TIMEOUT.total_seconds() + SLACK, waited

@@ -19,9 +19,9 @@ WITH target AS (
       FROM source_checks WHERE work_id = :work_id
 ), claimed AS (
     UPDATE monitor_targets
-       SET lease_token = :token, lease_expires_at = now() + :lease::interval
+       SET lease_token = :execution_id, lease_expires_at = now() + :lease::interval
      WHERE id = :target_id
-       AND (lease_token IS NULL OR lease_expires_at <= now() OR lease_token = :token)
+       AND (lease_token IS NULL OR lease_expires_at <= now() OR lease_token = :execution_id)
        AND (NOT :on_schedule::boolean OR (enabled AND next_slot <= :slot))
        AND NOT EXISTS (SELECT 1 FROM existing WHERE status NOT IN ('retrying', 'failed'))
     RETURNING id
@@ -32,7 +32,7 @@ SELECT
     (SELECT next_slot FROM target) AS next_slot,
     EXISTS (SELECT 1 FROM claimed) AS claimed,
     (SELECT lease_expires_at - now() FROM target
-      WHERE lease_token <> :token AND lease_expires_at > now()) AS lease_left,
+      WHERE lease_token <> :execution_id AND lease_expires_at > now()) AS lease_left,
     -- The latest observation, whichever check made it: each change is reported once. Its
     -- validators make the fetch conditional; the newest snapshot is the text it saw.
     (SELECT to_jsonb(p) FROM (
@@ -51,12 +51,12 @@ SELECT
 -- attempt, :temporal_now, if later: the time-skipping test server runs ahead of every real
 -- clock; never a worker's clock) and release the lease: all in one statement, all
 -- conditional on still holding the lease. `FOR UPDATE` waits for a concurrent lease change
--- and re-checks the token, so a stale attempt whose lease was taken over matches nothing and
+-- and re-checks the holder, so a stale attempt whose lease was taken over matches nothing and
 -- writes nothing. A row that is already final is left alone (the DO UPDATE's WHERE), and
 -- then nothing else happens either. Each grid point the schedule passes gets a `skipped`
 -- row; each is at or before the clock that decided, so none is in the future.
 WITH lease AS (
-    SELECT id FROM monitor_targets WHERE id = :target_id AND lease_token = :token FOR UPDATE
+    SELECT id FROM monitor_targets WHERE id = :target_id AND lease_token = :execution_id FOR UPDATE
 ), recorded AS (
     INSERT INTO source_checks AS c (work_id, target_id, scheduled_for, kind, checked_at, status,
         attempt_count, result_hash, previous_hash, http_status, body_bytes, error_message,
@@ -99,7 +99,7 @@ WITH lease AS (
                             ELSE next_slot END,
            failure_streak = CASE WHEN :advance::boolean THEN 0 ELSE failure_streak END,
            updated_at = now()
-     WHERE id = :target_id AND lease_token = :token AND EXISTS (SELECT 1 FROM recorded)
+     WHERE id = :target_id AND lease_token = :execution_id AND EXISTS (SELECT 1 FROM recorded)
     RETURNING next_slot,
               CASE WHEN :advance::boolean
                    THEN skip_passed(id, anchor, interval_seconds, :slot, next_slot,
@@ -112,13 +112,13 @@ SELECT recorded.*, (SELECT next_slot FROM moved WHERE :advance::boolean) AS next
 -- name: release
 -- Only the holder can release: an old attempt cannot clear a newer attempt's lease.
 UPDATE monitor_targets SET lease_token = NULL, lease_expires_at = NULL
- WHERE id = :target_id AND lease_token = :token;
+ WHERE id = :target_id AND lease_token = :execution_id;
 
 -- name: extend_lease
 -- Heartbeat: push the lease forward while a slow fetch is still making progress. Only the
 -- holder can; zero rows means the lease was taken over and the fetch should stop.
 UPDATE monitor_targets SET lease_expires_at = now() + :lease::interval
- WHERE id = :target_id AND lease_token = :token;
+ WHERE id = :target_id AND lease_token = :execution_id;
 
 -- name: lease_left
 -- How long the target's live lease has left (no row, or NULL: none is live).
