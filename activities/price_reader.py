@@ -16,6 +16,7 @@ plain; `€`, `£` and other unambiguous symbols become ISO codes, `$` and `¥` 
 """
 
 import contextlib
+import functools
 import json
 import re
 import unicodedata
@@ -85,6 +86,7 @@ _SEPARATORS = str.maketrans(
     {"\u2019": "'", "\u02bc": "'", "\u2032": "'", "\u202f": " ", "\u2009": " ", "\u00a0": " ",
      "\u066b": ".", "\u066c": ",", "\u060c": ","}
 )  # fmt: skip
+_OTHER_DIGIT = re.compile(r"[^\D0-9]")  # a decimal digit other than 0-9
 _CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_:.-]+)""", re.I)
 # WHATWG: these labels mean windows-1252 (a `€` at 0x80), not Latin-1's control characters.
 _WINDOWS_1252 = {"iso-8859-1", "iso8859-1", "latin1", "latin-1", "l1", "ascii", "us-ascii"}
@@ -133,7 +135,7 @@ def read_prices(html: str, settings: PriceSettings) -> Reading:
         if not found:
             raise ExtractionError("; ".join(skipped))
     else:
-        found = _structured(tree, skipped)
+        found = _structured(html, tree, skipped)
         if not found:
             raise ExtractionError(
                 "no prices on the page: no JSON-LD offer, microdata price or OpenGraph "
@@ -175,9 +177,7 @@ def _plain(text: str) -> str:
     text = text.translate(_SEPARATORS)
     if text.isascii():
         return text
-    return "".join(
-        str(unicodedata.decimal(ch)) if not ch.isascii() and ch.isdecimal() else ch for ch in text
-    )
+    return _OTHER_DIGIT.sub(lambda digit: str(unicodedata.decimal(digit.group())), text)
 
 
 def _iso(currency: str | None) -> str | None:
@@ -211,62 +211,68 @@ def _selected(
         skipped.append(f"price selector {selector!r} matched nothing")
         return
     for position, match in enumerate(matches, 1):
-        shown = " ".join(match.text(separator=" ").split())[:80]
         if _hidden(match):
-            skipped.append(f"match {position} {shown!r}: hidden")
+            skipped.append(f"{_match(match, position)}: hidden")
             continue
         if _struck(match):
-            skipped.append(f"match {position} {shown!r}: struck out")
+            skipped.append(f"{_match(match, position)}: struck out")
             continue
-        label = None
-        if name is not None:
-            named = match.css_first(name)
-            if named is None:
-                skipped.append(f"match {position} {shown!r}: price name {name!r} matched nothing")
-                continue
-            label = " ".join(named.text().split())
+        named = match.css_first(name) if name is not None else None
+        if name is not None and named is None:
+            skipped.append(f"{_match(match, position)}: price name {name!r} matched nothing")
+            continue
         try:
             if settings.attribute is not None:
                 value = match.attributes.get(settings.attribute)
                 if not value:
-                    skipped.append(f"match {position}: no {settings.attribute!r} attribute")
+                    skipped.append(f"{_match(match, position)}: no {settings.attribute!r}")
                     continue
                 amount, currency = parse_amount(value, "", structured=True)
                 regular = None
             else:
-                amount, currency, regular = _shown_amount(match, name)
+                amount, currency, regular = _shown_amount(match, named)
         except ExtractionError:
-            skipped.append(f"price selector {selector!r}: no price in match {position} {shown!r}")
+            skipped.append(f"price selector {selector!r}: no price in {_match(match, position)}")
             continue
-        yield Price(label or f"price {position}", amount, currency, regular)
+        label = " ".join(named.text().split()) if named is not None else f"price {position}"
+        yield Price(label, amount, currency, regular)
+
+
+def _match(match: LexborNode, position: int) -> str:
+    """A match as a reader sees it, for a skipped value's line."""
+    return f"match {position} {' '.join(match.text(separator=' ').split())[:80]!r}"
 
 
 def _shown_amount(
-    match: LexborNode, name: str | None
+    match: LexborNode, named: LexborNode | None
 ) -> tuple[Decimal, str | None, Decimal | None]:
     """The amount a match shows now: struck-out and hidden parts and the name are set aside
     (a struck-out amount is the regular price), then the number that reads as a price."""
-    match = match.clone()
-    if name is not None and (named := match.css_first(name)) is not None:
-        named.decompose()
-    regular = None
-    for struck in [n for n in match.css(f"{_STRUCK}, [class], [style]") if _struck_here(n)]:
-        if struck.parent is None:
-            continue  # inside a struck element already set aside
-        if regular is None:
-            with contextlib.suppress(ExtractionError):
-                regular = parse_amount(struck.text(), "")[0]
-        struck.decompose()
-    for hidden in [n for n in match.css("[hidden], [aria-hidden], [style]") if _hidden_here(n)]:
-        if hidden.parent is not None:
-            hidden.decompose()
-    text = _plain(" ".join(match.text(separator=" ").split()))
-    priced, was = _priced_part(text)
+    shown: list[str] = []
+    struck: list[str] = []
+    _visible_text(match, named.mem_id if named is not None else None, shown, struck)
+    priced, was = _priced_part(_plain(" ".join(" ".join(shown).split())))
     amount, currency = parse_amount(priced, "")
-    if regular is None and was is not None:
+    regular = None
+    for text in [*struck, *([was] if was is not None else [])]:
         with contextlib.suppress(ExtractionError):
-            regular = parse_amount(was, "")[0]
+            regular = parse_amount(text, "")[0]
+            break
     return amount, currency, regular
+
+
+def _visible_text(node: LexborNode, named: int | None, shown: list[str], struck: list[str]) -> None:
+    """The text of a match's children, in order, without its name element and hidden parts;
+    struck-out parts go to `struck`."""
+    for child in node.iter(include_text=True):
+        if child.tag == "-text":
+            shown.append(child.text_content or "")
+        elif child.mem_id == named:
+            shown.append(" ")
+        elif _struck_here(child):  # before hidden: WooCommerce hides its <del> from readers
+            struck.append(child.text(separator=" "))
+        elif not _hidden_here(child):
+            _visible_text(child, named, shown, struck)
 
 
 def _priced_part(text: str) -> tuple[str, str | None]:
@@ -314,10 +320,11 @@ def _hidden(node: LexborNode) -> bool:
 
 def _hidden_here(node: LexborNode) -> bool:
     attributes = node.attributes
+    style = attributes.get("style")
     return (
         "hidden" in attributes
         or attributes.get("aria-hidden") == "true"
-        or bool(_HIDING_STYLE.search(attributes.get("style") or ""))
+        or (style is not None and _HIDING_STYLE.search(style) is not None)
     )
 
 
@@ -336,28 +343,35 @@ def _struck_here(node: LexborNode) -> bool:
     if node.tag in ("del", "s", "strike"):
         return True
     attributes = node.attributes
-    return "line-through" in (attributes.get("style") or "") or any(
-        _STRUCK_CLASS.search(token) for token in (attributes.get("class") or "").split()
+    return "line-through" in (attributes.get("style") or "") or _struck_class(
+        attributes.get("class") or ""
     )
+
+
+@functools.lru_cache(maxsize=1024)
+def _struck_class(classes: str) -> bool:
+    return any(_STRUCK_CLASS.search(token) for token in classes.split())
 
 
 # --- structured data ------------------------------------------------------------------------
 
 
-def _structured(tree: LexborHTMLParser, skipped: list[str]) -> list[Price]:
+def _structured(html: str, tree: LexborHTMLParser, skipped: list[str]) -> list[Price]:
     """The first kind of structured data the page has, unless its prices are the struck-out
-    ones and another kind's are not (a JSON-LD regular price beside OpenGraph's sale price)."""
+    ones and another kind's are not (a JSON-LD regular price beside OpenGraph's sale price).
+    A kind whose marker is not in the page text is not looked for (a tree walk saved)."""
+    readers = (
+        ("JSON-LD", "ld+json", _json_ld),
+        ("microdata", "itemprop", _microdata),
+        ("OpenGraph", "price:amount", _open_graph),
+    )
     kinds = [
         (kind, found)
-        for kind, found in (
-            ("JSON-LD", _json_ld(tree, skipped)),
-            ("microdata", _microdata(tree, skipped)),
-            ("OpenGraph", _open_graph(tree, skipped)),
-        )
-        if found
+        for kind, marker, read in readers
+        if (marker in html or marker.upper() in html) and (found := read(tree, skipped))
     ]
-    if len(kinds) <= 1:
-        return kinds[0][1] if kinds else []
+    if len({tuple(p.amount for p in found) for _, found in kinds}) <= 1:
+        return kinds[0][1] if kinds else []  # one kind, or all say the same
     regular = {p.regular for _, found in kinds for p in found if p.regular is not None}
     regular |= _struck_amounts(tree)
     for kind, found in kinds:
@@ -375,7 +389,7 @@ def _struck_amounts(tree: LexborHTMLParser) -> set[Decimal]:
     body = tree.body
     if body is None:
         return found
-    for node in body.css(f"{_STRUCK}, [class], [style]"):
+    for node in body.css(f"{_STRUCK}, [class], [style*=line-through]"):
         if not _struck_here(node):
             continue
         with contextlib.suppress(ExtractionError):
