@@ -1,0 +1,323 @@
+"""`python -m bench.prices [--json] [--repeats N]`: price mode's reader on the real-page corpus.
+
+The corpus (tests/corpus/, docs/prices-corpus.md) is pages, structured-data samples and price
+strings from other projects' public test suites, each with the prices a person sees on it. Each
+case is read as a check reads it (`activities.price_reader.observe`, the case's content type,
+default `text/html` without a charset) and gets one verdict:
+- agree: the amounts read, in order, are the expected ones (and the currency, struck-out regular
+  price, availability and name where the case gives them); a page that shows no price is agree
+  when the reader says it found none;
+- wrong: prices read, but not those;
+- nothing: the reader found no price on a page that shows one;
+- error: any other exception.
+`struck_out_won` marks a reading that took a struck-out ("was", "compare at") price for the
+current one. Each `observe` is timed `--repeats` times; a case's time is its median.
+"""
+
+import argparse
+import html
+import json
+import statistics
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from activities.normalise import ExtractionError
+from activities.price_reader import observe
+from bench.report import commit_name
+from pricewatch.models import PriceSettings
+from pricewatch.prices import Price
+
+CORPUS = Path(__file__).resolve().parent.parent / "tests" / "corpus"
+VERDICTS = ("agree", "wrong", "error", "nothing")
+# The classes of issue 29: each has at least one case of its own (tests/test_corpus.py).
+CLASSES = (
+    "plain", "struck-out-del-ins", "compare-at", "was-now", "strikethrough-jsonld",
+    "og-sale-vs-regular", "bad-value-beside-good", "empty-selector-match", "microdata-low-high",
+    "aggregate-offer-low-high", "offers-without-type", "type-as-url", "type-alias",
+    "several-price-specifications", "jsonld-trailing-comma", "jsonld-raw-newline",
+    "jsonld-comments", "jsonld-wrapped", "nested-itemprop-price", "microdata-nested-name",
+    "review-count", "quantity-before-price", "unit-quantity", "hidden-elements",
+    "price-in-attribute", "charset-meta", "typographic-apostrophe", "arabic-indic-digits",
+    "three-decimal-currency", "currency-iso", "availability", "no-price",
+)  # fmt: skip
+TEXT_SELECTOR = ".price"
+
+
+@dataclass(frozen=True)
+class Expected:
+    """One price a person sees; None: the case does not say (not compared)."""
+
+    amount: Decimal
+    currency: str | None = None
+    regular: Decimal | None = None
+    availability: str | None = None
+    name: str | None = None
+
+    def matches(self, price: Price) -> bool:
+        return (
+            price.amount == self.amount
+            and (self.currency is None or price.currency == self.currency)
+            and (self.regular is None or price.regular == self.regular)
+            and (self.availability is None or price.availability == self.availability)
+            and (self.name is None or price.name == self.name)
+        )
+
+    def line(self) -> str:
+        return _line(self.amount, self.currency, self.regular, self.availability, self.name)
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    source: str
+    classes: tuple[str, ...]
+    expect: tuple[Expected, ...]
+    body: bytes
+    content_type: str
+    settings: PriceSettings
+
+
+@dataclass
+class CaseResult:
+    id: str
+    source: str
+    classes: list[str]
+    verdict: str
+    expected: list[str]
+    read: list[str] = field(default_factory=list)
+    error: str | None = None
+    struck_out_won: bool = False
+    skipped: list[str] = field(default_factory=list)
+    bytes: int = 0
+    ms: float = 0.0
+
+    def line(self) -> str:
+        """The miss, for a person: what the page shows and what was read."""
+        shown = "; ".join(self.expected) or "no price"
+        got = self.error if self.error is not None else "; ".join(self.read)
+        flag = " [struck-out price won]" if self.struck_out_won else ""
+        return f"{self.id} [{', '.join(self.classes)}] {self.verdict}{flag}: {shown} <- {got}"
+
+
+def _line(
+    amount: Decimal,
+    currency: str | None,
+    regular: Decimal | None,
+    availability: str | None,
+    name: str | None,
+) -> str:
+    text = f"{amount} {currency}" if currency else str(amount)
+    if regular is not None:
+        text += f" (was {regular})"
+    if availability:
+        text += f" {availability}"
+    if name:
+        text += f" {name!r}"
+    return text
+
+
+def read_line(price: Price) -> str:
+    return _line(price.amount, price.currency, price.regular, price.availability, price.name)
+
+
+def load_sources() -> dict[str, dict[str, str]]:
+    sources: dict[str, dict[str, str]] = yaml.safe_load((CORPUS / "sources.yaml").read_text())
+    return sources
+
+
+def raw_cases() -> list[dict[str, Any]]:
+    cases: list[dict[str, Any]] = yaml.safe_load((CORPUS / "cases.yaml").read_text())
+    return cases
+
+
+def _expected(entry: dict[str, Any]) -> Expected:
+    def amount(value: Any) -> Decimal | None:
+        return None if value is None else Decimal(str(value))
+
+    value = amount(entry["amount"])
+    assert value is not None
+    return Expected(
+        value, entry.get("currency"), amount(entry.get("regular")), entry.get("availability"),
+        entry.get("name"),
+    )  # fmt: skip
+
+
+def load_case(raw: dict[str, Any]) -> Case:
+    """A case as the reader gets it: the page's bytes, its content type, the target's settings."""
+    settings = dict(raw.get("settings") or {})
+    if "page" in raw:
+        body = (CORPUS / "pages" / raw["page"]).read_bytes()
+    elif "html" in raw:
+        body = raw["html"].encode()
+    else:
+        body = f'<span class="price">{html.escape(raw["text"], quote=False)}</span>'.encode()
+        settings.setdefault("selector", TEXT_SELECTOR)
+    return Case(
+        id=raw["id"], source=raw["source"], classes=tuple(raw["classes"]),
+        expect=tuple(_expected(entry) for entry in raw["expect"]), body=body,
+        content_type=raw.get("content_type", "text/html"),
+        settings=PriceSettings(**settings),
+    )  # fmt: skip
+
+
+def load_cases() -> list[Case]:
+    return [load_case(raw) for raw in raw_cases()]
+
+
+def judge(case: Case, prices: list[Price] | None, error: BaseException | None) -> CaseResult:
+    """The verdict on one reading: `prices` if the reader returned, else the error it raised."""
+    result = CaseResult(
+        case.id, case.source, list(case.classes), "agree", [e.line() for e in case.expect],
+        bytes=len(case.body),
+    )  # fmt: skip
+    if prices is None:
+        assert error is not None
+        result.error = f"{type(error).__name__}: {error}"
+        if isinstance(error, ExtractionError):
+            result.verdict = "agree" if not case.expect else "nothing"
+        else:
+            result.verdict = "error"
+        return result
+    result.read = [read_line(price) for price in prices]
+    agree = len(prices) == len(case.expect) and all(
+        want.matches(price) for want, price in zip(case.expect, prices, strict=True)
+    )
+    result.verdict = "agree" if agree else "wrong"
+    struck = {e.regular for e in case.expect if e.regular is not None}
+    struck -= {e.amount for e in case.expect}
+    result.struck_out_won = any(price.amount in struck for price in prices)
+    return result
+
+
+def run_case(case: Case, repeats: int = 3) -> CaseResult:
+    timings = []
+    prices: list[Price] | None = None
+    error: BaseException | None = None
+    skipped: list[str] = []
+    for _ in range(max(1, repeats)):
+        started = time.perf_counter()
+        try:
+            reading = observe(case.body, case.content_type, case.settings)
+        except Exception as err:  # every failure is a verdict
+            timings.append(time.perf_counter() - started)
+            prices, error = None, err
+            continue
+        timings.append(time.perf_counter() - started)
+        prices, error, skipped = reading.prices, None, reading.skipped
+    result = judge(case, prices, error)
+    result.skipped = list(skipped)
+    result.ms = statistics.median(timings) * 1000
+    return result
+
+
+def run_corpus(repeats: int = 3) -> list[CaseResult]:
+    """Every case of the corpus, in its order."""
+    return [run_case(case, repeats) for case in load_cases()]
+
+
+def counts(results: list[CaseResult]) -> dict[str, int]:
+    tally = Counter(result.verdict for result in results)
+    return {"cases": len(results), **{verdict: tally[verdict] for verdict in VERDICTS}}
+
+
+def agree_percent(results: list[CaseResult]) -> float:
+    return 100 * sum(r.verdict == "agree" for r in results) / len(results) if results else 0.0
+
+
+def summary(results: list[CaseResult]) -> dict[str, Any]:
+    """The figures: verdicts per source and in all, the agree share, the time per page."""
+    by_source: dict[str, list[CaseResult]] = {}
+    for result in results:
+        by_source.setdefault(result.source, []).append(result)
+    times = sorted(result.ms for result in results)
+    biggest = max(results, key=lambda r: r.bytes) if results else None
+    return {
+        "by_source": {
+            source: {**counts(group), "agree_percent": round(agree_percent(group), 1)}
+            for source, group in by_source.items()
+        },
+        "all": {**counts(results), "agree_percent": round(agree_percent(results), 1)},
+        "struck_out_won": [r.id for r in results if r.struck_out_won],
+        "timing": {
+            "median_ms": round(statistics.median(times), 3) if times else None,
+            "p90_ms": round(statistics.quantiles(times, n=10)[8], 3) if len(times) > 1 else None,
+            "biggest_page": biggest.id if biggest else None,
+            "biggest_page_bytes": biggest.bytes if biggest else None,
+            "biggest_page_ms": round(biggest.ms, 3) if biggest else None,
+        },
+    }
+
+
+def table(results: list[CaseResult]) -> str:
+    figures = summary(results)
+    rows = [("source", "cases", *VERDICTS, "agree %")]
+    for source, row in [*figures["by_source"].items(), ("all", figures["all"])]:
+        rows.append((
+            source, str(row["cases"]), *(str(row[v]) for v in VERDICTS),
+            f"{row['agree_percent']:.1f}",
+        ))  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+
+    def cells(row: tuple[str, ...]) -> str:
+        return "  ".join(
+            cell.ljust(width) if i == 0 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        )
+
+    lines = [cells(row) for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines.insert(-1, lines[1])
+    timing = figures["timing"]
+    lines.append("")
+    lines.append(
+        f"time per page: median {timing['median_ms']:.2f} ms, p90 {timing['p90_ms']:.2f} ms; "
+        f"biggest page {timing['biggest_page']} ({timing['biggest_page_bytes'] / 1024:.1f} KiB) "
+        f"{timing['biggest_page_ms']:.2f} ms"
+    )
+    if figures["struck_out_won"]:
+        lines.append(f"struck-out price read as the price: {', '.join(figures['struck_out_won'])}")
+    misses = [result for result in results if result.verdict != "agree"]
+    if misses:
+        lines.append("")
+        lines.append(f"{len(misses)} not agreeing (case [classes] verdict: expected <- read):")
+        lines.extend(f"  {result.line()}" for result in misses)
+    return "\n".join(lines)
+
+
+def as_json(results: list[CaseResult]) -> dict[str, Any]:
+    stamp = {"date": datetime.now().astimezone().isoformat(), "commit": commit_name()}
+    return {**stamp, **summary(results), "results": [asdict(result) for result in results]}
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.prices",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--json", action="store_true", help="JSON on stdout (the table: stderr)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed reads per case (default 5)")
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    results = run_corpus(args.repeats)
+    print(table(results), file=sys.stderr if args.json else sys.stdout, flush=True)
+    if args.json:
+        print(json.dumps(as_json(results), indent=2, ensure_ascii=False), flush=True)
+
+
+if __name__ == "__main__":
+    main()
