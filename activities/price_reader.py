@@ -50,14 +50,15 @@ ISO_CURRENCY = {
     "€": "EUR", "£": "GBP", "₹": "INR", "₽": "RUB", "₩": "KRW", "₺": "TRY", "₴": "UAH",
     "₪": "ILS", "฿": "THB", "₫": "VND", "₱": "PHP", "₦": "NGN", "zł": "PLN", "Kč": "CZK",
     "Ft": "HUF", "лв": "BGN", "R$": "BRL", "US$": "USD", "C$": "CAD", "CA$": "CAD",
-    "A$": "AUD", "AU$": "AUD", "NZ$": "NZD", "HK$": "HKD", "S$": "SGD", "KD": "KWD",
+    "MX$": "MXN", "NT$": "TWD", "円": "JPY", "A$": "AUD", "AU$": "AUD", "NZ$": "NZD",
+    "HK$": "HKD", "S$": "SGD", "KD": "KWD",
     "د.ك": "KWD", "BD": "BHD", "د.ب": "BHD", "ر.ع.": "OMR", "د.ا": "JOD", "د.ت": "TND",  # noqa: RUF001
 }  # fmt: skip
 THREE_DECIMALS = {"KWD", "BHD", "OMR", "JOD", "TND", "LYD", "IQD"}
 # "0.007" or "0,50": a leading zero means the separator is a decimal one (price-parser would
 # read "$0.007/hour" as 7: three digits after a dot look like thousands to it).
 _LEADING_ZERO = re.compile(r"0([.,])\d+")
-_ONE_SEPARATOR = re.compile(r"\d+([.,])\d{3}")
+_LAST_SEPARATOR = re.compile(r"[\d.,' ]*\d([.,])\d{3}")
 # Thousands groups (`1.234,56`, `1 234`, `1'234`) or a plain number with decimals.
 _NUMBER = re.compile(r"\d{1,3}(?:[ .,']\d{3})+(?:[.,]\d+)?|\d+(?:[.,]\d+)?")
 _NOT_AN_AMOUNT_AFTER = re.compile(
@@ -163,9 +164,9 @@ def parse_amount(text: str, where: str, *, structured: bool = False) -> tuple[De
     if (
         currency in THREE_DECIMALS
         and parsed.amount_text
-        and (one := _ONE_SEPARATOR.fullmatch(parsed.amount_text))
-    ):
-        parsed = ParsedPrice.fromstring(text, decimal_separator=one.group(1))
+        and (last := _LAST_SEPARATOR.fullmatch(parsed.amount_text))
+    ):  # `423.923 KD`, `123,456.789 OMR`: three digits after the last separator are fils
+        parsed = ParsedPrice.fromstring(text, decimal_separator=last.group(1))
     if parsed.amount is None:
         raise ExtractionError(f"{where}: no price in {text[:80]!r}")
     return parsed.amount, currency
@@ -277,9 +278,10 @@ def _visible_text(node: LexborNode, named: int | None, shown: list[str], struck:
 
 def _priced_part(text: str) -> tuple[str, str | None]:
     """Of several numbers, the one that reads as a price, with what is around it, and the
-    one after "was" if any (the regular price). A currency beside a number or "now" before it
-    counts for it; parentheses (a review count), a quantity or unit after it (`2 Litre`,
-    `1 New from`) or "was" before it count against it."""
+    one after "was" if any (the regular price). Only where some number is marked as no
+    price: parentheses (a review count), a quantity or unit after it (`2 Litre`, `1 New
+    from`) or "was" before it; else the whole text is price-parser's to read (`$119. 95`).
+    A currency beside a number or "now" before it counts for it."""
     numbers = list(_NUMBER.finditer(text))
     if len(numbers) <= 1:
         return text, None
@@ -289,21 +291,27 @@ def _priced_part(text: str) -> tuple[str, str | None]:
         end = numbers[i + 1].start() if i + 1 < len(numbers) else len(text)
         return text[start:end]
 
-    best, best_score, was = 0, None, None
+    best, best_score, was, marked = 0, None, None, False
     for i, number in enumerate(numbers):
         start = numbers[i - 1].end() if i else 0
         end = numbers[i + 1].start() if i + 1 < len(numbers) else len(text)
         before, after = text[start : number.start()], text[number.end() : end]
         window = (before[-6:] + number.group() + after[:6]).strip()
         score = 4 if ParsedPrice.fromstring(window).currency else 0
-        score += 2 if _NOW_BEFORE.search(before) else 0
+        now = _NOW_BEFORE.search(before) is not None
+        score += 2 if now else 0
         if _WAS_BEFORE.search(before):
             score -= 3
             was = around(i) if was is None else was
-        score -= 4 if _NOT_AN_AMOUNT_AFTER.match(after) else 0
-        score -= 4 if before.rstrip().endswith("(") and after.lstrip().startswith(")") else 0
+        counted = bool(_NOT_AN_AMOUNT_AFTER.match(after)) or (
+            before.rstrip().endswith("(") and after.lstrip().startswith(")")
+        )
+        score -= 4 if counted else 0
+        marked = marked or counted or was is not None or (now and i > 0)
         if best_score is None or score > best_score:
             best, best_score = i, score
+    if not marked:
+        return text, None
     return around(best), was if was != around(best) else None
 
 

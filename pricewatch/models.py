@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationInfo,
+    field_serializer,
     field_validator,
     model_validator,
 )
@@ -100,6 +101,10 @@ class NotifyOn(StrEnum):
     PRICE_CHANGE = "price-change"
     DROP = "drop"
     RISE = "rise"
+    BACK_IN_STOCK = "back-in-stock"
+    """A price seen both times whose availability went from not in stock to in stock (1.3)."""
+    OUT_OF_STOCK = "out-of-stock"
+    """The way back (1.3)."""
 
 
 class PriceSettings(Model):
@@ -113,13 +118,24 @@ class PriceSettings(Model):
     """CSS selector relative to each match: the price's name (default: its position)."""
     attribute: str | None = None
     """Read each match's attribute (`content`, `data-price`) instead of its text."""
-    notify_on: NotifyOn = NotifyOn.PRICE_CHANGE
+    notify_on: list[NotifyOn] = Field(default_factory=lambda: [NotifyOn.PRICE_CHANGE], min_length=1)
+    """The moves told: any of these directions, and these stock transitions (1.3: several;
+    one is written as it was in 1.2, a plain value, so 1.2 workers read it)."""
     below: Decimal | None = None
     """Tell when a price falls below this (once per crossing)."""
     above: Decimal | None = None
     """Tell when a price rises above this (once per crossing)."""
     min_change_percent: Decimal | None = Field(default=None, gt=0)
     """Tell only moves of at least this many percent against the previous check."""
+
+    @field_validator("notify_on", mode="before")
+    @classmethod
+    def _one_or_several(cls, value: object) -> object:
+        return [value] if isinstance(value, str | NotifyOn) else value
+
+    @field_serializer("notify_on")
+    def _as_written(self, value: list[NotifyOn]) -> object:
+        return value[0].value if len(value) == 1 else [rule.value for rule in value]
 
     @model_validator(mode="after")
     def _name_needs_selector(self) -> "PriceSettings":
@@ -283,7 +299,7 @@ class CheckInput(Model):
 
     @property
     def on_schedule(self) -> bool:
-        """Whether this check is the target's due slot: it moves the schedule when final."""
+        """Whether this check is of the target's next slot: it moves the schedule when final."""
         return self.kind is CheckKind.SCHEDULED and not self.retry
 
     @property
@@ -297,10 +313,12 @@ class MonitorState(Model):
     """The workflow's state: the input of a run, changed by it, and handed as is to the next
     run through continue-as-new.
 
-    Starting a target needs only `config`; the rest defaults. `start_at` is a point on the
-    grid (`pricewatch add` always passes one). The first registration of a target records
-    its grid in Postgres (default anchor: when the workflow first runs); every later one, a
-    reset to the first workflow task included, adopts the recorded grid and pending slot.
+    Starting a target needs only `config`; the rest defaults. `start_at` is the first slot
+    the start asks for (`--start-at`; `pricewatch add` always passes one), the grid anchor a
+    registration proposes; a run continued as new carries its next slot there. The first
+    registration of a target records its grid in Postgres (default anchor: when the workflow
+    first runs); every later one, a reset to the first workflow task included, adopts the
+    recorded grid and next slot. `next_slot` is the schedule's position.
     """
 
     model_config = ConfigDict(frozen=False, extra="ignore")  # the workflow changes it
@@ -403,7 +421,7 @@ class RegisterTargetInput(Model):
 
 
 class Registration(Model):
-    """The target's grid and pending slot as recorded, and the changes recorded before that
+    """The target's grid and next slot as recorded, and the changes recorded before that
     slot whose notices never settled (the run that recorded them is gone)."""
 
     anchor: UtcDatetime

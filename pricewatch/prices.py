@@ -67,6 +67,8 @@ class Move:
     currency: str | None
     old_currency: str | None
     rules: tuple[str, ...] = ()
+    availability: str | None = None
+    old_availability: str | None = None
 
     @property
     def change(self) -> Decimal | None:
@@ -94,7 +96,40 @@ class Move:
             "change": text(self.change),
             "change_percent": text(self.change_percent),
             "rules": list(self.rules),
+            **(
+                {"availability": self.availability, "previous_availability": self.old_availability}
+                if self.availability != self.old_availability
+                else {}
+            ),
         }
+
+    @property
+    def stock(self) -> "NotifyOn | None":
+        """The stock transition of a price seen both times: back in stock, out of stock, or
+        none (the same state, or one the page did not say)."""
+        if self.old is None or self.new is None:
+            return None
+        before, after = in_stock(self.old_availability), in_stock(self.availability)
+        if before is False and after is True:
+            return NotifyOn.BACK_IN_STOCK
+        if before is True and after is False:
+            return NotifyOn.OUT_OF_STOCK
+        return None
+
+
+IN_STOCK = {"InStock", "LimitedAvailability", "OnlineOnly", "InStoreOnly"}
+NOT_IN_STOCK = {
+    "OutOfStock", "SoldOut", "Discontinued", "BackOrder", "PreOrder", "PreSale", "MadeToOrder",
+    "Reserved",
+}  # fmt: skip
+STOCK_RULES = {NotifyOn.BACK_IN_STOCK, NotifyOn.OUT_OF_STOCK}
+
+
+def in_stock(availability: str | None) -> bool | None:
+    """Whether a shopper can buy it now; None where the page does not say."""
+    if availability in IN_STOCK:
+        return True
+    return False if availability in NOT_IN_STOCK else None
 
 
 def move_line(move: dict[str, object]) -> str:
@@ -108,6 +143,10 @@ def move_line(move: dict[str, object]) -> str:
     if move["change"] is not None:
         line += f" ({signed(move['change'])}"
         line += f", {signed(move['change_percent'])}%)" if move["change_percent"] else ")"
+    if move.get("availability") != move.get("previous_availability"):
+        words = [stock_words(str(w)) if w else "-" for w in (move.get("previous_availability"),
+                 move.get("availability"))]  # fmt: skip
+        line += f", {words[0]} -> {words[1]}"
     if isinstance(rules := move["rules"], list) and rules:
         line += f" [{', '.join(map(str, rules))}]"
     return line.rstrip()
@@ -141,11 +180,8 @@ def moves(previous: list[Price], current: list[Price], rules: PriceSettings) -> 
         if (
             old is not None
             and new is not None
-            and (old.amount, old.currency)
-            == (
-                new.amount,
-                new.currency,
-            )
+            and (old.amount, old.currency, old.availability)
+            == (new.amount, new.currency, new.availability)
         ):
             continue
         move = Move(
@@ -154,28 +190,37 @@ def moves(previous: list[Price], current: list[Price], rules: PriceSettings) -> 
             new.amount if new else None,
             new.currency if new else None,
             old.currency if old else None,
+            availability=new.availability if new else None,
+            old_availability=old.availability if old else None,
         )
         found.append(replace(move, rules=fired(move, rules)))
     return found
 
 
 def fired(move: Move, rules: PriceSettings) -> tuple[str, ...]:
-    """The rules this move satisfies; empty if it is not told. Every rule given must hold:
-    the direction (`notify_on`), a crossing of `below` or `above` if either is set, and a
-    move of at least `min_change_percent` if set."""
+    """The rules this move satisfies; empty if it is not told. A stock rule holds on its
+    transition. For the price, every rule given must hold: a direction (any of the
+    `notify_on` given), a crossing of `below` or `above` if either is set, and a move of at
+    least `min_change_percent` if set."""
+    stock = [rule.value for rule in rules.notify_on if rule is move.stock]
+    directions = [rule for rule in rules.notify_on if rule not in STOCK_RULES]
+    return (*_price_rules(move, rules, directions), *stock)
+
+
+def _price_rules(move: Move, rules: PriceSettings, directions: list[NotifyOn]) -> list[str]:
     change = move.change
-    if change is None:  # appeared, went, or changed currency: no amount to compare
-        return ("any-change",) if rules.notify_on is NotifyOn.ANY_CHANGE else ()
+    if change is None or change == 0:  # appeared, went, changed currency or stock only
+        return ["any-change"] if NotifyOn.ANY_CHANGE in directions else []
     assert move.old is not None and move.new is not None
-    direction = {
+    holds = {
         NotifyOn.ANY_CHANGE: True,
         NotifyOn.PRICE_CHANGE: True,
         NotifyOn.DROP: change < 0,
         NotifyOn.RISE: change > 0,
-    }[rules.notify_on]
-    if not direction:
-        return ()
-    told = [rules.notify_on.value]
+    }
+    told = [rule.value for rule in directions if holds[rule]]
+    if not told:
+        return []
     if rules.below is not None or rules.above is not None:
         crossings = []
         if rules.below is not None and move.old >= rules.below > move.new:
@@ -183,14 +228,14 @@ def fired(move: Move, rules: PriceSettings) -> tuple[str, ...]:
         if rules.above is not None and move.old <= rules.above < move.new:
             crossings.append(f"above {rules.above}")
         if not crossings:
-            return ()
+            return []
         told += crossings
     if rules.min_change_percent is not None:
         percent = move.change_percent
         if percent is None or abs(percent) < rules.min_change_percent:
-            return ()
+            return []
         told.append(f"change >= {rules.min_change_percent}%")
-    return tuple(told)
+    return told
 
 
 def tells(found: list[Move]) -> bool:

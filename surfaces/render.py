@@ -63,7 +63,7 @@ def price_rules(rules: PriceSettings) -> str:
     source = "structured data" if rules.selector is None else f"selector {rules.selector}"
     if rules.name:
         source += f" (names: {rules.name})"
-    tell = [rules.notify_on.value]
+    tell = [" or ".join(rule.value for rule in rules.notify_on)]
     tell += [f"below {rules.below}"] if rules.below is not None else []
     tell += [f"above {rules.above}"] if rules.above is not None else []
     if rules.min_change_percent is not None:

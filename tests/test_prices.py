@@ -443,7 +443,7 @@ async def test_new_rules_are_a_new_baseline(
     site.html = plans("9,90", "19,90")
     await checks.check()
     checks.config = checks.config.model_copy(
-        update={"price_mode": PLANS.model_copy(update={"notify_on": NotifyOn.DROP})}
+        update={"price_mode": PLANS.model_copy(update={"notify_on": [NotifyOn.DROP]})}
     )
     site.html = plans("9,90", "14,90")
     rebased = await checks.check()

@@ -64,7 +64,7 @@ def test_a_1_2_history_decodes_under_the_new_names() -> None:
     started = history.events[0].workflow_execution_started_event_attributes
     state = decoded(started.input.payloads[0], MonitorState)
     assert state.config.price_mode is not None, "the 1.2 `prices` key is read"
-    assert state.config.price_mode.notify_on == "drop"
+    assert state.config.price_mode.notify_on == ["drop"]
     registered = [
         decoded(e.activity_task_scheduled_event_attributes.input.payloads[0], RegisterTargetInput)
         for e in history.events
