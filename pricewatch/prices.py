@@ -140,7 +140,7 @@ def move_line(move: dict[str, object]) -> str:
         return str(value) if str(value).startswith("-") else f"+{value}"
 
     line = f"{move['name']}: {move['old'] or '-'} -> {move['new'] or '-'} {move['currency'] or ''}"
-    if move["change"] is not None:
+    if move["change"] is not None and Decimal(str(move["change"])) != 0:
         line += f" ({signed(move['change'])}"
         line += f", {signed(move['change_percent'])}%)" if move["change_percent"] else ")"
     if move.get("availability") != move.get("previous_availability"):

@@ -337,6 +337,60 @@ def test_each_crossing_is_told_once_and_again_after_a_way_back(
     assert told_per_check(amounts, rules) == told
 
 
+def stocked(amount: str, availability: str | None) -> list[Price]:
+    return [Price("Kettle", Decimal(amount), "EUR", availability=availability)]
+
+
+def told_rules(seen: list[tuple[str, str | None]], rules: PriceSettings) -> list[tuple[str, ...]]:
+    """Check by check: the rules each observation's moves fired against the one before."""
+    return [
+        tuple(r for move in moves(stocked(*before), stocked(*after), rules) for r in move.rules)
+        for before, after in itertools.pairwise(seen)
+    ]
+
+
+BACK = PriceSettings(notify_on=[NotifyOn.BACK_IN_STOCK])
+
+
+@pytest.mark.parametrize(
+    ("rules", "seen", "told"),
+    [
+        # out, back (told), stays in, out again, unknown, in (no known state before: not told)
+        (BACK, [("9", "OutOfStock"), ("9", "InStock"), ("9", "InStock"), ("9", "SoldOut"),
+                ("9", None), ("9", "InStock")],
+         [("back-in-stock",), (), (), (), ()]),
+        (PriceSettings(notify_on=[NotifyOn.OUT_OF_STOCK]),
+         [("9", "InStock"), ("9", "OutOfStock"), ("9", "PreOrder"), ("9", "LimitedAvailability"),
+          ("9", "Discontinued")],
+         [("out-of-stock",), (), (), ("out-of-stock",)]),
+        # a stock rule alone tells no price move; with a price rule beside it, both are told
+        (BACK, [("9", "InStock"), ("7", "InStock"), ("6", "OutOfStock"), ("5", "InStock")],
+         [(), (), ("back-in-stock",)]),
+        (PriceSettings(notify_on=[NotifyOn.DROP, NotifyOn.BACK_IN_STOCK]),
+         [("9", "InStock"), ("7", "InStock"), ("6", "OutOfStock"), ("5", "InStock")],
+         [("drop",), ("drop",), ("drop", "back-in-stock")]),
+        # a stock change is no price move, and any-change tells it
+        (PriceSettings(), [("9", "InStock"), ("9", "OutOfStock")], [()]),
+        (PriceSettings(notify_on=[NotifyOn.ANY_CHANGE]), [("9", "InStock"), ("9", "OutOfStock")],
+         [("any-change",)]),
+    ],
+)  # fmt: skip
+def test_stock_rules_are_told_once_per_transition(
+    rules: PriceSettings, seen: list[tuple[str, str | None]], told: list[tuple[str, ...]]
+) -> None:
+    assert told_rules(seen, rules) == told
+
+
+def test_a_stock_move_says_both_states() -> None:
+    [move] = moves(stocked("9", "OutOfStock"), stocked("9", "InStock"), BACK)
+    assert (
+        move_line(move.as_json()) == "Kettle: 9 -> 9 EUR, out of stock -> in stock [back-in-stock]"
+    )
+    assert PriceSettings(notify_on=NotifyOn.DROP).model_dump(mode="json")["notify_on"] == "drop"
+    several = PriceSettings(notify_on=[NotifyOn.DROP, NotifyOn.BACK_IN_STOCK])
+    assert several.model_dump(mode="json")["notify_on"] == ["drop", "back-in-stock"]
+
+
 def entries(amounts: list[int], beyond: Callable[[int], bool]) -> int:
     """How often the price entered the region `beyond` (strictly below / above the
     threshold) after the baseline: its stretches in that region, less one if the baseline
