@@ -160,7 +160,7 @@ async def commit(
 ) -> CheckResult | None:
     """Record the attempt; None if the lease was lost or the slot was already final.
 
-    With `advance` (a final outcome of the due slot), the schedule moves to the first grid
+    With `advance` (a final outcome of the next slot), the schedule moves to the first grid
     point after now (`next_slot`), and each slot it passes gets a skipped row."""
     row = await QUERIES["commit"].fetchrow(
         pool, target_id=target_id, execution_id=execution_id, work_id=work_id, slot=slot,
@@ -244,7 +244,7 @@ async def register_target(
     enabled: bool,
     skipped: Sequence[datetime] = (),
 ) -> Registration:
-    """Create the target on the proposed grid, or adopt the grid and pending slot it has."""
+    """Create the target on the proposed grid, or adopt the grid and next slot it has."""
     async with pool.acquire() as conn, conn.transaction():
         row = await QUERIES["register_target"].fetchrow(
             conn, **_target(config), enabled=enabled, anchor=anchor, next_slot=next_slot

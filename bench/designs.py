@@ -64,7 +64,7 @@ class Workload:
         return [f"bench-{index:05d}" for index in range(self.targets)]
 
     def anchors(self, base: datetime) -> list[datetime]:
-        """Each target's first due slot: spread evenly over one interval in whole seconds,
+        """Each target's first slot: spread evenly over one interval in whole seconds,
         each with the sub-second offset `pricewatch add` gives its id."""
         return [
             base

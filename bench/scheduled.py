@@ -17,7 +17,7 @@ with workflow.unsafe.imports_passed_through():
     from workers.worker import address_policy, smtp_settings, worker_activities
 
 WORKFLOW_NAME = "BenchScheduledCheck"
-# Set by the scheduler on every workflow it starts: the action's nominal time, our due slot.
+# Set by the scheduler on every workflow it starts: the action's nominal time, our slot.
 SCHEDULED_START_TIME = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")
 
 

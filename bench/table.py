@@ -6,7 +6,7 @@ Fills an embedded Postgres of its own (in a temp dir, removed after) with synthe
 (mostly unchanged, some changed, failed and skipped, the newest with a snapshot), so about
 half are past the default 90-day retention. Then measures, each step one statement as the
 worker runs it:
-- the hot path (claim, then commit of a due slot that moves the schedule), one check at a
+- the hot path (claim, then commit of the next slot that moves the schedule), one check at a
   time, on distinct due targets: latency p50/p99 per statement;
 - retention alone for `--prune-seconds`: rows deleted per second, against the rate new rows
   arrive at (targets / interval);
@@ -131,7 +131,7 @@ async def fill(pool: asyncpg.Pool, args: argparse.Namespace) -> float:
 
 
 async def hot_path(pool: asyncpg.Pool, targets: list[str]) -> Latency:
-    """Each target's due slot: claimed, then committed with the schedule moving on."""
+    """Each target's next slot: claimed, then committed with the schedule moving on."""
     claims, commits = [], []
     for target_id in targets:
         slot = await pool.fetchval("SELECT next_slot FROM monitor_targets WHERE id = $1", target_id)

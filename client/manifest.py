@@ -61,7 +61,7 @@ class Entry(BaseModel):
     url: str
     every: timedelta
     start_at: datetime | None = None
-    """Only when the target is added: the first due slot."""
+    """Only when the target is added: the first slot."""
     paused: bool = False
     max_attempts: int = DEFAULTS["max_attempts"]
     unhealthy_after: int = DEFAULTS["unhealthy_after"]

@@ -219,7 +219,7 @@ async def add(
     url: Annotated[str, typer.Argument(help="The http(s) page to watch.")],
     every: Annotated[str, typer.Option("--every", help="Cadence, e.g. 15m, 1h, 24h.")] = "24h",
     start_at: Annotated[
-        str | None, typer.Option(help="First due slot (ISO-8601, default: now).")
+        str | None, typer.Option(help="First slot (ISO-8601, default: now).")
     ] = None,
     max_attempts: Annotated[
         int, typer.Option(help="Fetch attempts per slot on transient errors (1-20).")
@@ -335,7 +335,7 @@ async def list_targets(as_json: JsonOpt = False) -> None:
 @app.command()
 @command
 async def status(target_id: IdArg, as_json: JsonOpt = False) -> None:
-    """Show paused/active, the next due slot, the last result and the Temporal UI link."""
+    """Show paused/active, the next slot, the last result and the Temporal UI link."""
     async with pricewatch() as client:
         result = await client.status(target_id)
         retrying = await client.retrying(target_id)

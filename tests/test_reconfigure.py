@@ -1,4 +1,4 @@
-"""A reconfigure while the pending slot is retrying, end to end (dev server, a real worker
+"""A reconfigure while the next slot is retrying, end to end (dev server, a real worker
 process, the CLI's `apply`): the database has the new config at once, a second apply has
 nothing to do, the slot in flight finishes with the config it started with, and its dead
 letter moves the schedule on the new grid, anchored at that slot."""
@@ -29,7 +29,7 @@ def targets_file(path: Path, url: str, every: str) -> Path:
     return path
 
 
-async def test_a_reconfigure_during_a_backoff_is_mirrored_at_once_and_keeps_the_pending_slot(
+async def test_a_reconfigure_during_a_backoff_is_mirrored_at_once_and_keeps_the_next_slot(
     env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer, tmp_path: Path
 ) -> None:
     busy = {"Retry-After": str(RETRY_AFTER_SECONDS)}

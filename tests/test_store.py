@@ -367,7 +367,7 @@ async def test_manual_check_leaves_the_schedule_alone(target: asyncpg.Pool) -> N
 
 
 async def test_paused_target_is_not_claimed_for_scheduled_slots(pool: asyncpg.Pool) -> None:
-    """A paused target's due slot does not run."""
+    """A paused target's next slot does not run."""
     await store.sync_target(pool, CONFIG, next_slot=T0, enabled=False)
 
     refused = await claim(pool, "a")
@@ -422,7 +422,7 @@ async def test_concurrent_migrations_apply_the_schema_once(postgres_server_url: 
 async def test_the_grid_migration_keeps_existing_rows_and_their_meaning(
     postgres_server_url: str,
 ) -> None:
-    """A database written before 0005: every target gets its pending slot as anchor (a point
+    """A database written before 0005: every target gets its next slot as anchor (a point
     of its grid); a failed row of a slot still being retried becomes `retrying`; a final
     failed row, and every other row, is left exactly as it was."""
 

@@ -223,7 +223,7 @@ async def test_a_pause_and_resume_before_the_first_task_leave_the_target_running
     assert [r["status"] for r in await rows(pool, config.target_id)][:1] == ["unchanged"]
 
 
-async def test_reconfigure_keeps_the_pending_slot_then_uses_the_new_interval(
+async def test_reconfigure_keeps_the_next_slot_then_uses_the_new_interval(
     time_skipping_env: WorkflowEnvironment,
     pool: asyncpg.Pool,
     page_server: PageServer,

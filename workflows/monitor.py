@@ -1,6 +1,6 @@
 """`MonitorTarget`: one durable workflow per target that owns its schedule.
 
-Loop: sleep until the due slot (a durable timer that signals and updates can interrupt),
+Loop: sleep until the next slot (a durable timer that signals and updates can interrupt),
 run the check activity, move to the next slot on the grid. Deterministic: time is
 `workflow.now()`, every side effect is an activity, and the wait shape (a
 `wait_condition` with the slot delay as timeout) is fixed, since changing it would break
@@ -84,7 +84,7 @@ RESUME_BEFORE_REGISTRATION = "resume-before-registration"
 # Every result recorded before it says notify (the default), so it takes no other path there.
 PRICE_RULES = "price-rules"
 # 1.2: a reconfigure writes the new config into Postgres before the Update returns, also
-# while the pending slot's check is retrying (before, the mirror waited for the loop, which
+# while the next slot's check is retrying (before, the mirror waited for the loop, which
 # waits for the check: a retrying slot kept the old interval in the database for minutes, a
 # second `apply` reconfigured again, and the slot's dead letter advanced on the old grid).
 RECONFIGURE_MIRRORS_AT_ONCE = "reconfigure-mirrors-at-once"
@@ -156,8 +156,10 @@ class MonitorTarget:
                 )
                 if self.state.pending_checks:
                     continue
-                # The next run starts from this state; its pending slot is a point of the
-                # grid as it is now (after any reconfigure).
+                # The next run starts from this state, registered: it continues from
+                # `next_slot`. `start_at` (the first slot a start asked for) is read only by
+                # a registration; it is set to the next slot, a point of the grid as it is
+                # now (after any reconfigure), so it stays a valid first slot.
                 self.state.start_at = self.state.next_slot
                 workflow.continue_as_new(self.state)
             if self.state.paused:
@@ -166,7 +168,7 @@ class MonitorTarget:
                 self._woken = False
                 await workflow.wait_condition(lambda: self._woken)
                 continue
-            slot = self._slot()
+            slot = self._next_slot()
             delay = slot - workflow.now()
             if delay > timedelta(0):
                 self._describe(f"sleeping until {format_slot(slot)}")
@@ -201,9 +203,9 @@ class MonitorTarget:
             return
         if self.state.paused:
             self.state.paused = False
-            resumed = first_slot(self._slot(), self.state.config.interval, workflow.now())
+            resumed = first_slot(self._next_slot(), self.state.config.interval, workflow.now())
             self.state.unrecorded_skips += due_before_pause(
-                self._slot(), self.state.paused_at, resumed, self.state.config.interval,
+                self._next_slot(), self.state.paused_at, resumed, self.state.config.interval,
                 checking=self._checking,
             )  # fmt: skip
             self.state.next_slot, self.state.paused_at = resumed, None
@@ -218,7 +220,7 @@ class MonitorTarget:
 
     @workflow.update(name=Update.RECONFIGURE)
     async def reconfigure(self, config: TargetConfig) -> MonitorStatus:
-        """Change the config. The pending slot stays; later slots use the new interval. A
+        """Change the config. The next slot stays; later slots use the new interval. A
         check already running (its attempts and their backoff) finishes with the config it
         started with. The database has the new config when the Update returns."""
         if config == self.state.config:
@@ -290,7 +292,7 @@ class MonitorTarget:
     async def _register(self) -> None:
         """First task of a run that has not registered: propose a grid (the input's
         `start_at`, else now spread by the target id), and take the one Postgres returns,
-        which is the recorded grid and pending slot if the target exists already (a reset
+        which is the recorded grid and next slot if the target exists already (a reset
         to the first workflow task, a target started again)."""
         now = workflow.now()
         anchor = self.state.start_at or spread_anchor(self.state.config.target_id, now)
@@ -327,7 +329,7 @@ class MonitorTarget:
                 Activity.SYNC_TARGET,
                 SyncTargetInput(
                     config=self.state.config,
-                    next_slot=self._slot(),
+                    next_slot=self._next_slot(),
                     enabled=not self.state.paused,
                     skipped=skipped,
                 ),
@@ -369,7 +371,7 @@ class MonitorTarget:
             advanced = next_slot(slot, self.state.config.interval, workflow.now())
         # A resume during the check may have moved the slot on: never back onto slots it
         # marked skipped.
-        advanced = max(advanced, self._slot())
+        advanced = max(advanced, self._next_slot())
         self.state.next_slot = advanced
         self._checks_this_run += 1
 
@@ -476,8 +478,8 @@ class MonitorTarget:
             )
         return None
 
-    def _slot(self) -> datetime:
-        assert self.state.next_slot is not None, "the slot is set at registration"
+    def _next_slot(self) -> datetime:
+        assert self.state.next_slot is not None, "the next slot is set at registration"
         return self.state.next_slot
 
     def _mark_mirror_stale(self) -> None:

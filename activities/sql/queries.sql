@@ -46,7 +46,7 @@ SELECT
     (SELECT to_jsonb(existing) FROM existing) AS existing;
 
 -- name: commit
--- Record an attempt's outcome and, for a final outcome of the due slot (:advance), move the
+-- Record an attempt's outcome and, for a final outcome of the next slot (:advance), move the
 -- schedule to the first grid point after the database's now() (or Temporal's time for the
 -- attempt, :temporal_now, if later: the time-skipping test server runs ahead of every real
 -- clock; never a worker's clock) and release the lease: all in one statement, all
@@ -184,7 +184,7 @@ SELECT COALESCE((SELECT next_slot FROM moved),
 
 -- name: register_target
 -- A registration creates the target with the grid it proposes, or adopts the grid and the
--- pending slot already recorded (a reset to the first workflow task, a target started
+-- next slot already recorded (a reset to the first workflow task, a target started
 -- again). Only a different interval changes the grid, as a reconfigure does: the pending
 -- slot stays and later slots use the new interval. `xmax = 0` tells an insert from an
 -- update.
@@ -203,8 +203,8 @@ RETURNING anchor, next_slot, xmax = 0 AS created;
 
 -- name: sync_target
 -- The workflow's view, mirrored. The grid stays unless the interval changed (a
--- reconfigure): then it is re-anchored at the pending slot. A missing row (deleted, a
--- restored database) is written again on the workflow's grid, whose pending slot is one of
+-- reconfigure): then it is re-anchored at the next slot. A missing row (deleted, a
+-- restored database) is written again on the workflow's grid, whose next slot is one of
 -- its points.
 INSERT INTO monitor_targets AS t (id, url, interval_seconds, enabled, unhealthy_after,
     anchor, next_slot, config)
@@ -219,10 +219,10 @@ ON CONFLICT (id) DO UPDATE
        updated_at = now();
 
 -- name: reconfigure_target
--- A reconfigure, mirrored before the Update returns, also while a check of the pending slot
--- is retrying: the config alone. A new interval re-anchors the grid at the pending slot as
+-- A reconfigure, mirrored before the Update returns, also while a check of the next slot
+-- is retrying: the config alone. A new interval re-anchors the grid at the next slot as
 -- the database has it (the slot being checked, or the one after it if that check committed
--- meanwhile), so the check's commit or dead letter moves on the new grid. The pending slot,
+-- meanwhile), so the check's commit or dead letter moves on the new grid. The next slot,
 -- the pause and the lease stay the workflow's and the check's. No row: nothing to do (the
 -- workflow's next sync writes it).
 UPDATE monitor_targets AS t

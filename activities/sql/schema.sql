@@ -66,8 +66,9 @@ CREATE TABLE monitor_targets (
                      CONSTRAINT monitor_targets_failure_streak_check CHECK (failure_streak >= 0),
     unhealthy_after  integer NOT NULL DEFAULT 3
                      CONSTRAINT monitor_targets_unhealthy_after_check CHECK (unhealthy_after >= 1),
-    -- The pending slot: the next grid point the schedule is due at.
+    -- The next slot: the grid point the schedule waits for.
     next_slot        timestamptz NOT NULL,
+    -- The lease: its holder's execution id, and when it lapses (by the database's clock).
     lease_token      text,
     lease_expires_at timestamptz,
     created_at       timestamptz NOT NULL DEFAULT now(),
