@@ -21,6 +21,7 @@ import json
 import re
 import unicodedata
 from collections.abc import Iterator
+from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -62,7 +63,7 @@ _LAST_SEPARATOR = re.compile(r"[\d.,' ]*\d([.,])\d{3}")
 # Thousands groups (`1.234,56`, `1 234`, `1'234`) or a plain number with decimals.
 _NUMBER = re.compile(r"\d{1,3}(?:[ .,']\d{3})+(?:[.,]\d+)?|\d+(?:[.,]\d+)?")
 _NOT_AN_AMOUNT_AFTER = re.compile(
-    r"\s*(?:x\b|\u00d7|%|\+|pcs?\b|pieces?|items?|packs?\b|new\b|used\b|offers?|reviews?|ratings?"
+    r"\+|\s*(?:x\b|\u00d7|%|pcs?\b|pieces?|items?|packs?\b|new\b|used\b|offers?|reviews?|ratings?"
     r"|stars?|sold|left|l\b|litres?|liters?|ml\b|cl\b|kg\b|g\b|gr\b|lbs?\b"
     r"|oz\b|cm\b|mm\b|m\b|gb\b|tb\b|mb\b|months?|days?|years?|people|users?|seats?)",
     re.I,
@@ -212,7 +213,7 @@ def _selected(
         skipped.append(f"price selector {selector!r} matched nothing")
         return
     for position, match in enumerate(matches, 1):
-        if _hidden(match):
+        if settings.attribute is None and _hidden(match):  # an attribute is read, not shown
             skipped.append(f"{_match(match, position)}: hidden")
             continue
         if _struck(match):
@@ -236,7 +237,8 @@ def _selected(
             skipped.append(f"price selector {selector!r}: no price in {_match(match, position)}")
             continue
         label = " ".join(named.text().split()) if named is not None else f"price {position}"
-        yield Price(label, amount, currency, regular)
+        where = f"match {position}" + (f" [{settings.attribute}]" if settings.attribute else "")
+        yield Price(label, amount, currency, regular, source=where)
 
 
 def _match(match: LexborNode, position: int) -> str:
@@ -253,6 +255,8 @@ def _shown_amount(
     struck: list[str] = []
     _visible_text(match, named.mem_id if named is not None else None, shown, struck)
     priced, was = _priced_part(_plain(" ".join(" ".join(shown).split())))
+    if priced is None:
+        raise ExtractionError("only counts and quantities")
     amount, currency = parse_amount(priced, "")
     regular = None
     for text in [*struck, *([was] if was is not None else [])]:
@@ -276,14 +280,18 @@ def _visible_text(node: LexborNode, named: int | None, shown: list[str], struck:
             _visible_text(child, named, shown, struck)
 
 
-def _priced_part(text: str) -> tuple[str, str | None]:
-    """Of several numbers, the one that reads as a price, with what is around it, and the
-    one after "was" if any (the regular price). Only where some number is marked as no
-    price: parentheses (a review count), a quantity or unit after it (`2 Litre`, `1 New
-    from`) or "was" before it; else the whole text is price-parser's to read (`$119. 95`).
-    A currency beside a number or "now" before it counts for it."""
+def _priced_part(text: str) -> tuple[str | None, str | None]:
+    """Of several numbers, the one that reads as a price, with what is around it (None: every
+    number is marked as no price), and the one after "was" if any (the regular price).
+
+    A number is marked as no price by a quantity or unit after it (`2 Litre`, `1 New from`,
+    `$49+`) or parentheses around it without a currency (`(22)`, `(min. order: 1)`); "was"
+    before it makes it the regular price. Unless some number is marked, or a later number
+    carries a currency before it where the first has none (`50 - $2.00`), or "now" is said
+    before a later one, the whole text is price-parser's to read (`$119. 95`, `From 26 to
+    50 €`). A currency beside a number and "now" before it count for it."""
     numbers = list(_NUMBER.finditer(text))
-    if len(numbers) <= 1:
+    if not numbers:
         return text, None
 
     def around(i: int) -> str:
@@ -291,28 +299,37 @@ def _priced_part(text: str) -> tuple[str, str | None]:
         end = numbers[i + 1].start() if i + 1 < len(numbers) else len(text)
         return text[start:end]
 
-    best, best_score, was, marked = 0, None, None, False
+    best, best_score, was, marked, counted_all = 0, -99, None, False, True
+    first_has_currency = False
     for i, number in enumerate(numbers):
-        start = numbers[i - 1].end() if i else 0
-        end = numbers[i + 1].start() if i + 1 < len(numbers) else len(text)
-        before, after = text[start : number.start()], text[number.end() : end]
-        window = (before[-6:] + number.group() + after[:6]).strip()
-        score = 4 if ParsedPrice.fromstring(window).currency else 0
+        before = text[numbers[i - 1].end() if i else 0 : number.start()]
+        after = text[number.end() : numbers[i + 1].start() if i + 1 < len(numbers) else len(text)]
+        prefix = _currency_token(re.search(r"(\S{1,4}) ?$", before))
+        suffix = _currency_token(re.match(r" ?(\S{1,4})", after))
+        in_parens = text.count("(", 0, number.start()) > text.count(")", 0, number.start())
+        counted = bool(_NOT_AN_AMOUNT_AFTER.match(after)) or (in_parens and not (prefix or suffix))
         now = _NOW_BEFORE.search(before) is not None
-        score += 2 if now else 0
+        score = (4 if prefix or suffix else 0) + (2 if now else 0) - (4 if counted else 0)
         if _WAS_BEFORE.search(before):
             score -= 3
             was = around(i) if was is None else was
-        counted = bool(_NOT_AN_AMOUNT_AFTER.match(after)) or (
-            before.rstrip().endswith("(") and after.lstrip().startswith(")")
-        )
-        score -= 4 if counted else 0
-        marked = marked or counted or was is not None or (now and i > 0)
-        if best_score is None or score > best_score:
+        if i == 0:
+            first_has_currency = prefix or suffix
+        marked = marked or counted or was is not None or (i > 0 and now)
+        marked = marked or (i > 0 and prefix and not first_has_currency)
+        counted_all = counted_all and counted
+        if score > best_score:
             best, best_score = i, score
+    if counted_all:
+        return None, None
     if not marked:
         return text, None
     return around(best), was if was != around(best) else None
+
+
+def _currency_token(found: re.Match[str] | None) -> bool:
+    """Whether the token beside a number is a currency (`$`, `€`, `EUR`, `zł`)."""
+    return found is not None and ParsedPrice.fromstring(found.group(1)).currency is not None
 
 
 def _hidden(node: LexborNode) -> bool:
@@ -517,6 +534,7 @@ def _offer_prices(
             _iso(said) if isinstance(said, str) and said else written,
             regular if label == name and regular is not None and regular > amount else None,
             stock,
+            source=where,
         )
 
 
@@ -566,6 +584,8 @@ def _microdata(tree: LexborHTMLParser, skipped: list[str]) -> list[Price]:
             skipped.append(str(err))
             continue
         currency = _property(scope, "priceCurrency") if scope is not None else None
+        if scope is None and (loose := tree.css_first('[itemprop~="priceCurrency"]')):
+            currency = loose.attributes.get("content") or loose.text()  # no item: the page's
         stock = _stock(_property(scope, "availability")) if scope is not None else None
         name = None
         while scope is not None and name is None:
@@ -574,7 +594,8 @@ def _microdata(tree: LexborHTMLParser, skipped: list[str]) -> list[Price]:
         label = name or "price"
         if prop != "price":
             label += " (low)" if prop == "lowPrice" else " (high)"
-        found.append(Price(label, amount, _iso(currency) if currency else written, None, stock))
+        currency = _iso(currency) if currency else written
+        found.append(Price(label, amount, currency, None, stock, source=where))
     return found
 
 
@@ -635,6 +656,7 @@ def _open_graph(tree: LexborHTMLParser, skipped: list[str]) -> list[Price]:
             _iso(currency),
             regular if regular is not None and regular > amount else None,
             stock,
+            source=f"OpenGraph {'sale price' if sale else 'price'}",
         )
     ]
 
@@ -646,5 +668,5 @@ def _unique_names(prices: list[Price]) -> list[Price]:
     for price in prices:
         seen[price.name] = seen.get(price.name, 0) + 1
         name = price.name if seen[price.name] == 1 else f"{price.name} ({seen[price.name]})"
-        unique.append(Price(name, price.amount, price.currency, price.regular, price.availability))
+        unique.append(replace(price, name=name))
     return unique

@@ -26,6 +26,8 @@ class Price:
     currency: str | None = None
     regular: Decimal | None = None
     availability: str | None = None
+    source: str | None = field(default=None, compare=False)
+    """Where on the page it was read (`JSON-LD offer 'Pro'`, `match 2`): for `try`, not kept."""
 
     def as_json(self) -> dict[str, str | None]:
         value = {"name": self.name, "amount": str(self.amount), "currency": self.currency}
