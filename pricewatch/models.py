@@ -18,6 +18,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializationInfo,
     ValidationInfo,
     field_serializer,
     field_validator,
@@ -134,8 +135,13 @@ class PriceSettings(Model):
         return [value] if isinstance(value, str | NotifyOn) else value
 
     @field_serializer("notify_on")
-    def _as_written(self, value: list[NotifyOn]) -> object:
-        return value[0].value if len(value) == 1 else [rule.value for rule in value]
+    def _as_written(
+        self, value: list[NotifyOn], info: SerializationInfo
+    ) -> list[NotifyOn] | NotifyOn:
+        """One rule is a plain value, as 1.2 reads it (on the wire, in Postgres and in the
+        rules' fingerprint); the `--json` views (context `views`) always say a list."""
+        listed = isinstance(info.context, dict) and info.context.get("views")
+        return value[0] if len(value) == 1 and not listed else list(value)
 
     @model_validator(mode="after")
     def _name_needs_selector(self) -> "PriceSettings":

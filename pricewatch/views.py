@@ -162,7 +162,8 @@ def dump(command: str, value: object) -> str:
     """The command's `--json` output. It names fields as the code does (`slot`), not by the
     1.2 spellings the models keep on the wire (`scheduled_for`, see `pricewatch.models.Model`):
     a script reads one name per concept."""
-    return OUTPUTS[command].dump_json(value, indent=2, by_alias=False).decode()
+    shape = OUTPUTS[command]
+    return shape.dump_json(value, indent=2, by_alias=False, context={"views": True}).decode()
 
 
 def write_schemas(folder: Path = SCHEMAS) -> None:
