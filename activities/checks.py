@@ -481,8 +481,11 @@ class Report:
 
 def described(result: CheckResult, outcome: store.Outcome) -> str:
     """`changed`, or in price mode `changed: Pro: 19.90 -> 24.90 EUR (+5.00, +25.13%)
-    [price-change]` (`(no rule matched)` where none did)."""
-    if not outcome.price_moves:
-        return result.status.value
-    moves = ", ".join(move_line(move.as_json()) for move in outcome.price_moves)
-    return f"{result.status.value}: {moves}" + ("" if result.notify else " (no rule matched)")
+    [price-change]` (`(no rule matched)` where none did), and the values it skipped."""
+    line = result.status.value
+    if outcome.price_moves:
+        moves = ", ".join(move_line(move.as_json()) for move in outcome.price_moves)
+        line += f": {moves}" + ("" if result.notify else " (no rule matched)")
+    if outcome.skipped_values:
+        line += f"; skipped {len(outcome.skipped_values)}: {'; '.join(outcome.skipped_values)}"
+    return line

@@ -9,6 +9,8 @@ from pricewatch import prices
 from pricewatch.decisions import compare
 from pricewatch.models import CheckStatus, PriceSettings
 
+MAX_SKIPPED_VALUES = 20  # a listing page of 500 "Call for price" rows names the first 20
+
 
 async def outcome_of(
     claim: store.Claim, page: Page, rules: str, price_mode: PriceSettings | None = None
@@ -67,4 +69,5 @@ def outcome(
         prices=page.prices,
         price_moves=moves,
         notify=moves is None or prices.tells(moves),
+        skipped_values=page.skipped[:MAX_SKIPPED_VALUES],
     )

@@ -8,7 +8,7 @@ import base64
 import json
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -81,6 +81,8 @@ class Outcome:
     prices: list[Price] | None = None
     price_moves: list[Move] | None = None
     notify: bool = True
+    skipped_values: list[str] = field(default_factory=list)
+    """Price mode: the values the check could not read, each with why (the row names them)."""
 
 
 async def create_pool(
@@ -170,7 +172,7 @@ async def commit(
         last_modified=outcome.last_modified, snapshot=outcome.snapshot, excerpt=outcome.excerpt,
         rules=outcome.rules, next_attempt_in=outcome.next_attempt_in,
         prices=_json_list(outcome.prices), price_moves=_json_list(outcome.price_moves),
-        notify=outcome.notify,
+        notify=outcome.notify, skipped_values=outcome.skipped_values or None,
         snapshots_kept=snapshots_kept, advance=advance, temporal_now=temporal_now,
     )  # fmt: skip
     return None if row is None else _result(row)

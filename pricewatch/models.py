@@ -259,6 +259,13 @@ class CheckResult(Model):
     notify: bool = True
     """For a change: whether the channels are told. Price rules hold back the moves they do
     not match (1.1)."""
+    skipped_values: list[str] = Field(default_factory=list)
+    """Price mode (1.3): the values the check could not read and skipped, each with why."""
+
+    @field_validator("skipped_values", mode="before")
+    @classmethod
+    def _none_skipped(cls, value: object) -> object:
+        return [] if value is None else value  # the column is NULL where nothing was skipped
     already_recorded: bool = False
     unnotified: list["CheckResult"] = Field(default_factory=list)
     """With an already recorded slot: changes recorded after it, before the schedule's next

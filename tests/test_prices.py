@@ -515,6 +515,22 @@ async def test_a_page_without_prices_fails_permanently_with_what_it_found(
     assert (status, recorded_prices) == ("failed", None), "never a guessed price"
 
 
+async def test_a_value_that_cannot_be_read_is_named_on_the_row_and_the_line(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, site: Site, caplog: pytest.LogCaptureFixture
+) -> None:
+    checks = await price_checker(pool, http, site, PLANS)
+    site.html = plans("ask us", "19,90")
+    with caplog.at_level("INFO", logger="pricewatch.checks"):
+        result = await checks.check()
+    named = "price selector 'tr.plan': no price in match 1 'Basic ask us €'"
+    assert (result.status, result.skipped_values) == ("unchanged", [named])
+    stored = await pool.fetchval("SELECT skipped_values FROM source_checks")
+    assert stored == [named], "the row names what was skipped"
+    assert f"unchanged; skipped 1: {named}" in caplog.text
+    site.html = plans("9,90", "19,90")
+    assert (await checks.check()).skipped_values == []
+
+
 async def test_a_price_notice_carries_each_move(
     pool: asyncpg.Pool, http: httpx.AsyncClient, site: Site,
     webhook_receiver: WebhookReceiver, smtp_server: tuple[MailSink, SmtpSettings],

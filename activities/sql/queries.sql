@@ -61,12 +61,12 @@ WITH lease AS (
     INSERT INTO source_checks AS c (work_id, target_id, scheduled_for, kind, checked_at, status,
         attempt_count, result_hash, previous_hash, http_status, body_bytes, error_message,
         etag, last_modified, snapshot, excerpt, rules, next_attempt_at, prices, price_moves,
-        notify)
+        notify, skipped_values)
     SELECT :work_id::text, id, :slot::timestamptz, :kind::text, now(), :status::text, 1,
            :result_hash::text, :previous_hash::text, :http_status::integer,
            :body_bytes::integer, :error_message::text, :etag::text, :last_modified::text,
            :snapshot::bytea, :excerpt::text, :rules::text, now() + :next_attempt_in::interval,
-           :prices::jsonb, :price_moves::jsonb, :notify::boolean
+           :prices::jsonb, :price_moves::jsonb, :notify::boolean, :skipped_values::text[]
       FROM lease
     ON CONFLICT (work_id) DO UPDATE
        SET checked_at = excluded.checked_at, status = excluded.status,
@@ -76,10 +76,11 @@ WITH lease AS (
            etag = excluded.etag, last_modified = excluded.last_modified,
            snapshot = excluded.snapshot, excerpt = excluded.excerpt, rules = excluded.rules,
            next_attempt_at = excluded.next_attempt_at, prices = excluded.prices,
-           price_moves = excluded.price_moves, notify = excluded.notify
+           price_moves = excluded.price_moves, notify = excluded.notify,
+           skipped_values = excluded.skipped_values
      WHERE c.status IN ('retrying', 'failed', 'skipped')  -- a real result replaces a placeholder
     RETURNING work_id, scheduled_for AS slot, kind, status, checked_at, attempt_count,
-              result_hash, previous_hash, error_message, next_attempt_at, notify
+              result_hash, previous_hash, error_message, next_attempt_at, notify, skipped_values
 ), pruned AS (
     -- Keep the newest :snapshots_kept snapshots of the target (this new one included).
     UPDATE source_checks SET snapshot = NULL
@@ -323,7 +324,7 @@ SELECT work_id, slot, status, prices FROM (
 
 -- name: check_history
 SELECT work_id, scheduled_for AS slot, kind, status, checked_at, attempt_count, result_hash,
-       previous_hash, error_message, next_attempt_at
+       previous_hash, error_message, next_attempt_at, skipped_values
   FROM source_checks
  WHERE target_id = :target_id ORDER BY scheduled_for DESC LIMIT :limit;
 

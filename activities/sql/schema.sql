@@ -115,6 +115,8 @@ CREATE TABLE source_checks (
     prices          jsonb,
     price_moves     jsonb,
     notify          boolean NOT NULL DEFAULT true,
+    -- The values price mode could not read and skipped, each named with why (1.3).
+    skipped_values  text[],
     CONSTRAINT source_checks_hash_check
         CHECK ((status IN ('retrying', 'failed', 'skipped')) = (result_hash IS NULL)),
     CONSTRAINT source_checks_check1 CHECK (status <> 'changed' OR previous_hash IS NOT NULL),
