@@ -266,6 +266,7 @@ class CheckResult(Model):
     @classmethod
     def _none_skipped(cls, value: object) -> object:
         return [] if value is None else value  # the column is NULL where nothing was skipped
+
     already_recorded: bool = False
     unnotified: list["CheckResult"] = Field(default_factory=list)
     """With an already recorded slot: changes recorded after it, before the schedule's next
