@@ -22,9 +22,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import store
-from activities.fetch import FetchError, Page, Request, fetch_page
+from activities.fetch import FetchError, Page, Request, fetch_page, request_of
 from activities.metrics import count, observe_seconds
-from activities.normalise import Extraction
 from activities.outcomes import outcome_of
 from activities.tracing import span
 from pricewatch.decisions import (
@@ -231,19 +230,7 @@ class CheckActivities:
         if the lease was taken over meanwhile, the fetch stops at once: its result could
         not be committed anyway.
         """
-        request = Request(
-            url=check.url,
-            extraction=Extraction(
-                selector=check.selector,
-                ignore=check.ignore,
-                json_pointer=check.json_pointer,
-                price_mode=check.price_mode,
-            ),
-            user_agent=check.user_agent,
-            etag=claim.previous_etag,
-            last_modified=claim.previous_last_modified,
-            timeout=timedelta(seconds=check.timeout_seconds) if check.timeout_seconds else None,
-        )
+        request = request_of(check, claim.previous_etag, claim.previous_last_modified)
         with span("fetch", url=check.url):
             fetch = asyncio.create_task(self.fetcher(request))
             try:

@@ -32,6 +32,7 @@ import httpx
 from activities.guard import AddressPolicy, BlockedAddress, GuardedTransport
 from activities.normalise import Extraction, ExtractionError, normalise
 from activities.price_reader import observe
+from pricewatch.models import CheckInput
 from pricewatch.policy import MAX_FETCH_TIMEOUT
 from pricewatch.prices import Price, listing
 from pricewatch.urls import as_sent
@@ -130,6 +131,26 @@ class Request:
         if self.last_modified:
             headers["if-modified-since"] = self.last_modified
         return headers
+
+
+def request_of(
+    check: CheckInput, etag: str | None = None, last_modified: str | None = None
+) -> Request:
+    """The fetch a check of `check` makes: its URL, rules, User-Agent and timeout, and the
+    validators of the last good check for a conditional request."""
+    return Request(
+        url=check.url,
+        extraction=Extraction(
+            selector=check.selector,
+            ignore=check.ignore,
+            json_pointer=check.json_pointer,
+            price_mode=check.price_mode,
+        ),
+        user_agent=check.user_agent,
+        etag=etag,
+        last_modified=last_modified,
+        timeout=timedelta(seconds=check.timeout_seconds) if check.timeout_seconds else None,
+    )
 
 
 def new_client(policy: AddressPolicy) -> httpx.AsyncClient:

@@ -401,11 +401,29 @@ def _structured(html: str, tree: LexborHTMLParser, skipped: list[str]) -> list[P
     regular |= _struck_amounts(tree)
     for kind, found in kinds:
         if not any(p.amount in regular for p in found):
-            for other, passed in kinds[: kinds.index((kind, found))]:
+            passed_over = kinds[: kinds.index((kind, found))]
+            for other, passed in passed_over:
                 amounts = ", ".join(f"{p.amount}" for p in passed)
                 skipped.append(f"{other} {amounts}: the struck-out price; {kind} is read")
-            return found
+            return _completed(found, [p for _, passed in passed_over for p in passed])
     return kinds[0][1]
+
+
+def _completed(found: list[Price], passed: list[Price]) -> list[Price]:
+    """One product told by two kinds: the price read keeps the passed-over one's amount as
+    its regular price, and its name, currency and stock where it has none of its own."""
+    if len(found) != 1 or len(passed) != 1:
+        return found
+    price, other = found[0], passed[0]
+    return [
+        replace(
+            price,
+            name=other.name if price.name == "price" else price.name,
+            regular=price.regular or (other.amount if other.amount > price.amount else None),
+            currency=price.currency or other.currency,
+            availability=price.availability or other.availability,
+        )
+    ]
 
 
 def _struck_amounts(tree: LexborHTMLParser) -> set[Decimal]:

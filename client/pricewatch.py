@@ -19,6 +19,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities import store
+from activities.fetch import fetch_page, new_client, request_of
 from activities.guard import AddressPolicy, BlockedAddress, check_url
 from activities.normalise import Extraction, validate_extraction
 from activities.outages import postgres_address
@@ -31,6 +32,7 @@ from client.temporal import connect, start_monitor, workflow_id
 from pricewatch.durations import format_duration
 from pricewatch.models import (
     ChannelKind,
+    CheckInput,
     CheckResult,
     CheckStatus,
     MonitorState,
@@ -43,7 +45,15 @@ from pricewatch.names import WORKFLOW_TYPE, Query, Signal, Update
 from pricewatch.settings import Settings
 from pricewatch.slots import spread_anchor
 from pricewatch.urls import as_typed
-from pricewatch.views import ChangeView, ChannelView, DeliveryView, PricesRow, TargetSummary
+from pricewatch.views import (
+    ChangeView,
+    ChannelView,
+    DeliveryView,
+    PricesRow,
+    TargetSummary,
+    TriedPrice,
+    TryView,
+)
 
 REMOVE_WAIT = timedelta(seconds=120)
 
@@ -218,6 +228,25 @@ class Pricewatch:
         webhooks = [c.destination for c in config.channels if c.kind is ChannelKind.WEBHOOK]
         for url in [config.url, *webhooks]:
             await check_url(policy, url)
+
+    async def try_page(self, config: TargetConfig) -> TryView:
+        """Fetch the page once as a check of `config` would (the same guard, rules, User-Agent
+        and timeout) and say what it would record. Nothing is written and neither Temporal
+        nor Postgres is asked: a FetchError is what the check would fail with."""
+        await self.validate(config)
+        policy = AddressPolicy.allowing(self.settings.resolved_allow_networks().split(","))
+        check = CheckInput.of(config, datetime.now(UTC))
+        async with new_client(policy) as http:
+            page = await fetch_page(http, request_of(check))
+        assert page.sha256 is not None and page.text is not None, "no validators: no 304"
+        prices = None
+        if page.prices is not None:
+            prices = [TriedPrice(**{**vars(price)}) for price in page.prices]
+        return TryView(
+            url=config.url, http_status=page.status_code, body_bytes=page.size,
+            result_hash=page.sha256, text=page.text, prices=prices,
+            skipped_values=page.skipped,
+        )  # fmt: skip
 
     async def _start(self, config: TargetConfig, start_at: datetime | None, paused: bool) -> None:
         anchor = start_at or spread_anchor(config.target_id, datetime.now(UTC))

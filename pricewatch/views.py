@@ -128,6 +128,34 @@ class NoticeBody(View):
     """`price.changed` only: every price that moved."""
 
 
+class TriedPrice(View):
+    """`try`: one price the page shows, and where on it the price was read."""
+
+    name: str
+    amount: Decimal
+    currency: str | None
+    regular: Decimal | None
+    """The struck-out price beside it (a sale's "was"): never recorded as the price."""
+    availability: str | None
+    source: str | None
+    """`JSON-LD offer 'Pro'`, `microdata price`, `OpenGraph price`, `match 2`."""
+
+
+class TryView(View):
+    """`try`: what one check of these settings would record now (nothing is written)."""
+
+    url: str
+    http_status: int
+    body_bytes: int
+    result_hash: str
+    """The SHA-256 a check would record: of `text`."""
+    text: str
+    """What is hashed: the page's normalised text, or in price mode the prices' listing."""
+    prices: list[TriedPrice] | None
+    skipped_values: list[str]
+    """Price mode: the values that could not be read, each with why."""
+
+
 class ConfigView(View):
     """`config`: the effective settings (secrets masked) and the Temporal connection."""
 
@@ -145,6 +173,7 @@ OUTPUTS: dict[str, TypeAdapter[object]] = {
     "deliveries": TypeAdapter(list[DeliveryView]),
     "diff": TypeAdapter(ChangeView),
     "config": TypeAdapter(ConfigView),
+    "try": TypeAdapter(TryView),
     "prices": TypeAdapter(list[PricesRow]),
 }
 # What every channel receives: a schema like the outputs', for receivers.

@@ -25,6 +25,7 @@ from temporalio.exceptions import FailureError
 from temporalio.service import RPCError
 from typer.core import TyperOption
 
+from activities.fetch import FetchError
 from activities.guard import BlockedAddress
 from client import manifest
 from client.pricewatch import (
@@ -212,82 +213,88 @@ def print_json(command: str, value: object) -> None:
     typer.echo(views.dump(command, value))
 
 
-@app.command()
-@command
-async def add(
-    target_id: IdArg,
-    url: Annotated[str, typer.Argument(help="The http(s) page to watch.")],
-    every: Annotated[str, typer.Option("--every", help="Cadence, e.g. 15m, 1h, 24h.")] = "24h",
-    start_at: Annotated[
-        str | None, typer.Option(help="First slot (ISO-8601, default: now).")
-    ] = None,
-    max_attempts: Annotated[
-        int, typer.Option(help="Fetch attempts per slot on transient errors (1-20).")
-    ] = 5,
-    unhealthy_after: Annotated[
-        int, typer.Option(help="Failed slots in a row that make the target unhealthy.")
-    ] = 3,
-    webhook: Annotated[
-        list[str] | None,
-        typer.Option(metavar="<url>", help="Webhook URL to notify (repeatable)."),
-    ] = None,
-    email: Annotated[
-        list[str] | None, typer.Option(metavar="<address>", help="Address to notify (repeatable).")
-    ] = None,
-    selector: Annotated[
-        str | None, typer.Option(help="CSS selector: only the matched text counts (HTML).")
-    ] = None,
-    ignore: Annotated[
-        str | None, typer.Option(help="Regex removed before hashing (tokens, timestamps).")
-    ] = None,
-    json_pointer: Annotated[
-        str | None, typer.Option(help="RFC 6901 pointer: only that value counts (JSON).")
-    ] = None,
-    user_agent: Annotated[str | None, typer.Option(help="User-Agent for this target.")] = None,
-    fetch_timeout: Annotated[
-        str | None,
-        typer.Option(
-            "--timeout",
-            help=f"How long the page may take, {FETCH_TIMEOUT_RANGE} (default: 10s per read, "
-            "30s in all).",
-        ),
-    ] = None,
-    prices: Annotated[
-        bool,
-        typer.Option(
-            "--prices", help="Price mode: compare the page's prices (structured data), not text."
-        ),
-    ] = False,
-    price_selector: Annotated[
-        str | None, typer.Option(help="Price mode: CSS selector, each match one price.")
-    ] = None,
-    price_name: Annotated[
-        str | None, typer.Option(help="CSS selector inside each price match: its name.")
-    ] = None,
-    notify_on: Annotated[
-        NotifyOn | None,
-        typer.Option(help="Price mode: which moves are told (default price-change)."),
-    ] = None,
-    below: Annotated[
-        str | None, typer.Option(help="Price mode: tell when a price falls below this.")
-    ] = None,
-    above: Annotated[
-        str | None, typer.Option(help="Price mode: tell when a price rises above this.")
-    ] = None,
-    min_change_percent: Annotated[
-        str | None, typer.Option(help="Price mode: tell only moves of at least N percent.")
-    ] = None,
-) -> None:
-    """Start watching a page (same settings again: no-op; different: reconfigure).
+# The options `add` and `try` share: a target's settings, as `add` takes them.
+EveryOpt = Annotated[str, typer.Option("--every", help="Cadence, e.g. 15m, 1h, 24h.")]
+MaxAttemptsOpt = Annotated[
+    int, typer.Option(help="Fetch attempts per slot on transient errors (1-20).")
+]
+UnhealthyAfterOpt = Annotated[
+    int, typer.Option(help="Failed slots in a row that make the target unhealthy.")
+]
+WebhookOpt = Annotated[
+    list[str] | None, typer.Option(metavar="<url>", help="Webhook URL to notify (repeatable).")
+]
+EmailOpt = Annotated[
+    list[str] | None, typer.Option(metavar="<address>", help="Address to notify (repeatable).")
+]
+SelectorOpt = Annotated[
+    str | None, typer.Option(help="CSS selector: only the matched text counts (HTML).")
+]
+IgnoreOpt = Annotated[
+    str | None, typer.Option(help="Regex removed before hashing (tokens, timestamps).")
+]
+JsonPointerOpt = Annotated[
+    str | None, typer.Option(help="RFC 6901 pointer: only that value counts (JSON).")
+]
+UserAgentOpt = Annotated[str | None, typer.Option(help="User-Agent for this target.")]
+TimeoutOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--timeout",
+        help=f"How long the page may take, {FETCH_TIMEOUT_RANGE} (default: 10s per read, "
+        "30s in all).",
+    ),
+]
+PricesOpt = Annotated[
+    bool,
+    typer.Option(
+        "--prices", help="Price mode: compare the page's prices (structured data), not text."
+    ),
+]
+PriceSelectorOpt = Annotated[
+    str | None, typer.Option(help="Price mode: CSS selector, each match one price.")
+]
+PriceNameOpt = Annotated[
+    str | None, typer.Option(help="CSS selector inside each price match: its name.")
+]
+PriceAttrOpt = Annotated[
+    str | None,
+    typer.Option(help="Read each price match's attribute (content, data-price), not its text."),
+]
+NotifyOnOpt = Annotated[
+    list[NotifyOn] | None,
+    typer.Option(
+        help="Price mode: which moves are told (repeatable, e.g. drop and back-in-stock; "
+        "default price-change)."
+    ),
+]
+BelowOpt = Annotated[
+    str | None, typer.Option(help="Price mode: tell when a price falls below this.")
+]
+AboveOpt = Annotated[
+    str | None, typer.Option(help="Price mode: tell when a price rises above this.")
+]
+MinChangeOpt = Annotated[
+    str | None, typer.Option(help="Price mode: tell only moves of at least N percent.")
+]
 
-    Any price option turns price mode on: the prices are compared, and the rules say which
-    moves are told."""
+
+def target_config(
+    target_id: str, url: str, every: str, max_attempts: int, unhealthy_after: int,
+    webhook: list[str] | None, email: list[str] | None, selector: str | None,
+    ignore: str | None, json_pointer: str | None, user_agent: str | None,
+    fetch_timeout: str | None, prices: bool, price_selector: str | None,
+    price_name: str | None, price_attr: str | None, notify_on: list[NotifyOn] | None,
+    below: str | None, above: str | None, min_change_percent: str | None,
+) -> TargetConfig:  # fmt: skip
+    """A target's settings from `add`'s options: any price option turns price mode on."""
     price_options = {
-        "selector": price_selector, "name": price_name, "notify_on": notify_on,
-        "below": below, "above": above, "min_change_percent": min_change_percent,
+        "selector": price_selector, "name": price_name, "attribute": price_attr,
+        "notify_on": notify_on or None, "below": below, "above": above,
+        "min_change_percent": min_change_percent,
     }  # fmt: skip
     given = {key: value for key, value in price_options.items() if value is not None}
-    config = TargetConfig(
+    return TargetConfig(
         target_id=valid_id(target_id),
         url=url,
         interval_seconds=int(parse_duration(every).total_seconds()),
@@ -302,6 +309,44 @@ async def add(
         price_mode=PriceSettings.model_validate(given) if prices or given else None,
         timeout_seconds=parse_timeout(fetch_timeout),
     )
+
+
+@app.command()
+@command
+async def add(
+    target_id: IdArg,
+    url: Annotated[str, typer.Argument(help="The http(s) page to watch.")],
+    every: EveryOpt = "24h",
+    start_at: Annotated[
+        str | None, typer.Option(help="First slot (ISO-8601, default: now).")
+    ] = None,
+    max_attempts: MaxAttemptsOpt = 5,
+    unhealthy_after: UnhealthyAfterOpt = 3,
+    webhook: WebhookOpt = None,
+    email: EmailOpt = None,
+    selector: SelectorOpt = None,
+    ignore: IgnoreOpt = None,
+    json_pointer: JsonPointerOpt = None,
+    user_agent: UserAgentOpt = None,
+    fetch_timeout: TimeoutOpt = None,
+    prices: PricesOpt = False,
+    price_selector: PriceSelectorOpt = None,
+    price_name: PriceNameOpt = None,
+    price_attr: PriceAttrOpt = None,
+    notify_on: NotifyOnOpt = None,
+    below: BelowOpt = None,
+    above: AboveOpt = None,
+    min_change_percent: MinChangeOpt = None,
+) -> None:
+    """Start watching a page (same settings again: no-op; different: reconfigure).
+
+    Any price option turns price mode on: the prices are compared, and the rules say which
+    moves are told."""
+    config = target_config(
+        target_id, url, every, max_attempts, unhealthy_after, webhook, email, selector, ignore,
+        json_pointer, user_agent, fetch_timeout, prices, price_selector, price_name,
+        price_attr, notify_on, below, above, min_change_percent,
+    )  # fmt: skip
     async with pricewatch() as client:
         outcome = await client.add(config, parse_start_at(start_at))
         watched = f"{target_id}: {config.url} every {format_duration(config.interval)}"
@@ -316,6 +361,51 @@ async def add(
             }[outcome]
         )
         typer.echo(f"history: {client.ui_link(target_id)}")
+
+
+@app.command("try")
+@command
+async def try_page(
+    url: Annotated[str, typer.Argument(help="The http(s) page to read.")],
+    every: EveryOpt = "24h",
+    max_attempts: MaxAttemptsOpt = 5,
+    unhealthy_after: UnhealthyAfterOpt = 3,
+    webhook: WebhookOpt = None,
+    email: EmailOpt = None,
+    selector: SelectorOpt = None,
+    ignore: IgnoreOpt = None,
+    json_pointer: JsonPointerOpt = None,
+    user_agent: UserAgentOpt = None,
+    fetch_timeout: TimeoutOpt = None,
+    prices: PricesOpt = False,
+    price_selector: PriceSelectorOpt = None,
+    price_name: PriceNameOpt = None,
+    price_attr: PriceAttrOpt = None,
+    notify_on: NotifyOnOpt = None,
+    below: BelowOpt = None,
+    above: AboveOpt = None,
+    min_change_percent: MinChangeOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Read a page once as `add` with these options would check it; nothing is written.
+
+    Prints what the check would record: the prices and where each was read, what was skipped
+    and why, the hash (no Temporal or Postgres needed). How to pick a price selector."""
+    config = target_config(
+        "try", url, every, max_attempts, unhealthy_after, webhook, email, selector, ignore,
+        json_pointer, user_agent, fetch_timeout, prices, price_selector, price_name,
+        price_attr, notify_on, below, above, min_change_percent,
+    )  # fmt: skip
+    async with Pricewatch(Settings()) as client:
+        try:
+            view = await client.try_page(config)
+        except FetchError as err:
+            fail(f"a check would fail ({'transient' if err.transient else 'permanent'}): {err}",
+                 UNAVAILABLE)  # fmt: skip
+    if as_json:
+        print_json("try", view)
+    else:
+        render.tried(view)
 
 
 @app.command("list")

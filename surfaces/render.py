@@ -12,8 +12,16 @@ from rich.table import Table
 
 from pricewatch.durations import format_duration
 from pricewatch.models import CheckResult, MonitorStatus, PriceSettings, TargetConfig
+from pricewatch.prices import stock_words
 from pricewatch.slots import format_slot
-from pricewatch.views import ChannelView, DeliveryView, PricesRow, PriceView, TargetSummary
+from pricewatch.views import (
+    ChannelView,
+    DeliveryView,
+    PricesRow,
+    PriceView,
+    TargetSummary,
+    TryView,
+)
 
 SPARKS = "▁▂▃▄▅▆▇█"
 
@@ -139,6 +147,30 @@ def prices(rows: Sequence[PricesRow]) -> None:
             for found in [{price.name: price for price in row.prices}]
         ],
     )
+
+
+def tried(view: TryView) -> None:
+    """What a check would record: the prices and where each was read, what was skipped, the
+    hash; for a text target, the text that is hashed."""
+    print(f"{view.url}: HTTP {view.http_status}, {view.body_bytes} bytes")
+    if view.prices is not None:
+        table(
+            ["PRICE", "AMOUNT", "WAS", "STOCK", "READ FROM"],
+            [
+                [p.name, f"{p.amount.normalize():f} {p.currency or ''}".rstrip(),
+                 f"{p.regular.normalize():f}" if p.regular is not None else "-",
+                 stock_words(p.availability) if p.availability else "-", p.source or "-"]
+                for p in view.prices
+            ],
+        )  # fmt: skip
+    else:
+        lines = view.text.splitlines()
+        print(f"text that is hashed ({len(lines)} lines{', first 20' if len(lines) > 20 else ''}):")
+        for line in lines[:20]:
+            print(f"  {line}")
+    for value in view.skipped_values:
+        print(f"skipped: {value}")
+    print(f"sha256: {view.result_hash}  (nothing was written)")
 
 
 def plot_prices(target_id: str, rows: Sequence[PricesRow], path: Path) -> None:

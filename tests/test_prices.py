@@ -154,7 +154,7 @@ SELECTED = PriceSettings(selector=".p")
         ('<meta property="og:price:amount" content="60.00">'
          '<meta property="og:price:standard_amount" content="120.00">'
          + ld("{" + OFFER + '{"@type": "Offer", "price": "120.00", "priceCurrency": "USD"}}'),
-         STRUCTURED, [("60.00", None, "120.00")]),
+         STRUCTURED, [("60.00", "USD", "120.00")]),
         # one bad value never hides the good ones
         ('<div itemscope><span itemprop="price" content="itemprop value">$5.00</span></div>'
          '<div itemscope><span itemprop="price">Call for price</span></div>', STRUCTURED,
