@@ -12,15 +12,22 @@ default `text/html` without a charset) and gets one verdict:
 - error: any other exception.
 `struck_out_won` marks a reading that took a struck-out ("was", "compare at") price for the
 current one. Each `observe` is timed `--repeats` times; a case's time is its median.
+
+`--against REV` (default: the 1.2.0 release) reads the same cases, and a generated 250 KiB
+shop page, with that commit's reader too, in the same run: verdicts and times side by side.
 """
 
 import argparse
 import html
 import json
+import random
 import statistics
+import subprocess
 import sys
 import time
+import types
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -35,7 +42,10 @@ from bench.report import commit_name
 from pricewatch.models import PriceSettings
 from pricewatch.prices import Price
 
-CORPUS = Path(__file__).resolve().parent.parent / "tests" / "corpus"
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "tests" / "corpus"
+RELEASE_1_2 = "d5c9328"  # `release 1.2.0`: its reader is activities/prices.py
+Reader = Callable[[bytes, str, PriceSettings], Any]
 VERDICTS = ("agree", "wrong", "error", "nothing")
 # The classes of issue 29: each has at least one case of its own (tests/test_corpus.py).
 CLASSES = (
@@ -197,7 +207,7 @@ def judge(case: Case, prices: list[Price] | None, error: BaseException | None) -
     return result
 
 
-def run_case(case: Case, repeats: int = 3) -> CaseResult:
+def run_case(case: Case, repeats: int = 3, reader: Reader = observe) -> CaseResult:
     timings = []
     prices: list[Price] | None = None
     error: BaseException | None = None
@@ -205,22 +215,76 @@ def run_case(case: Case, repeats: int = 3) -> CaseResult:
     for _ in range(max(1, repeats)):
         started = time.perf_counter()
         try:
-            reading = observe(case.body, case.content_type, case.settings)
+            reading = reader(case.body, case.content_type, case.settings)
         except Exception as err:  # every failure is a verdict
             timings.append(time.perf_counter() - started)
             prices, error = None, err
             continue
         timings.append(time.perf_counter() - started)
-        prices, error, skipped = reading.prices, None, reading.skipped
+        if isinstance(reading, list):  # a reader before 1.3: the prices alone
+            prices, error = reading, None
+        else:
+            prices, error, skipped = reading.prices, None, reading.skipped
     result = judge(case, prices, error)
     result.skipped = list(skipped)
     result.ms = statistics.median(timings) * 1000
     return result
 
 
-def run_corpus(repeats: int = 3) -> list[CaseResult]:
+def run_corpus(repeats: int = 3, reader: Reader = observe) -> list[CaseResult]:
     """Every case of the corpus, in its order."""
-    return [run_case(case, repeats) for case in load_cases()]
+    return [run_case(case, repeats, reader) for case in load_cases()]
+
+
+def reader_at(rev: str) -> Reader:
+    """The price reader of an earlier commit (`activities/prices.py` before 1.3), loaded from
+    git beside this one; it imports the modules of this checkout."""
+    source = subprocess.run(
+        ["git", "show", f"{rev}:activities/prices.py"], cwd=ROOT, capture_output=True,
+        text=True, check=True, timeout=30,
+    ).stdout  # fmt: skip
+    module = types.ModuleType(f"reader_{rev}")
+    exec(compile(source, f"{rev}:activities/prices.py", "exec"), module.__dict__)
+    reader: Reader = module.observe
+    return reader
+
+
+def big_page(kib: int = 250) -> bytes:
+    """A shop listing of about `kib` KiB (seeded: the same page every run): a product's
+    JSON-LD and OpenGraph price, and cards each with a price and a struck-out one."""
+    rng = random.Random(29)
+    head = (
+        '<html><head><meta property="og:price:amount" content="49.99">'
+        '<script type="application/ld+json">{"@context": "https://schema.org", "@type": '
+        '"Product", "name": "Main", "offers": {"@type": "Offer", "price": "49.99", '
+        '"priceCurrency": "USD", "availability": "https://schema.org/InStock"}}</script>'
+        "</head><body>"
+    )
+    cards: list[str] = []
+    while sum(len(card) for card in cards) < kib * 1024 - len(head):
+        cards.append(
+            f'<div class="card"><h3>Item {len(cards)}</h3><p>{"lorem ipsum dolor " * 12}</p>'
+            f'<span class="price">${rng.randint(1, 999)}.{rng.randint(0, 99):02d}</span> '
+            f"<del>${rng.randint(1000, 2000)}.00</del></div>"
+        )
+    return (head + "".join(cards) + "</body></html>").encode()
+
+
+def big_page_ms(reader: Reader, repeats: int) -> dict[str, float]:
+    """Median ms of one reader on the big page, in structured-data and selector mode."""
+    body = big_page()
+    times = {}
+    for mode, settings in (
+        ("structured", PriceSettings()),
+        ("selector", PriceSettings(selector=".price")),
+    ):
+        runs = []
+        for _ in range(max(3, repeats)):
+            started = time.perf_counter()
+            reader(body, "text/html", settings)
+            runs.append(time.perf_counter() - started)
+        times[mode] = round(statistics.median(runs) * 1000, 3)
+    return times
 
 
 def counts(results: list[CaseResult]) -> dict[str, int]:
@@ -292,9 +356,59 @@ def table(results: list[CaseResult]) -> str:
     return "\n".join(lines)
 
 
-def as_json(results: list[CaseResult]) -> dict[str, Any]:
+def compared(
+    results: list[CaseResult], earlier: list[CaseResult], rev: str, repeats: int
+) -> dict[str, Any]:
+    """This reader beside `rev`'s, in one run: verdicts, struck-out readings, time per page
+    of the corpus and of the big page."""
+
+    def side(found: list[CaseResult], reader: Reader) -> dict[str, Any]:
+        figures = summary(found)
+        return {
+            **figures["all"],
+            "struck_out_won": len(figures["struck_out_won"]),
+            "median_ms": figures["timing"]["median_ms"],
+            "big_page_ms": big_page_ms(reader, repeats),
+        }
+
+    return {
+        "big_page_bytes": len(big_page()),
+        "this": side(results, observe),
+        rev: side(earlier, reader_at(rev)),
+    }
+
+
+def comparison_table(against: dict[str, Any]) -> str:
+    this, (rev, earlier) = (
+        against["this"],
+        next((k, v) for k, v in against.items() if k not in ("this", "big_page_bytes")),
+    )
+    kib = against["big_page_bytes"] / 1024
+
+    def row(label: str, value: Callable[[dict[str, Any]], str]) -> str:
+        return f"  {label:<34}{value(this):>16}{value(earlier):>16}"
+
+    return "\n".join([
+        "",
+        f"beside the reader of {rev} (the same cases, this run):",
+        f"  {'':<34}{'this reader':>16}{rev:>16}",
+        row("agree", lambda s: f"{s['agree']} ({s['agree_percent']:.1f}%)"),
+        row("wrong / nothing / error", lambda s: f"{s['wrong']} / {s['nothing']} / {s['error']}"),
+        row("struck-out price read as the price", lambda s: str(s["struck_out_won"])),
+        row("median ms per page", lambda s: f"{s['median_ms']:.3f}"),
+        row(f"{kib:.0f} KiB page, structured data, ms",
+            lambda s: f"{s['big_page_ms']['structured']:.2f}"),
+        row(f"{kib:.0f} KiB page, price selector, ms",
+            lambda s: f"{s['big_page_ms']['selector']:.2f}"),
+    ])  # fmt: skip
+
+
+def as_json(results: list[CaseResult], against: dict[str, Any] | None) -> dict[str, Any]:
     stamp = {"date": datetime.now().astimezone().isoformat(), "commit": commit_name()}
-    return {**stamp, **summary(results), "results": [asdict(result) for result in results]}
+    return {
+        **stamp, **summary(results), "against": against,
+        "results": [asdict(result) for result in results],
+    }  # fmt: skip
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -305,6 +419,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--json", action="store_true", help="JSON on stdout (the table: stderr)")
     parser.add_argument("--repeats", type=int, default=5, help="timed reads per case (default 5)")
+    parser.add_argument(
+        "--against", default=RELEASE_1_2, metavar="REV",
+        help=f"also read with this commit's reader (default {RELEASE_1_2}, 1.2.0; 'none': not)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be positive")
@@ -314,9 +432,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse(sys.argv[1:] if argv is None else argv)
     results = run_corpus(args.repeats)
-    print(table(results), file=sys.stderr if args.json else sys.stdout, flush=True)
+    report = table(results)
+    against = None
+    if args.against != "none":
+        earlier = run_corpus(args.repeats, reader_at(args.against))
+        against = compared(results, earlier, args.against, args.repeats)
+        report += "\n" + comparison_table(against)
+    print(report, file=sys.stderr if args.json else sys.stdout, flush=True)
     if args.json:
-        print(json.dumps(as_json(results), indent=2, ensure_ascii=False), flush=True)
+        print(json.dumps(as_json(results, against), indent=2, ensure_ascii=False), flush=True)
 
 
 if __name__ == "__main__":
