@@ -88,6 +88,9 @@ _SEPARATORS = str.maketrans(
     {"\u2019": "'", "\u02bc": "'", "\u2032": "'", "\u202f": " ", "\u2009": " ", "\u00a0": " ",
      "\u066b": ".", "\u066c": ",", "\u060c": ","}
 )  # fmt: skip
+_LAST_SEGMENT = re.compile(r"[/:#]")  # `https://schema.org/InStock`, `schema:Offer`
+_TOKEN_BEFORE = re.compile(r"(\S{1,4}) ?$")
+_TOKEN_AFTER = re.compile(r" ?(\S{1,4})")
 _OTHER_DIGIT = re.compile(r"[^\D0-9]")  # a decimal digit other than 0-9
 _CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_:.-]+)""", re.I)
 # WHATWG: these labels mean windows-1252 (a `€` at 0x80), not Latin-1's control characters.
@@ -194,7 +197,7 @@ def _stock(value: Any) -> str | None:
     or OpenGraph's `in stock`."""
     if not isinstance(value, str) or not value.strip():
         return None
-    word = re.split(r"[/:#]", value.strip())[-1].strip().lower().replace("_", " ")
+    word = _LAST_SEGMENT.split(value.strip())[-1].strip().lower().replace("_", " ")
     return STOCK.get(word) or STOCK.get(word.replace(" ", ""))
 
 
@@ -213,10 +216,11 @@ def _selected(
         skipped.append(f"price selector {selector!r} matched nothing")
         return
     for position, match in enumerate(matches, 1):
-        if settings.attribute is None and _hidden(match):  # an attribute is read, not shown
+        aside = _set_aside(match)
+        if aside == "hidden" and settings.attribute is None:  # an attribute is read, not shown
             skipped.append(f"{_match(match, position)}: hidden")
             continue
-        if _struck(match):
+        if aside == "struck out":
             skipped.append(f"{_match(match, position)}: struck out")
             continue
         named = match.css_first(name) if name is not None else None
@@ -253,7 +257,10 @@ def _shown_amount(
     (a struck-out amount is the regular price), then the number that reads as a price."""
     shown: list[str] = []
     struck: list[str] = []
-    _visible_text(match, named.mem_id if named is not None else None, shown, struck)
+    if match.child is not None and match.child.next is None and match.child.tag == "-text":
+        shown.append(match.child.text_content or "")  # text alone, the common case
+    else:
+        _visible_text(match, named.mem_id if named is not None else None, shown, struck)
     priced, was = _priced_part(_plain(" ".join(" ".join(shown).split())))
     if priced is None:
         raise ExtractionError("only counts and quantities")
@@ -293,6 +300,13 @@ def _priced_part(text: str) -> tuple[str | None, str | None]:
     numbers = list(_NUMBER.finditer(text))
     if not numbers:
         return text, None
+    if (
+        len(numbers) == 1
+        and not (  # the common case: one number, no count or quantity
+            _NOT_AN_AMOUNT_AFTER.match(text, numbers[0].end()) or "(" in text[: numbers[0].start()]
+        )
+    ):
+        return text, None
 
     def around(i: int) -> str:
         start = numbers[i - 1].end() if i else 0
@@ -304,8 +318,8 @@ def _priced_part(text: str) -> tuple[str | None, str | None]:
     for i, number in enumerate(numbers):
         before = text[numbers[i - 1].end() if i else 0 : number.start()]
         after = text[number.end() : numbers[i + 1].start() if i + 1 < len(numbers) else len(text)]
-        prefix = _currency_token(re.search(r"(\S{1,4}) ?$", before))
-        suffix = _currency_token(re.match(r" ?(\S{1,4})", after))
+        prefix = _currency_token(_TOKEN_BEFORE.search(before))
+        suffix = _currency_token(_TOKEN_AFTER.match(after))
         in_parens = text.count("(", 0, number.start()) > text.count(")", 0, number.start())
         counted = bool(_NOT_AN_AMOUNT_AFTER.match(after)) or (in_parens and not (prefix or suffix))
         now = _NOW_BEFORE.search(before) is not None
@@ -328,23 +342,37 @@ def _priced_part(text: str) -> tuple[str | None, str | None]:
 
 
 def _currency_token(found: re.Match[str] | None) -> bool:
+    return found is not None and _is_currency(found.group(1))
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_currency(token: str) -> bool:
     """Whether the token beside a number is a currency (`$`, `€`, `EUR`, `zł`)."""
-    return found is not None and ParsedPrice.fromstring(found.group(1)).currency is not None
+    return ParsedPrice.fromstring(token).currency is not None
 
 
-def _hidden(node: LexborNode) -> bool:
-    """Hidden by the page itself (`hidden`, `aria-hidden`, inline `display:none`), on the
-    node or one of its ancestors: a yearly price behind a monthly toggle is not shown."""
+def _set_aside(node: LexborNode) -> str | None:
+    """`hidden` or `struck out` if the node or an ancestor is: hidden by the page itself
+    (`hidden`, `aria-hidden`, inline `display:none`: a yearly price behind a monthly toggle),
+    or struck out (`<del>`, a "was" class); None if it is shown as it is."""
     current: LexborNode | None = node
-    while current is not None and current.tag not in ("body", "html"):
-        if _hidden_here(current):
-            return True
+    while current is not None and (tag := current.tag) not in ("body", "html"):
+        if tag in ("del", "s", "strike"):
+            return "struck out"
+        if attributes := current.attributes:  # one read of them for both questions
+            if _struck_by(attributes):
+                return "struck out"
+            if _hidden_by(attributes):
+                return "hidden"
         current = current.parent
-    return False
+    return None
 
 
 def _hidden_here(node: LexborNode) -> bool:
-    attributes = node.attributes
+    return _hidden_by(node.attributes)
+
+
+def _hidden_by(attributes: dict[str, str | None]) -> bool:
     style = attributes.get("style")
     return (
         "hidden" in attributes
@@ -353,21 +381,12 @@ def _hidden_here(node: LexborNode) -> bool:
     )
 
 
-def _struck(node: LexborNode) -> bool:
-    """Struck out, on the node or an ancestor."""
-    current: LexborNode | None = node
-    while current is not None and current.tag not in ("body", "html"):
-        if _struck_here(current):
-            return True
-        current = current.parent
-    return False
-
-
 def _struck_here(node: LexborNode) -> bool:
     """`<del>`, `<s>`, `<strike>`, a line-through style or a "was"/"compare at" class."""
-    if node.tag in ("del", "s", "strike"):
-        return True
-    attributes = node.attributes
+    return node.tag in ("del", "s", "strike") or _struck_by(node.attributes)
+
+
+def _struck_by(attributes: dict[str, str | None]) -> bool:
     return "line-through" in (attributes.get("style") or "") or _struck_class(
         attributes.get("class") or ""
     )
@@ -393,7 +412,7 @@ def _structured(html: str, tree: LexborHTMLParser, skipped: list[str]) -> list[P
     kinds = [
         (kind, found)
         for kind, marker, read in readers
-        if (marker in html or marker.upper() in html) and (found := read(tree, skipped))
+        if marker in html and (found := read(tree, skipped))
     ]
     if len({tuple(p.amount for p in found) for _, found in kinds}) <= 1:
         return kinds[0][1] if kinds else []  # one kind, or all say the same
@@ -474,7 +493,7 @@ def _types(node: dict[str, Any]) -> set[str]:
     """`@type` or `type`, short or as a URL (`http://schema.org/Offer`, `schema:Offer`)."""
     value = node.get("@type", node.get("type"))
     values = value if isinstance(value, list) else [value]
-    return {re.split(r"[/:#]", v)[-1] for v in values if isinstance(v, str)}
+    return {_LAST_SEGMENT.split(v)[-1] for v in values if isinstance(v, str)}
 
 
 def _offers(
@@ -523,7 +542,7 @@ def _offer_prices(
     regular = None
     specified: list[tuple[str, Any, Any]] = []  # (name, value, currency), as the page shows
     for spec in specs:
-        kinds = {re.split(r"[/:#]", str(spec.get("priceType", "")))[-1]} | _types(spec)
+        kinds = {_LAST_SEGMENT.split(str(spec.get("priceType", "")))[-1]} | _types(spec)
         value = spec.get("price")
         if kinds & REGULAR_PRICE_TYPES:  # the struck-out price: kept as the regular one
             regular = regular if regular is not None else _amount(value, where, skipped)
@@ -645,12 +664,18 @@ def _property(scope: LexborNode, name: str) -> str | None:
 
 
 def _open_graph(tree: LexborHTMLParser, skipped: list[str]) -> list[Price]:
+    tags: dict[str, str] = {}
+    for node in tree.css("meta[property], meta[name]"):  # one walk of the page for all
+        attributes = node.attributes
+        key, content = (
+            attributes.get("property") or attributes.get("name"),
+            attributes.get("content"),
+        )
+        if key and content:
+            tags.setdefault(key, content)
+
     def meta(*props: str) -> str | None:
-        for prop in props:
-            node = tree.css_first(f'meta[property="{prop}"], meta[name="{prop}"]')
-            if node is not None and (value := node.attributes.get("content")):
-                return value
-        return None
+        return next((tags[prop] for prop in props if prop in tags), None)
 
     listed = meta("product:price:amount", "og:price:amount")
     sale = meta("product:sale_price:amount", "og:sale_price:amount")
@@ -686,5 +711,5 @@ def _unique_names(prices: list[Price]) -> list[Price]:
     for price in prices:
         seen[price.name] = seen.get(price.name, 0) + 1
         name = price.name if seen[price.name] == 1 else f"{price.name} ({seen[price.name]})"
-        unique.append(replace(price, name=name))
+        unique.append(price if name == price.name else replace(price, name=name))
     return unique
