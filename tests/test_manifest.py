@@ -31,6 +31,10 @@ targets:
     url: https://shop.example/
     every: 1h
     prices: {}
+  - id: kettle
+    url: https://kettle.example/
+    every: 1h
+    prices: {selector: "#buy", attribute: data-price, notify_on: [drop, back-in-stock]}
 """
 
 
@@ -41,7 +45,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_a_good_file_reads_as_configs(tmp_path: Path) -> None:
-    hetzner, acme, plans, shop = load(write(tmp_path, GOOD))
+    hetzner, acme, plans, shop, kettle = load(write(tmp_path, GOOD))
     assert hetzner.config == TargetConfig(
         target_id="hetzner", url="https://www.hetzner.com/cloud", interval_seconds=86400,
         channels=[Channel(kind=ChannelKind.WEBHOOK, destination="https://hooks.example.com/pricing"),
@@ -54,6 +58,9 @@ def test_a_good_file_reads_as_configs(tmp_path: Path) -> None:
         selector="tr.plan", name="th", below=Decimal("9.50"), notify_on=NotifyOn.DROP
     )
     assert shop.config.price_mode == PriceSettings(), "`prices: {}`: price mode, structured data"
+    assert kettle.config.price_mode == PriceSettings(
+        selector="#buy", attribute="data-price", notify_on=[NotifyOn.DROP, NotifyOn.BACK_IN_STOCK]
+    )
 
 
 @pytest.mark.parametrize(
@@ -96,7 +103,7 @@ def test_a_timeout_round_trips_and_is_written_only_when_set(tmp_path: Path) -> N
     one only, so an export applies back as a no-op."""
     slow = GOOD.replace("    max_attempts: 2\n", "    max_attempts: 2\n    timeout: 45s\n")
     entries = load(write(tmp_path, slow))
-    assert [e.config.timeout_seconds for e in entries] == [None, 45, None, None]
+    assert [e.config.timeout_seconds for e in entries] == [None, 45, None, None, None]
     written = dump([(e.config, e.entry.paused) for e in entries])
     assert written.count("timeout:") == 1 and "  timeout: 45s\n" in written
     again = load(write(tmp_path, written))

@@ -531,6 +531,34 @@ async def test_a_value_that_cannot_be_read_is_named_on_the_row_and_the_line(
     assert (await checks.check()).skipped_values == []
 
 
+def stock_page(availability: str) -> str:
+    offer = f'{{"@type": "Offer", "price": "9.90", "availability": "https://schema.org/{availability}"}}'
+    return ld("{" + OFFER + offer + "}")
+
+
+async def test_back_in_stock_is_a_change_told_once(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, site: Site
+) -> None:
+    checks = await price_checker(pool, http, site, BACK)
+    told = []
+    for availability in ("OutOfStock", "OutOfStock", "InStock", "InStock", "SoldOut", "InStock"):
+        site.html = stock_page(availability)
+        result = await checks.check()
+        told.append((result.status, result.notify))
+    assert told == [
+        ("unchanged", True),  # the baseline
+        ("unchanged", True),
+        ("changed", True),  # back in stock: told
+        ("unchanged", True),
+        ("changed", False),  # sold out: a change, nobody told (no out-of-stock rule)
+        ("changed", True),  # back again: told again
+    ]
+    moves = await pool.fetch(
+        "SELECT price_moves FROM source_checks WHERE status = 'changed' AND notify ORDER BY 1"
+    )
+    assert all('"rules": ["back-in-stock"]' in str(row["price_moves"]) for row in moves)
+
+
 async def test_a_price_notice_carries_each_move(
     pool: asyncpg.Pool, http: httpx.AsyncClient, site: Site,
     webhook_receiver: WebhookReceiver, smtp_server: tuple[MailSink, SmtpSettings],
