@@ -480,11 +480,14 @@ def main(argv: list[str] | None = None) -> None:
     readers = [observe] if args.against == "none" else [observe, reader_at(args.against)]
     for reader in readers:  # warm up (imports, caches, the CPU's clock): the first pass is slow
         run_corpus(1, reader)
-    results = run_corpus(args.repeats)
+    results, earlier = [], []
+    for case in load_cases():  # case by case in turns: the machine's drift hits both alike
+        results.append(run_case(case, args.repeats))
+        if len(readers) > 1:
+            earlier.append(run_case(case, args.repeats, readers[1]))
     report = table(results)
     against = None
-    if args.against != "none":
-        earlier = run_corpus(args.repeats, readers[1])
+    if earlier:
         against = compared(results, earlier, args.against, args.repeats)
         report += "\n" + comparison_table(against)
     print(report, file=sys.stderr if args.json else sys.stdout, flush=True)
