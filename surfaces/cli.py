@@ -264,8 +264,9 @@ PriceAttrOpt = Annotated[
 NotifyOnOpt = Annotated[
     list[NotifyOn] | None,
     typer.Option(
-        help="Price mode: which moves are told (repeatable, e.g. drop and back-in-stock; "
-        "default price-change)."
+        metavar="<rule>",
+        help="Price mode: which moves are told: price-change (default), drop, rise, "
+        "any-change, back-in-stock, out-of-stock; repeatable (drop and back-in-stock)."
     ),
 ]
 BelowOpt = Annotated[
