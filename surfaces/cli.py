@@ -266,7 +266,7 @@ NotifyOnOpt = Annotated[
     typer.Option(
         metavar="<rule>",
         help="Price mode: which moves are told: price-change (default), drop, rise, "
-        "any-change, back-in-stock, out-of-stock; repeatable (drop and back-in-stock)."
+        "any-change, back-in-stock, out-of-stock; repeatable (drop and back-in-stock).",
     ),
 ]
 BelowOpt = Annotated[
