@@ -46,6 +46,7 @@ def outcome(
             last_modified=page.last_modified or claim.previous_last_modified,
             rules=rules,
             prices=claim.previous_prices,
+            skipped_values=claim.previous_skipped_values,  # as it was, too
         )
     assert page.sha256 is not None and page.text is not None and status is not None
     new_state = status is CheckStatus.CHANGED or claim.previous_hash is None

@@ -50,6 +50,7 @@ class Claim:
     previous_snapshot: bytes | None = None
     previous_rules: str | None = None
     previous_prices: list[Price] | None = None
+    previous_skipped_values: list[str] = field(default_factory=list)
     lease_left: timedelta | None = None
     """Not claimed because another attempt holds a live lease: how long it has left."""
 
@@ -57,7 +58,7 @@ class Claim:
         """The claim with nothing to compare against: the next check is a new baseline."""
         return replace(
             self, previous_hash=None, previous_etag=None, previous_last_modified=None,
-            previous_snapshot=None, previous_prices=None,
+            previous_snapshot=None, previous_prices=None, previous_skipped_values=[],
         )  # fmt: skip
 
 
@@ -143,6 +144,7 @@ async def claim(
         previous_prices=(
             [Price.from_json(p) for p in previous["prices"]] if previous.get("prices") else None
         ),
+        previous_skipped_values=previous.get("skipped_values") or [],
         lease_left=None if row["claimed"] else row["lease_left"],
     )
 

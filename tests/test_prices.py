@@ -527,7 +527,11 @@ async def test_a_value_that_cannot_be_read_is_named_on_the_row_and_the_line(
     stored = await pool.fetchval("SELECT skipped_values FROM source_checks")
     assert stored == [named], "the row names what was skipped"
     assert f"unchanged; skipped 1: {named}" in caplog.text
-    site.html = plans("9,90", "19,90")
+    site.etag = '"v1"'
+    await checks.check()
+    as_it_was = await checks.check()  # a 304: the page, and what it could not read, as it was
+    assert (site.conditional_hits, as_it_was.skipped_values) == (1, [named])
+    site.html, site.etag = plans("9,90", "19,90"), None
     assert (await checks.check()).skipped_values == []
 
 

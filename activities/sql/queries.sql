@@ -36,7 +36,7 @@ SELECT
     -- The latest observation, whichever check made it: each change is reported once. Its
     -- validators make the fetch conditional; the newest snapshot is the text it saw.
     (SELECT to_jsonb(p) FROM (
-        SELECT result_hash, etag, last_modified, rules, prices FROM source_checks
+        SELECT result_hash, etag, last_modified, rules, prices, skipped_values FROM source_checks
          WHERE target_id = :target_id AND status IN ('unchanged', 'changed')
            AND work_id <> :work_id
          ORDER BY checked_at DESC LIMIT 1) p) AS previous,
