@@ -32,7 +32,7 @@ import httpx
 from activities.guard import AddressPolicy, BlockedAddress, GuardedTransport
 from activities.normalise import Extraction, ExtractionError, normalise
 from activities.price_reader import observe
-from pricewatch.models import CheckInput
+from pricewatch.models import CheckInput, RenderSettings
 from pricewatch.policy import MAX_FETCH_TIMEOUT
 from pricewatch.prices import Price, listing
 from pricewatch.urls import as_sent
@@ -113,6 +113,8 @@ class Request:
     """The target's own timeout: the overall deadline and the limit per read (and per write,
     and for a free connection); the connect limit stays. None: FETCH_DEADLINE and
     HTTP_TIMEOUTS."""
+    render: RenderSettings | None = None
+    """Load it in a browser first (a render worker's fetcher); a plain fetch refuses it."""
 
     @property
     def deadline(self) -> timedelta:
@@ -150,6 +152,7 @@ def request_of(
         etag=etag,
         last_modified=last_modified,
         timeout=timedelta(seconds=check.timeout_seconds) if check.timeout_seconds else None,
+        render=check.render,
     )
 
 
@@ -170,6 +173,8 @@ def new_client(policy: AddressPolicy) -> httpx.AsyncClient:
 async def fetch_page(client: httpx.AsyncClient, request: Request | str) -> Page:
     if isinstance(request, str):
         request = Request(request)
+    if request.render is not None:  # a rendered check reached a worker without a browser
+        raise FetchError("this page is rendered: only a render worker checks it", transient=True)
     try:
         async with asyncio.timeout(request.deadline.total_seconds()):
             return await _fetch(client, request)
@@ -275,6 +280,18 @@ async def _read_page(response: httpx.Response, extraction: Extraction) -> Page:
     if content_type and not _allowed(content_type):
         raise FetchError(f"unsupported content type {content_type}", transient=False)
     body = await _read_capped(response)
+    return await read_body(response.status_code, body, full_type, extraction, validators)
+
+
+async def read_body(
+    status_code: int,
+    body: bytes,
+    full_type: str,
+    extraction: Extraction,
+    validators: dict[str, str | None] | None = None,
+) -> Page:
+    """What a check records of a body, fetched or rendered: its prices or normalised text
+    and their hash."""
     # Off the event loop when heavy (a big page, a user's regex): heartbeats must not stall.
     inline = len(body) <= INLINE_WORK_BYTES and extraction.ignore is None
     reading = None
@@ -290,13 +307,13 @@ async def _read_page(response: httpx.Response, extraction: Extraction) -> Page:
     else:
         text = await asyncio.to_thread(normalise, body, full_type, extraction)
     return Page(
-        status_code=response.status_code,
+        status_code=status_code,
         sha256=hashlib.sha256(text.encode()).hexdigest(),
         size=len(body),
         text=text,
         prices=reading.prices if reading else None,
         skipped=reading.skipped if reading else [],
-        **validators,
+        **(validators or {}),
     )
 
 

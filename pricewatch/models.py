@@ -27,6 +27,7 @@ from pydantic import (
 
 from pricewatch.policy import MAX_FETCH_TIMEOUT, MIN_FETCH_TIMEOUT, RUN_CHECKS
 from pricewatch.slots import work_id
+from pricewatch.steps import parse_steps
 from pricewatch.urls import as_typed
 
 MAX_INTERVAL_SECONDS = 366 * 24 * 3600  # a year: well inside the int4 column
@@ -152,6 +153,20 @@ class PriceSettings(Model):
         return self
 
 
+class RenderSettings(Model):
+    """A page that needs a browser (1.3): it is loaded in Chromium by a worker of the render
+    task queue, these steps run in order (`click #yearly`, `wait .price`; pricewatch.steps),
+    and the page as it then is gets read like a fetched one."""
+
+    steps: list[str] = Field(default_factory=list)
+
+    @field_validator("steps")
+    @classmethod
+    def _steps(cls, value: list[str]) -> list[str]:
+        parse_steps(value)  # one line naming the bad step, at add time
+        return [" ".join(step.split()) for step in value]
+
+
 class TargetConfig(Model):
     """What the user asked for: the only thing `add` and `reconfigure` change."""
 
@@ -180,6 +195,8 @@ class TargetConfig(Model):
     timeout_seconds: int | None = None
     """How long the page may take (1.1), 5 to 120: the fetch's overall deadline and its
     limit per read. None: the default (10 s per read, 30 s in all)."""
+    render: RenderSettings | None = None
+    """Load the page in a browser first (1.3); None: fetch it as it is served."""
 
     @field_validator("timeout_seconds")
     @classmethod
@@ -291,6 +308,8 @@ class CheckInput(Model):
     )  # fmt: skip
     timeout_seconds: int | None = None
     """The target's fetch timeout (1.1); None: the default."""
+    render: RenderSettings | None = None
+    """Rendered in Chromium on the render task queue (1.3)."""
     asked_at: UtcDatetime | None = None
     """Temporal's time when the workflow asked for this check. The schedule moves on from the
     later of it and the database's now(): never from a worker's clock."""
@@ -308,7 +327,7 @@ class CheckInput(Model):
             target_id=config.target_id, url=config.url, slot=slot, kind=kind, retry=retry,
             selector=config.selector, ignore=config.ignore, json_pointer=config.json_pointer,
             user_agent=config.user_agent, price_mode=config.price_mode,
-            timeout_seconds=config.timeout_seconds,
+            timeout_seconds=config.timeout_seconds, render=config.render,
         )  # fmt: skip
 
     @property

@@ -42,3 +42,9 @@ class Activity(StrEnum):
     DELIVER_NOTICE = "deliver_notice"
     RECORD_DELIVERY_FAILED = "record_delivery_failed"
     PRUNE_CHECKS = "prune_checks"
+
+
+def render_queue(task_queue: str) -> str:
+    """The task queue of rendered checks beside a deployment's queue (`pricewatch-render`):
+    only render workers, with a browser, poll it."""
+    return f"{task_queue}-render"

@@ -36,6 +36,9 @@ CHECK_LEASE = timedelta(seconds=45)
 # A fetch heartbeats (and extends its lease) every 5 s; the heartbeat timeout is a few beats,
 # well below the lease, so a silent attempt is retried before its lease could look alive.
 HEARTBEAT_TIMEOUT = timedelta(seconds=20)
+# A rendered check waits this long for a render worker to pick it up (none running: the slot
+# is recorded failed, saying so, instead of waiting forever).
+RENDER_PICKUP_TIMEOUT = timedelta(minutes=10)
 # A fetch is bounded at 30 s; the rest is two short SQL statements.
 CHECK_TIMEOUT = timedelta(seconds=60)
 # A target's own fetch timeout (`--timeout`, `timeout:`): the overall deadline and the limit

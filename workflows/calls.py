@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
         Registration,
         UnnotifiedQuery,
     )
-    from pricewatch.names import Activity
+    from pricewatch.names import Activity, render_queue
     from pricewatch.policy import (
         BOOKKEEPING_RETRY,
         BOOKKEEPING_TIMEOUT,
@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         DELIVERY_TIMEOUT,
         HEARTBEAT_TIMEOUT,
         LEASE_HELD,
+        RENDER_PICKUP_TIMEOUT,
         check_timeout,
     )
     from pricewatch.slots import format_time
@@ -43,6 +44,10 @@ with workflow.unsafe.imports_passed_through():
 # Registration needs the database (it holds the grid): while it is away past the bookkeeping
 # retries, the workflow waits this long and asks again.
 REGISTER_AGAIN_AFTER = timedelta(minutes=5)
+# 1.3: a rendered check (`--render`) runs every attempt as a normal activity on the render task
+# queue, where a browser is: never as a local activity in the workflow worker. Only targets
+# with `render` take this path, and no history before 1.3 has one.
+RENDERED_ON_ITS_QUEUE = "rendered-on-its-queue"
 # How a check fails: a normal activity's error arrives wrapped in an ActivityError, a local
 # activity's as the activity's own error (or the timeout).
 CHECK_FAILED = (ActivityError, ApplicationError, ActivityTimeout)
@@ -89,6 +94,11 @@ async def check_slot(
     # CHECK_TIMEOUT, as before, so nothing changes for replay (and timeouts are not part of
     # what replay compares anyway).
     timeout = check_timeout(check.timeout_seconds)
+    if check.render is not None and workflow.patched(RENDERED_ON_ITS_QUEUE):
+        describe(
+            f"rendering {check.work_id} on task queue {render_queue(workflow.info().task_queue)}"
+        )
+        return await _attempts(check, retry, timeout, summary, stopped, rendered=True)
     result: CheckResult
     try:
         result = await workflow.execute_local_activity(
@@ -124,11 +134,26 @@ async def check_slot(
         f"retrying {check.work_id}: attempts 2-{max_attempts} of {max_attempts} run in one "
         "activity (its pending attempt and next retry show below)"
     )
+    return await _attempts(check, retry, timeout, summary, stopped)
+
+
+async def _attempts(
+    check: CheckInput,
+    retry: RetryPolicy,
+    start_to_close: timedelta,
+    summary: str,
+    stopped: Callable[[], bool],
+    rendered: bool = False,
+) -> CheckResult:
+    """The check's attempts as one normal activity (heartbeats, the retry policy), on the
+    render task queue for a rendered check; CheckStopped if `stopped()` turns true."""
     attempts = workflow.start_activity(
         Activity.CHECK_SLOT,
         asked_now(check),
         result_type=CheckResult,
-        start_to_close_timeout=timeout,
+        task_queue=render_queue(workflow.info().task_queue) if rendered else None,
+        schedule_to_start_timeout=RENDER_PICKUP_TIMEOUT if rendered else None,
+        start_to_close_timeout=start_to_close,
         heartbeat_timeout=HEARTBEAT_TIMEOUT,
         retry_policy=retry,
         summary=summary,
@@ -139,7 +164,7 @@ async def check_slot(
         with contextlib.suppress(ActivityError, asyncio.CancelledError):
             await attempts
         raise CheckStopped
-    result = await attempts
+    result: CheckResult = await attempts
     return result
 
 
