@@ -10,17 +10,23 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # Runs in the foreground; Ctrl-C stops everything it started. ARGS=--demo adds a demo page.
+# The Chromium that rendering targets need (installs Debian's as root with apt-get): without
+# one, its line says what to install and the stack starts anyway.
 dev: $(BIN)/python
-	$(BIN)/python -m pip install --quiet --editable '.[dev,plot]'
+	$(BIN)/python -m pip install --quiet --editable '.[dev,plot,render]'
+	$(BIN)/python -m workers.chromium --ensure || true
 	$(BIN)/pricewatch dev $(ARGS)
 
 demo:
 	$(MAKE) dev ARGS=--demo
 
 # Lint, format check, types, then the whole test suite (unit, Postgres, time-skipping
-# workflows, dev-server end to end, replay). Starts every service it needs itself.
+# workflows, dev-server end to end, replay). Starts every service it needs itself. The
+# browser tests are never skipped: without a Chromium (and no root and apt-get to install
+# Debian's) it stops here with one line saying what to install.
 test: $(BIN)/python
 	$(BIN)/python -m pip install --quiet --editable '.[test]'
+	$(BIN)/python -m workers.chromium --ensure
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
