@@ -64,6 +64,9 @@ def test_a_wrong_setting_is_one_line_naming_it(
     message = str(raised.value)
     assert message.startswith(f"PRICEWATCH_CHROMIUM={path}: ")
     assert "\n" not in message
+    with pytest.raises(ChromiumMissing, match=f"^PRICEWATCH_CHROMIUM={path}: "):
+        find_chromium(str(path))  # the setting read from it, passed on
+    monkeypatch.delenv(chromium.ENV)
     with pytest.raises(ChromiumMissing, match=f"^chromium={path}: "):
         find_chromium(str(path))
 

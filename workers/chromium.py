@@ -220,9 +220,10 @@ def _playwright_chromium() -> Path | None:
 
 def locate(explicit: str | None = None) -> tuple[Path, str]:
     """The Chromium to launch and where it was found (the setting, `playwright`, `system`)."""
-    if explicit:
-        return _configured(explicit, "chromium"), "given"
     configured = os.environ.get(ENV)
+    if explicit:  # the setting (Settings.chromium) is PRICEWATCH_CHROMIUM: named so in errors
+        named = ENV if explicit == configured else "chromium"
+        return _configured(explicit, named), named
     if configured:
         return _configured(configured, ENV), ENV
     found = _playwright_chromium()
