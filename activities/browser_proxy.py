@@ -47,6 +47,7 @@ MAX_CONNECTIONS = 256
 HEAD_TIMEOUT = 10.0
 CONNECT_TIMEOUT = 10.0
 IDLE_TIMEOUT = 30.0
+LINGER_TIMEOUT = 1.0
 
 # Headers that describe the connection to the proxy, not the request, and Host (set from the
 # URL): never forwarded. Transfer-Encoding stays: the body is relayed as it was framed.
@@ -266,9 +267,7 @@ class GuardedProxy:
             session.links.add(link)
             await self.carry(request, reader, link, session)
         except Reply as reply:
-            with contextlib.suppress(ConnectionError, OSError):
-                writer.write(response(reply.status, reply.text, reply.headers))
-                await asyncio.wait_for(writer.drain(), self.idle_timeout)
+            await self.answer(reader, writer, reply)
         except (ConnectionError, OSError, TimeoutError):
             pass
         except Exception:
@@ -276,11 +275,39 @@ class GuardedProxy:
         finally:
             if session is not None:
                 session.links.discard(link)
+            await self.finish(link)
+
+    async def answer(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reply: Reply
+    ) -> None:
+        """The proxy's own answer, then a lingering close: a request body still unread when
+        the socket closes would make the kernel reset the connection, and the client could
+        lose the answer (a 407 it should retry with credentials)."""
+        with contextlib.suppress(ConnectionError, OSError, TimeoutError):
+            writer.write(response(reply.status, reply.text, reply.headers))
+            async with asyncio.timeout(self.idle_timeout):
+                await writer.drain()
+            if writer.can_write_eof():
+                writer.write_eof()
+            async with asyncio.timeout(LINGER_TIMEOUT):
+                while await reader.read(CHUNK_BYTES):
+                    pass
+
+    async def finish(self, link: Link) -> None:
+        """Close both connections after what is buffered for them is sent (a tunnel's last
+        bytes), within the idle time; a link ended by force is already gone."""
+        writers = [w for w in (link.client, link.origin) if w is not None]
+        for writer in writers:
+            writer.close()
+        try:
+            async with asyncio.timeout(self.idle_timeout):
+                for writer in writers:
+                    with contextlib.suppress(ConnectionError, OSError):
+                        await writer.wait_closed()
+        except TimeoutError:
+            pass  # a peer that reads nothing more: dropped below
+        finally:
             link.end()
-            for w in (link.client, link.origin):
-                if w is not None:
-                    with contextlib.suppress(Exception):
-                        await w.wait_closed()
 
     async def read_request(self, reader: asyncio.StreamReader) -> Request | None:
         """The request head, or None if the client left (or was silent) before sending one."""

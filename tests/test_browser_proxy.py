@@ -12,6 +12,7 @@ import contextlib
 import ipaddress
 import json
 import os
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -279,6 +280,56 @@ async def test_a_connect_tunnel_carries_bytes_both_ways_and_passes_on_the_end(
     assert report.requests == 1 and report.bytes == 13  # hello, HELLO, bye
 
 
+async def bulk_answer(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, o: Origin
+) -> None:
+    """At the end of the client's upload, 2 MiB, then the server closes."""
+    await reader.read()
+    writer.write(b"y" * BULK)
+    await writer.drain()
+
+
+BULK = 1024 * 1024
+
+
+async def test_a_tunnel_delivers_its_last_bytes_after_the_origin_closes(
+    origins: StartOrigin,
+) -> None:
+    """The client ends its upload, the origin sends 1 MiB and closes before the client (with
+    a small receive buffer) has read it: a half-closed tunnel still delivers it all."""
+    origin = await origins(bulk_answer)
+    async with GuardedProxy(LOOPBACK) as proxy:
+        session = proxy.new_session()
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", proxy.port))
+        sock.setblocking(False)
+        reader, writer = await asyncio.open_connection(sock=sock)
+        try:
+            writer.write(connect(f"127.0.0.1:{origin.port}", session).encode())
+            assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+            writer.write_eof()
+            await asyncio.wait_for(origin.ended.wait(), 5)  # the origin sent it all and left
+            await asyncio.sleep(0.1)
+            assert len(await asyncio.wait_for(reader.read(), 5)) == BULK
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+
+async def test_a_407_reaches_a_client_whose_body_is_still_unread(origins: StartOrigin) -> None:
+    """The proxy reads (and drops) the body before closing: an unread one could make the
+    close a reset. (Linux delivers the answer either way; this pins the behaviour.)"""
+    origin = await origins(http_answer)
+    async with GuardedProxy(LOOPBACK) as proxy:
+        body = "b" * (1024 * 1024)
+        head = (f"POST http://127.0.0.1:{origin.port}/form HTTP/1.1\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n{body}")  # fmt: skip
+        assert await status_of(proxy, head) == 407
+    assert origin.connections == 0
+
+
 async def test_a_websocket_upgrade_in_absolute_form_is_handed_over(origins: StartOrigin) -> None:
     origin = await origins(upgrade_answer)
     async with GuardedProxy(LOOPBACK) as proxy:
@@ -357,6 +408,8 @@ async def test_a_rebinding_name_is_connected_to_at_the_address_that_was_checked(
             async with client(proxy, session) as http:
                 first = await http.get(f"http://{target}/page?x=1")
                 assert (first.status_code, first.text) == (200, "ok")
+                # The origin's keep-alive is not the browser's: one request per connection.
+                assert first.headers["connection"] == "close" and "keep-alive" not in first.headers
                 second = (await http.get(f"http://{target}/page")).status_code
         else:
             async with asking(proxy, connect(target, session)) as (answer, reader, writer):
