@@ -124,8 +124,13 @@ class CheckActivities:
         fetcher: Fetcher | None = None,
     ) -> None:
         self.pool = pool
+        self.http = http
         self.snapshots_kept = snapshots_kept
         self.fetcher = fetcher or functools.partial(fetch_page, http)
+
+    def fetching_with(self, fetcher: Fetcher) -> "CheckActivities":
+        """The same activities on the same pool, fetching another way (a browser)."""
+        return CheckActivities(self.pool, self.http, self.snapshots_kept, fetcher)
 
     @activity.defn(name=Activity.SYNC_TARGET)
     async def sync_target(self, sync: SyncTargetInput) -> None:
@@ -173,7 +178,7 @@ class CheckActivities:
             raise report.refused(self._claim_refused(check, claim))
         report.claimed()
         rules = rules_fingerprint(
-            check.selector, check.ignore, check.json_pointer, check.price_mode
+            check.selector, check.ignore, check.json_pointer, check.price_mode, check.render
         )
         if not comparable(claim.previous_rules, rules):
             claim = claim.without_previous()

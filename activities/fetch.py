@@ -93,6 +93,8 @@ class Page:
     """Price mode: the prices read (`text` is their listing)."""
     skipped: list[str] = field(default_factory=list)
     """Price mode: each value that could not be read, and why (the others were)."""
+    refused: list[str] = field(default_factory=list)
+    """A rendered page: the requests it made that the guard refused."""
 
     @property
     def not_modified(self) -> bool:
@@ -313,7 +315,8 @@ async def read_body(
         text=text,
         prices=reading.prices if reading else None,
         skipped=reading.skipped if reading else [],
-        **(validators or {}),
+        etag=(validators or {}).get("etag"),
+        last_modified=(validators or {}).get("last_modified"),
     )
 
 

@@ -7,6 +7,7 @@ anything is contacted.
 """
 
 import asyncio
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities import store
+from activities.checks import Fetcher
 from activities.fetch import fetch_page, new_client, request_of
 from activities.guard import AddressPolicy, BlockedAddress, check_url
 from activities.normalise import Extraction, validate_extraction
@@ -229,15 +231,16 @@ class Pricewatch:
         for url in [config.url, *webhooks]:
             await check_url(policy, url)
 
-    async def try_page(self, config: TargetConfig) -> TryView:
+    async def try_page(self, config: TargetConfig, fetcher: Fetcher | None = None) -> TryView:
         """Fetch the page once as a check of `config` would (the same guard, rules, User-Agent
-        and timeout) and say what it would record. Nothing is written and neither Temporal
-        nor Postgres is asked: a FetchError is what the check would fail with."""
+        and timeout; `fetcher`: a browser, for a rendered page) and say what it would record.
+        Nothing is written and neither Temporal nor Postgres is asked: a FetchError is what
+        the check would fail with."""
         await self.validate(config)
         policy = AddressPolicy.allowing(self.settings.resolved_allow_networks().split(","))
         check = CheckInput.of(config, datetime.now(UTC))
         async with new_client(policy) as http:
-            page = await fetch_page(http, request_of(check))
+            page = await (fetcher or functools.partial(fetch_page, http))(request_of(check))
         assert page.sha256 is not None and page.text is not None, "no validators: no 304"
         prices = None
         if page.prices is not None:
@@ -245,7 +248,7 @@ class Pricewatch:
         return TryView(
             url=config.url, http_status=page.status_code, body_bytes=page.size,
             result_hash=page.sha256, text=page.text, prices=prices,
-            skipped_values=page.skipped,
+            skipped_values=page.skipped, refused_requests=page.refused,
         )  # fmt: skip
 
     async def _start(self, config: TargetConfig, start_at: datetime | None, paused: bool) -> None:

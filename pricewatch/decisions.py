@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from temporalio.common import RetryPolicy
 
-from pricewatch.models import CheckKind, CheckResult, CheckStatus, PriceSettings
+from pricewatch.models import CheckKind, CheckResult, CheckStatus, PriceSettings, RenderSettings
 
 UNSETTLED = (CheckStatus.RETRYING, CheckStatus.FAILED)
 
@@ -46,12 +46,15 @@ def rules_fingerprint(
     ignore: str | None,
     json_pointer: str | None,
     price_mode: PriceSettings | None = None,
+    render: RenderSettings | None = None,
 ) -> str:
     """What the hash depends on besides the page: the extraction rules, and in price mode
     the price rules too (new rules start from a new baseline, so they tell no stale move)."""
     rules = [selector, ignore, json_pointer]
     if price_mode is not None:
         rules += [price_mode.model_dump_json(), PRICE_READER]
+    if render is not None:  # a rendered page is another text than the served one
+        rules.append(render.model_dump_json())
     return hashlib.sha256(json.dumps(rules).encode()).hexdigest()[:16]
 
 

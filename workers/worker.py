@@ -8,7 +8,7 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
 from temporalio.client import Client
@@ -32,6 +32,7 @@ from client.temporal import (
     ensure_retention_schedule,
     missing_search_attributes,
 )
+from pricewatch.names import render_queue
 from pricewatch.settings import Settings
 from workers.observability import (
     configure_logging,
@@ -44,6 +45,9 @@ from workers.observability import (
 from workers.payloads import skip_idle_payload_walks
 from workflows.monitor import MonitorTarget
 from workflows.retention import PruneChecks
+
+if TYPE_CHECKING:  # Playwright is the `render` extra: only a render worker imports it
+    from activities.render import BrowserFetcher
 
 
 @dataclass(frozen=True)
@@ -219,6 +223,39 @@ def build_worker(
     )
 
 
+def build_render_worker(
+    client: Client, task_queue: str, checks: CheckActivities, concurrency: int,
+    tuning: WorkerTuning = WorkerTuning(),
+) -> Worker:  # fmt: skip
+    """The render task queue's worker: only the check, with a browser fetcher, at most
+    `concurrency` at once (each is one Chromium context)."""
+    return Worker(
+        client,
+        task_queue=render_queue(task_queue),
+        activities=[checks.check_slot],
+        interceptors=[OutageInterceptor()],
+        graceful_shutdown_timeout=tuning.shutdown_grace,
+        max_concurrent_activities=concurrency,
+    )
+
+
+@contextlib.asynccontextmanager
+async def browser(settings: Settings) -> AsyncIterator["BrowserFetcher"]:
+    """The render worker's fetcher, its Chromium closed on exit; ChromiumMissing (one line)
+    if there is none to launch."""
+    from activities.render import BrowserFetcher
+    from workers.chromium import chromium_args, find_chromium
+
+    fetcher = BrowserFetcher(
+        address_policy(settings), find_chromium(settings.chromium), chromium_args(),
+        settings.render_concurrency,
+    )  # fmt: skip
+    try:
+        yield fetcher
+    finally:
+        await fetcher.close()
+
+
 # Start-up waits for a dependency that is away (a deploy racing a database failover, a
 # frontend restarting): it tries again, at most this far apart, instead of exiting for a
 # supervisor to restart it.
@@ -340,7 +377,15 @@ async def _serve(settings: Settings, stop: asyncio.Event) -> None:
         await until_up(
             f"Temporal (namespace {client.namespace!r})", lambda: check_namespace(client), stop
         )
-        worker = build_worker(client, settings.task_queue, activities, tuning)
+        if settings.render:
+            fetcher = await stack.enter_async_context(browser(settings))
+            checks = activities.checks.fetching_with(fetcher)
+            worker = build_render_worker(
+                client, settings.task_queue, checks, settings.render_concurrency, tuning
+            )
+        else:
+            worker = build_worker(client, settings.task_queue, activities, tuning)
+        polled = render_queue(settings.task_queue) if settings.render else settings.task_queue
         pool = activities.checks.pool
 
         async def ready() -> bool:
@@ -356,7 +401,7 @@ async def _serve(settings: Settings, stop: asyncio.Event) -> None:
             health = await serve_health(settings.health_address, ready)
         try:
             async with worker, watching_temporal(client):
-                print(f"worker polling task queue {settings.task_queue!r}", flush=True)
+                print(f"worker polling task queue {polled!r}", flush=True)
                 await stop.wait()
         finally:
             if health is not None:

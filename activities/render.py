@@ -1,0 +1,246 @@
+"""Render a page in Chromium before it is read (issue 30): the render worker's fetcher.
+
+One browser per worker process, a fresh context per check (no cookie, storage or cache
+passes from one target to the next), at most `concurrency` renders at once. Every request
+the page makes goes through the guarded proxy (activities/browser_proxy.py), which applies
+the same address policy as a plain fetch on the address it connects to; Chromium itself
+resolves no name (`--host-resolver-rules`) and sends loopback through the proxy too.
+Images, fonts and media are not loaded; downloads, service workers and any navigation that
+is not http(s) are refused. The rendered DOM is then read exactly as a fetched body is
+(`fetch.read_body`): the claim, lease, fencing and one-row commit around it do not change.
+
+Errors: a step whose element never appears is permanent (it names the step); a page or step
+that runs out of time, a browser that dies mid-render (it is relaunched for the next check)
+and a 5xx are transient.
+"""
+
+import asyncio
+import logging
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from playwright.async_api import Browser, Playwright, Route, async_playwright
+from playwright.async_api import Error as PlaywrightError
+from playwright.async_api import Page as BrowserPage
+from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+from activities.browser_proxy import GuardedProxy, ProxySession
+from activities.fetch import (
+    MAX_BODY_BYTES,
+    TRANSIENT_STATUSES,
+    USER_AGENT,
+    FetchError,
+    Page,
+    Request,
+    read_body,
+)
+from activities.guard import AddressPolicy
+from pricewatch.steps import Action, Step, parse_steps
+from pricewatch.urls import as_sent
+
+log = logging.getLogger(__name__)
+
+BLOCKED_RESOURCES = frozenset({"image", "font", "media"})
+# How long a step waits for its element, at most (and never past the check's budget).
+STEP_WAIT = timedelta(seconds=10)
+VIEWPORT = {"width": 1280, "height": 800}
+# Launch flags of the guard: no name resolution in the browser (everything goes to the
+# proxy, which resolves and checks), loopback not exempt from the proxy, no UDP outside it.
+GUARD_ARGS = [
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+    "--proxy-bypass-list=<-loopback>",
+    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+    "--disable-features=DnsOverHttps,NetworkPrediction",
+    "--dns-prefetch-disable",
+]
+
+
+class DocumentFailed(FetchError):
+    """The page itself did not load (not a step, not a subresource): where the guard refused
+    it, the refusal is the error."""
+
+
+class BrowserFetcher:
+    """`CheckActivities(fetcher=BrowserFetcher(...))` on the render task queue."""
+
+    def __init__(
+        self,
+        policy: AddressPolicy,
+        executable: Path,
+        args: list[str],
+        concurrency: int,
+        recycle_after: int = 200,
+    ) -> None:
+        self._policy = policy
+        self._executable = executable
+        self._args = [*args, *GUARD_ARGS]
+        self._slots = asyncio.Semaphore(concurrency)
+        self._recycle_after = recycle_after
+        self._playwright: Playwright | None = None
+        self._browser: Browser | None = None
+        self._proxy: GuardedProxy | None = None
+        self._renders = 0
+        self._launching = asyncio.Lock()
+
+    async def __call__(self, request: Request) -> Page:
+        assert request.render is not None, "a plain request reached the render worker"
+        steps = parse_steps(request.render.steps)
+        budget = request.deadline
+        async with self._slots:
+            browser, proxy = await self._started()
+            session = proxy.new_session()
+            failure: FetchError | None = None
+            try:
+                html, status = await self._render(browser, proxy, session, request, steps, budget)
+            except FetchError as err:
+                failure = err
+            except (TimeoutError, PlaywrightTimeout):
+                failure = FetchError(
+                    f"rendering timed out after {budget.total_seconds():g}s", transient=True
+                )
+            except PlaywrightError as err:
+                failure = FetchError(
+                    "the browser exited mid-render"
+                    if not browser.is_connected()
+                    else f"rendering failed: {_first_line(err)}",
+                    transient=True,
+                )
+            finally:
+                report = proxy.end_session(session.username)
+            if isinstance(failure, DocumentFailed) and report.refused:
+                raise FetchError(report.refused[0], transient=False) from failure  # the guard
+            if failure is not None:
+                raise failure
+            if report.over_budget:
+                raise FetchError("the page loaded more than the byte cap", transient=False)
+        body = html.encode()
+        if len(body) > MAX_BODY_BYTES:
+            raise FetchError(f"the rendered page is over {MAX_BODY_BYTES} bytes", transient=False)
+        page = await read_body(status, body, "text/html; charset=utf-8", request.extraction)
+        return replace(page, refused=report.refused)
+
+    async def _render(
+        self,
+        browser: Browser,
+        proxy: GuardedProxy,
+        session: ProxySession,
+        request: Request,
+        steps: list[Step],
+        budget: timedelta,
+    ) -> tuple[str, int]:
+        context = await browser.new_context(
+            proxy={"server": proxy.url, "username": session.username, "password": session.password},
+            user_agent=request.user_agent or USER_AGENT,
+            service_workers="block",
+            accept_downloads=False,
+            viewport=VIEWPORT,  # type: ignore[arg-type]
+        )
+        try:
+            await context.route("**/*", _route)
+            page = await context.new_page()
+            async with asyncio.timeout(budget.total_seconds()):
+                try:
+                    response = await page.goto(as_sent(request.url), wait_until="load")
+                except PlaywrightError as err:
+                    raise DocumentFailed(_first_line(err), transient=True) from err
+                if response is None:
+                    raise DocumentFailed("the page did not load", transient=True)
+                if response.status >= 400:
+                    raise DocumentFailed(
+                        f"HTTP {response.status} {response.status_text}".strip(),
+                        transient=response.status in TRANSIENT_STATUSES,
+                    )
+                ends = asyncio.get_running_loop().time() + budget.total_seconds()
+                for number, step in enumerate(steps, 1):
+                    await _run_step(page, step, number, ends)
+                return await page.content(), response.status
+        finally:
+            await _quietly(context.close())
+
+    async def _started(self) -> tuple[Browser, GuardedProxy]:
+        """The worker's browser and proxy: started on first use, started again after the
+        browser died or every `recycle_after` renders (a page that leaks memory)."""
+        async with self._launching:
+            if self._proxy is None:
+                self._proxy = GuardedProxy(self._policy)
+                await self._proxy.start()
+            if self._browser is not None and (
+                not self._browser.is_connected() or self._renders >= self._recycle_after
+            ):
+                await _quietly(self._browser.close())
+                self._browser = None
+            if self._browser is None:
+                if self._playwright is None:
+                    self._playwright = await async_playwright().start()
+                self._browser = await self._playwright.chromium.launch(
+                    executable_path=self._executable,
+                    args=self._args,
+                    proxy={"server": "http://per-context"},  # every context sets its own
+                )
+                self._renders = 0
+            self._renders += 1
+            return self._browser, self._proxy
+
+    async def close(self) -> None:
+        if self._browser is not None:
+            await _quietly(self._browser.close())
+        if self._playwright is not None:
+            await _quietly(self._playwright.stop())
+        if self._proxy is not None:
+            await self._proxy.close()
+        self._browser = self._playwright = self._proxy = None
+
+
+async def _route(route: Route) -> None:
+    """Images, fonts and media are not loaded; only http(s) is."""
+    request = route.request
+    if request.resource_type in BLOCKED_RESOURCES or not request.url.startswith(
+        ("http://", "https://")
+    ):
+        await route.abort("blockedbyclient")
+    else:
+        await route.continue_()
+
+
+async def _run_step(page: BrowserPage, step: Step, number: int, ends: float) -> None:
+    """One step. An element that never appears (within STEP_WAIT, and before the budget
+    `ends`) is permanent: the page does not have it."""
+    left = ends - asyncio.get_running_loop().time() - 1  # a second for reading the page
+    wait_ms = max(0.0, min(STEP_WAIT.total_seconds(), left)) * 1000
+    try:
+        if step.action is Action.WAIT and step.pause is not None:
+            await page.wait_for_timeout(step.pause.total_seconds() * 1000)
+        elif step.action is Action.SCROLL:
+            await page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
+        elif step.action is Action.PRESS:
+            assert step.key is not None
+            await page.keyboard.press(step.key)
+        else:
+            assert step.selector is not None
+            element = page.locator(step.selector).first
+            await element.wait_for(state="attached" if step.action is Action.WAIT else "visible",
+                                   timeout=wait_ms)  # fmt: skip
+            if step.action is Action.CLICK:
+                await element.click(timeout=wait_ms)
+            elif step.action is Action.SELECT:
+                await element.select_option(step.value, timeout=wait_ms)
+            elif step.action is Action.FILL:
+                await element.fill(step.value or "", timeout=wait_ms)
+    except PlaywrightTimeout as err:
+        raise FetchError(f"step {number} ({step}): not on the page", transient=False) from err
+    except PlaywrightError as err:
+        raise FetchError(f"step {number} ({step}): {_first_line(err)}", transient=False) from err
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+async def _quietly(closing: Any) -> None:
+    try:
+        await closing
+    except Exception:  # a browser already gone
+        log.debug("closing the browser failed", exc_info=True)
