@@ -47,6 +47,7 @@ MAX_CONNECTIONS = 256
 HEAD_TIMEOUT = 10.0
 CONNECT_TIMEOUT = 10.0
 IDLE_TIMEOUT = 30.0
+MAX_REASONS = 50
 LINGER_TIMEOUT = 1.0
 
 # Headers that describe the connection to the proxy, not the request, and Host (set from the
@@ -121,7 +122,23 @@ class Session:
     requests: int = 0
     bytes: int = 0
     over_budget: bool = False
+    ended: bool = False
     links: set[Link] = field(default_factory=set)
+
+    def refuse(self, reason: str) -> Reply:
+        note(self.refused, reason)
+        return Reply(403, reason)
+
+    def fail(self, status: int, reason: str) -> Reply:
+        note(self.failed, reason)
+        return Reply(status, reason)
+
+
+def note(reasons: list[str], reason: str) -> None:
+    """Each reason once, and a bounded number of them: a page that polls a refused address
+    must not grow the report (or the check's error) without end."""
+    if reason not in reasons and len(reasons) < MAX_REASONS:
+        reasons.append(reason)
 
 
 @dataclass(frozen=True)
@@ -183,9 +200,7 @@ class GuardedProxy:
             raise RuntimeError("the proxy is started once")
         # The callback is a plain function so each connection's task is created (and
         # tracked) before anything else runs: close() can cancel every one of them.
-        self.server = await asyncio.start_server(
-            self.accept, "127.0.0.1", 0, limit=MAX_HEAD_BYTES, reuse_address=True
-        )
+        self.server = await asyncio.start_server(self.accept, "127.0.0.1", 0, limit=MAX_HEAD_BYTES)
         self.port = self.server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
@@ -229,6 +244,7 @@ class GuardedProxy:
     def end_session(self, username: str) -> SessionReport:
         """The session's report; its credentials stop working and its tunnels end."""
         session = self.sessions.pop(username)
+        session.ended = True
         for link in list(session.links):
             link.end()
         return SessionReport(
@@ -261,8 +277,7 @@ class GuardedProxy:
                 raise Reply(403, "this check has spent its byte budget")
             if len(session.links) >= self.max_connections_per_session:
                 reason = f"more than {self.max_connections_per_session} connections at once"
-                session.failed.append(f"failed {request.target}: {reason}")
-                raise Reply(503, reason)
+                raise session.fail(503, f"failed {request.target}: {reason}")
             session.requests += 1
             session.links.add(link)
             await self.carry(request, reader, link, session)
@@ -343,6 +358,8 @@ class GuardedProxy:
             host, port, authority, path = parse_absolute(request.target)
         origin_reader, origin = await self.connect(session, host, port, authority)
         link.origin = origin
+        if session.ended:
+            return  # the check ended while this request was connecting
         link.last_active = asyncio.get_running_loop().time()
         if request.method == "CONNECT":
             link.client.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
@@ -371,25 +388,24 @@ class GuardedProxy:
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """Check the host (one resolution) and connect to the address that was checked."""
         if port == self.port:
-            session.refused.append(f"refused {authority}: the browser proxy's own port")
-            raise Reply(403, session.refused[-1])
+            raise session.refuse(f"refused {authority}: the browser proxy's own port")
         try:
             async with asyncio.timeout(self.connect_timeout):
                 address = await checked(self.policy, host, port, authority)
                 return await open_tcp(str(address), port)
         except BlockedAddress as err:
-            session.refused.append(str(err))
-            raise Reply(403, str(err)) from err
+            raise session.refuse(str(err)) from err
         except TimeoutError as err:
-            session.failed.append(f"failed {authority}: no connection in {self.connect_timeout}s")
-            raise Reply(504, session.failed[-1]) from err
+            reason = f"failed {authority}: no connection in {self.connect_timeout}s"
+            raise session.fail(504, reason) from err
         except (OSError, UnicodeError, ValueError) as err:
             # socket.gaierror (an unknown host) is an OSError too.
-            session.failed.append(f"failed {authority}: {err}")
-            raise Reply(502, session.failed[-1]) from err
+            raise session.fail(502, f"failed {authority}: {err}") from err
 
     def spend(self, session: Session, count: int) -> bool:
         """Count bytes against the session; over its budget, every tunnel of it ends."""
+        if session.ended:
+            return False  # its check is over: what is still open of it ends
         session.bytes += count
         if session.bytes <= self.max_bytes_per_session:
             return True

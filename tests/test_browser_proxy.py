@@ -445,7 +445,8 @@ async def test_the_metadata_address_is_refused_without_a_connection_attempt(
         named = await status_of(proxy, connect("metadata.google.internal:80", session))
         report = proxy.end_session(session.username)
     assert got.status_code == tunnel == named == 403
-    assert len(report.refused) == 3
+    # The GET and the CONNECT to 169.254.169.254:80 have one reason: each is named once.
+    assert len(report.refused) == 2 and "metadata.google.internal:80" in report.refused[1]
     assert all("it resolves to 169.254.169.254, not a public" in r for r in report.refused)
     assert attempts == []
 
@@ -481,6 +482,21 @@ async def test_a_session_has_a_connection_cap(origins: StartOrigin) -> None:
         report = proxy.end_session(session.username)
     assert report.failed == [f"failed {target}: more than 2 connections at once"]
     assert origin.connections == 2
+
+
+async def test_ending_a_session_ends_its_tunnels(origins: StartOrigin) -> None:
+    origin = await origins(echo_answer)
+    async with GuardedProxy(LOOPBACK) as proxy:
+        session, other = proxy.new_session(), proxy.new_session()
+        target = f"127.0.0.1:{origin.port}"
+        async with (
+            asking(proxy, connect(target, session)) as (_, reader, _),
+            asking(proxy, connect(target, other)) as (_, other_reader, other_writer),
+        ):
+            proxy.end_session(session.username)
+            assert await asyncio.wait_for(reader.read(), 3) == b""
+            other_writer.write(b"still")  # another check's tunnel is untouched
+            assert await asyncio.wait_for(other_reader.readexactly(5), 3) == b"STILL"
 
 
 async def test_an_idle_tunnel_is_ended(origins: StartOrigin) -> None:
