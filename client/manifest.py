@@ -25,10 +25,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from pricewatch.durations import format_duration, parse_duration
-from pricewatch.models import Channel, ChannelKind, PriceSettings, TargetConfig
+from pricewatch.models import Channel, ChannelKind, PriceSettings, RenderSettings, TargetConfig
 
 DEFAULTS: dict[str, Any] = {
     name: field.default for name, field in TargetConfig.model_fields.items()
@@ -74,6 +81,16 @@ class Entry(BaseModel):
     prices: PriceEntry | None = None
     timeout: timedelta | None = None
     """How long the page may take (`--timeout`): 5s to 120s."""
+    render: bool = False
+    """Load the page in Chromium first (`--render`)."""
+    steps: list[str] = []
+    """With `render`, what runs on the page before it is read (`--step`)."""
+
+    @model_validator(mode="after")
+    def _steps_need_render(self) -> "Entry":
+        if self.steps and not self.render:
+            raise ValueError("steps run in the browser: they need render: true")
+        return self
 
     @field_validator("every", "timeout", mode="before")
     @classmethod
@@ -95,6 +112,7 @@ class Entry(BaseModel):
             user_agent=self.user_agent,
             price_mode=PriceSettings(**dict(self.prices)) if self.prices is not None else None,
             timeout_seconds=None if self.timeout is None else int(self.timeout.total_seconds()),
+            render=RenderSettings(steps=self.steps) if self.render else None,
         )
 
 
@@ -205,6 +223,9 @@ def entry(config: TargetConfig, paused: bool = False) -> dict[str, object]:
     said |= {key: value for key, value in optional.items() if value}
     if config.price_mode is not None:
         said["prices"] = config.price_mode.model_dump(mode="json", exclude_defaults=True)
+    if config.render is not None:
+        said["render"] = True
+        said |= {"steps": config.render.steps} if config.render.steps else {}
     return said
 
 

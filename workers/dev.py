@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from client.temporal import ensure_retention_schedule, start_monitor
 from pricewatch.models import MonitorState, PriceSettings, TargetConfig
+from pricewatch.names import render_queue
 from pricewatch.settings import (
     DEV_ALLOW_NETWORKS_FILE,
     DEV_UI_URL_FILE,
@@ -25,6 +26,7 @@ from pricewatch.settings import (
     Settings,
 )
 from pricewatch.slots import spread_anchor
+from workers.chromium import ChromiumMissing
 from workers.embedded import start_embedded_postgres, start_temporal_dev_server, stop_process
 from workers.observability import (
     configure_dev_console,
@@ -36,6 +38,8 @@ from workers.worker import (
     Stopping,
     WorkerTuning,
     address_policy,
+    browser,
+    build_render_worker,
     build_worker,
     retention_settings,
     smtp_settings,
@@ -160,8 +164,20 @@ async def serve(settings: Settings, database_url: str, demo_url: str | None, ver
             retention_settings(settings),
         ) as activities,
         build_worker(client, settings.task_queue, activities, tuning),
+        contextlib.AsyncExitStack() as rendering,
         watching_temporal(client),
     ):
+        try:  # the render task queue too, where a Chromium can be had
+            fetcher = await rendering.enter_async_context(browser(settings))
+            checks = activities.checks.fetching_with(fetcher)
+            await rendering.enter_async_context(
+                build_render_worker(
+                    client, settings.task_queue, checks, settings.render_concurrency, tuning
+                )
+            )
+            print(f"render:    {render_queue(settings.task_queue)} (pages that need a browser)")
+        except ChromiumMissing as missing:
+            print(f"render:    off, {missing}: targets added with --render wait", flush=True)
         await ensure_retention_schedule(client, settings.task_queue)
         if demo_url:
             demos = [
