@@ -12,6 +12,11 @@ come with every request (`Proxy-Authorization`), which both attributes refusals 
 check and keeps other local processes from using the proxy. Everything is bounded: the request
 head, the connect, each tunnel's idle time, the connections and bytes of a session.
 
+Tried with Chromium 150 under Playwright (`--proxy-server=<url>`, `--proxy-bypass-list=<-loopback>`,
+`--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1`, the session as the context's proxy
+credentials): the 407 is answered with them, and documents, fetch, images and WebSockets are
+carried or refused here.
+
 Stdlib asyncio streams only: the proxy reads one request head per connection and then pipes
 bytes, so an HTTP library would add a dependency and a second parser to trust, and nothing else.
 """
@@ -116,6 +121,8 @@ class Link:
 
 @dataclass(eq=False)
 class Session:
+    """One check's state: what its requests met, and its open links (ended with it)."""
+
     password: str
     refused: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
@@ -143,6 +150,8 @@ def note(reasons: list[str], reason: str) -> None:
 
 @dataclass(frozen=True)
 class Request:
+    """A request head as the client sent it (names keep their case; `header` ignores it)."""
+
     method: str
     target: str
     version: str
@@ -354,6 +363,7 @@ class GuardedProxy:
     ) -> None:
         if request.method == "CONNECT":
             host, port, authority = parse_authority(request.target)
+            path = ""
         else:
             host, port, authority, path = parse_absolute(request.target)
         origin_reader, origin = await self.connect(session, host, port, authority)
