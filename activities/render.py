@@ -232,6 +232,8 @@ async def _run_step(page: BrowserPage, step: Step, number: int, ends: float) -> 
     except PlaywrightTimeout as err:
         raise FetchError(f"step {number} ({step}): not on the page", transient=False) from err
     except PlaywrightError as err:
+        if page.is_closed() or "has been closed" in str(err):
+            raise  # the browser went, not the step: transient (BrowserFetcher.__call__)
         raise FetchError(f"step {number} ({step}): {_first_line(err)}", transient=False) from err
 
 

@@ -1,0 +1,279 @@
+"""Rendered checks (issue 30) with the real Chromium, real Postgres and real local pages: prices
+a script writes after load, a toggle clicked and a cookie banner dismissed by steps, a step
+whose element never comes (permanent, named), the guard on what the page itself requests, and
+a browser killed mid-check (transient, relaunched, one row per slot)."""
+
+import asyncio
+import dataclasses
+import json
+import os
+import signal
+from collections.abc import AsyncIterator
+
+import asyncpg
+import httpx
+import pytest
+from aiohttp import web
+from temporalio.testing import ActivityEnvironment
+
+from activities import store
+from activities.checks import CheckActivities
+from activities.fetch import FetchError, request_of
+from activities.render import BrowserFetcher
+from pricewatch.models import CheckInput, CheckResult, PriceSettings, RenderSettings, TargetConfig
+from tests.conftest import LOOPBACK
+from tests.helpers import SLOT
+from workers.chromium import chromium_args, find_chromium
+
+SCRIPTED = """<html><body><div id="plans">loading...</div>
+<button id="yearly" onclick="show('yearly')">yearly</button>
+<div id="cookies" style="position:fixed;inset:0;background:#fff">
+  <button id="accept" onclick="this.parentNode.remove()">accept</button></div>
+<script>
+const prices = {monthly: ["Basic $5", "Pro $12"], yearly: ["Basic $50", "Pro $120"]};
+function show(period) {
+  document.getElementById("plans").innerHTML =
+    prices[period].map(p => `<p class="plan">${p}</p>`).join("");
+}
+setTimeout(() => show("monthly"), 100);
+</script></body></html>"""
+
+
+class Victim:
+    """A private server (127.0.0.2) the rendered page tries to reach: it must see nothing."""
+
+    def __init__(self) -> None:
+        self.hits = 0
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.hits += 1
+        return web.Response(text="secret")
+
+
+@pytest.fixture
+async def victim() -> AsyncIterator[tuple[Victim, int]]:
+    victim = Victim()
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", victim.handle)
+    runner = web.AppRunner(app, shutdown_timeout=1.0)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.2", 0).start()
+    try:
+        yield victim, runner.addresses[0][1]
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def pages(victim: tuple[Victim, int]) -> AsyncIterator[str]:
+    """The scripted plans page, a page whose scripts, images and frames reach for the private
+    server, a redirect to it, and a page that hangs."""
+    port = victim[1]
+
+    async def scripted(request: web.Request) -> web.Response:
+        return web.Response(text=SCRIPTED, content_type="text/html")
+
+    async def reaching(request: web.Request) -> web.Response:
+        private = f"http://127.0.0.2:{port}"
+        return web.Response(
+            text=f"""<html><body><p class="plan">Pro $12</p>
+<img src="{private}/pixel.png"><iframe src="{private}/frame"></iframe>
+<link rel="prefetch" href="{private}/prefetch">
+<script>fetch("{private}/xhr").catch(() => {{}});
+new WebSocket("ws://127.0.0.2:{port}/ws");
+navigator.sendBeacon && navigator.sendBeacon("{private}/beacon", "x");</script>
+<script src="http://169.254.169.254/latest/meta-data/"></script></body></html>""",
+            content_type="text/html",
+        )
+
+    async def to_private(request: web.Request) -> web.Response:
+        raise web.HTTPFound(f"http://127.0.0.2:{port}/page")
+
+    async def hangs(request: web.Request) -> web.Response:
+        await asyncio.sleep(60)
+        return web.Response(text="late")
+
+    app = web.Application()
+    app.add_routes([web.get("/plans", scripted), web.get("/reaching", reaching),
+                    web.get("/to-private", to_private), web.get("/hangs", hangs)])  # fmt: skip
+    runner = web.AppRunner(app, shutdown_timeout=1.0, handler_cancellation=True)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def fetcher() -> AsyncIterator[BrowserFetcher]:
+    browser = BrowserFetcher(LOOPBACK, find_chromium(), chromium_args(), concurrency=2)
+    try:
+        yield browser
+    finally:
+        await browser.close()
+
+
+class RenderedChecker:
+    """The real check activity, slot after slot, with the browser as its fetcher."""
+
+    def __init__(
+        self, pool: asyncpg.Pool, http: httpx.AsyncClient, fetcher: BrowserFetcher,
+        config: TargetConfig,
+    ) -> None:  # fmt: skip
+        self.activities = CheckActivities(pool, http, snapshots_kept=2, fetcher=fetcher)
+        self.config, self.slot = config, SLOT
+
+    async def check(self) -> CheckResult:
+        env = ActivityEnvironment()
+        env.info = dataclasses.replace(env.info, current_attempt_scheduled_time=self.slot)
+        result: CheckResult = await env.run(
+            self.activities.check_slot, CheckInput.of(self.config, self.slot)
+        )
+        assert result.next_slot is not None
+        self.slot = result.next_slot
+        return result
+
+
+async def rendered(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, fetcher: BrowserFetcher, url: str,
+    steps: list[str],
+) -> RenderedChecker:  # fmt: skip
+    config = TargetConfig(
+        target_id="rendered", url=url, interval_seconds=3600,
+        price_mode=PriceSettings(selector="p.plan"), render=RenderSettings(steps=steps),
+    )  # fmt: skip
+    await store.sync_target(pool, config, next_slot=SLOT, enabled=True)
+    return RenderedChecker(pool, http, fetcher, config)
+
+
+async def prices_of(pool: asyncpg.Pool) -> list[str]:
+    """The amounts the newest row recorded."""
+    listed = await pool.fetchval(
+        "SELECT prices FROM source_checks WHERE status <> 'skipped' ORDER BY checked_at DESC "
+        "LIMIT 1"
+    )
+    return [price["amount"] for price in json.loads(listed)]
+
+
+async def test_prices_a_script_writes_after_load_are_read(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, fetcher: BrowserFetcher, pages: str
+) -> None:
+    checks = await rendered(pool, http, fetcher, f"{pages}/plans", ["wait p.plan"])
+    assert (await checks.check()).status == "unchanged"
+    assert await prices_of(pool) == ["5", "12"], "what the script wrote, not 'loading...'"
+
+
+async def test_steps_dismiss_a_banner_and_click_a_toggle(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, fetcher: BrowserFetcher, pages: str
+) -> None:
+    steps = ["wait p.plan", "click #accept", "click #yearly", "wait 100ms"]
+    checks = await rendered(pool, http, fetcher, f"{pages}/plans", steps)
+    await checks.check()
+    assert await prices_of(pool) == ["50", "120"], "the yearly plans, behind the banner"
+
+
+async def test_a_step_whose_element_never_comes_is_permanent_and_named(
+    fetcher: BrowserFetcher, pages: str
+) -> None:
+    checks_request = CheckInput.of(
+        TargetConfig(
+            target_id="x", url=f"{pages}/plans", interval_seconds=60,
+            price_mode=PriceSettings(selector="p.plan"),
+            render=RenderSettings(steps=["wait p.plan", "click #monthly-toggle"]),
+        ),
+        SLOT,
+    )  # fmt: skip
+    with pytest.raises(
+        FetchError, match=r"step 2 \(click #monthly-toggle\): not on the page"
+    ) as err:
+        await fetcher(request_of(checks_request))
+    assert err.value.transient is False
+
+
+async def test_the_guard_covers_every_request_the_page_makes(
+    fetcher: BrowserFetcher, pages: str, victim: tuple[Victim, int]
+) -> None:
+    def request(path: str) -> CheckInput:
+        return CheckInput.of(
+            TargetConfig(
+                target_id="x", url=f"{pages}{path}", interval_seconds=60,
+                price_mode=PriceSettings(selector="p.plan"), render=RenderSettings(),
+            ),
+            SLOT,
+        )  # fmt: skip
+
+    page = await fetcher(request_of(request("/reaching")))
+    assert [p.amount for p in page.prices or []] == [12], "the page itself is read"
+    assert page.refused, "the private requests were refused"
+    assert any("127.0.0.2" in line for line in page.refused)
+    with pytest.raises(FetchError, match=r"127\.0\.0\.2") as err:
+        await fetcher(request_of(request("/to-private")))  # a redirect to a private address
+    assert err.value.transient is False
+    await asyncio.sleep(0.5)  # anything late would have arrived by now
+    assert victim[0].hits == 0, "nothing reached the private server"
+
+
+async def test_a_page_that_hangs_hits_its_budget(fetcher: BrowserFetcher, pages: str) -> None:
+    hanging = CheckInput.of(
+        TargetConfig(
+            target_id="x", url=f"{pages}/hangs", interval_seconds=60, timeout_seconds=5,
+            render=RenderSettings(),
+        ),
+        SLOT,
+    )  # fmt: skip
+    with pytest.raises(FetchError, match=r"timed out after 5s") as err:
+        await fetcher(request_of(hanging))
+    assert err.value.transient is True
+
+
+async def test_a_browser_killed_mid_check_is_transient_and_relaunched(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, fetcher: BrowserFetcher, pages: str
+) -> None:
+    checks = await rendered(pool, http, fetcher, f"{pages}/plans", ["wait 3s"])
+    first = asyncio.create_task(checks.check())
+    await asyncio.sleep(1.5)  # the page is loaded and waiting
+    browser = fetcher._browser
+    assert browser is not None
+    pid = browser_pid()
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(Exception, match=r"browser exited mid-render"):
+        await first
+    checks.config = checks.config.model_copy(
+        update={"render": RenderSettings(steps=["wait p.plan"])}
+    )
+    again = await checks.check()  # the same slot, a relaunched browser
+    assert again.status == "unchanged"
+    rows = await pool.fetch("SELECT status FROM source_checks WHERE status <> 'skipped'")
+    assert [r["status"] for r in rows] == ["unchanged"], "one row for the slot"
+
+
+def browser_pid() -> int:
+    """The Chromium this test process launched (its browser process: the one without a
+    --type= flag), found in /proc."""
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat, open(f"/proc/{entry}/cmdline", "rb") as cmd:
+                fields = stat.read().rsplit(")", 1)[1].split()
+                argv = cmd.read().split(b"\0")
+        except OSError:
+            continue
+        browser = b"chromium" in argv[0] and not any(a.startswith(b"--type=") for a in argv)
+        if browser and is_descendant(int(fields[1]), me):
+            return int(entry)
+    raise AssertionError("no Chromium of this process")
+
+
+def is_descendant(parent: int, ancestor: int) -> bool:
+    while parent > 1:
+        if parent == ancestor:
+            return True
+        try:
+            with open(f"/proc/{parent}/stat") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            return False
+    return False
