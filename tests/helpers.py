@@ -110,8 +110,11 @@ async def worker_process(
     assert process.stdout is not None
     drain = None
     try:
-        line = await asyncio.wait_for(process.stdout.readline(), timeout=60)
-        assert b"polling" in line, line
+        before: list[bytes] = []  # a warning may come first (a GC pause while it starts)
+        async with asyncio.timeout(60):
+            while b"polling" not in (line := await process.stdout.readline()):
+                assert line, b"".join(before)  # it exited without polling
+                before.append(line)
         drain = asyncio.create_task(process.stdout.read())
         yield process
     finally:

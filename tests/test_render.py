@@ -14,16 +14,21 @@ import asyncpg
 import httpx
 import pytest
 from aiohttp import web
+from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
+from temporalio.worker import Replayer
 
 from activities import store
 from activities.checks import CheckActivities
 from activities.fetch import FetchError, request_of
 from activities.render import BrowserFetcher
+from client.temporal import DATA_CONVERTER, workflow_id
 from pricewatch.models import CheckInput, CheckResult, PriceSettings, RenderSettings, TargetConfig
 from tests.conftest import LOOPBACK
-from tests.helpers import SLOT
+from tests.helpers import SLOT, cli, worker_process
+from tests.waits import wait_for
 from workers.chromium import chromium_args, find_chromium
+from workflows.monitor import MonitorTarget
 
 SCRIPTED = """<html><body><div id="plans">loading...</div>
 <button id="yearly" onclick="show('yearly')">yearly</button>
@@ -277,3 +282,41 @@ def is_descendant(parent: int, ancestor: int) -> bool:
         except OSError:
             return False
     return False
+
+
+async def test_a_rendered_target_is_checked_by_a_render_worker_on_its_own_queue(
+    temporal_address: str, env: dict[str, str], pool: asyncpg.Pool, pages: str
+) -> None:
+    """Through real processes: a plain worker and a render worker (`PRICEWATCH_RENDER`);
+    `add --render` with a step; the check runs on `<queue>-render`, never as a local
+    activity, and records what the script wrote; the history replays."""
+    rendering = {**env, "PRICEWATCH_RENDER": "true"}
+    async with worker_process(env), worker_process(rendering):
+        code, _, err = await cli(
+            env, "add", "e2e-rendered", f"{pages}/plans", "--every", "5s", "--render",
+            "--step", "wait p.plan", "--price-selector", "p.plan",
+        )  # fmt: skip
+        assert code == 0, err
+        await wait_for(
+            pool, "SELECT count(*) FROM source_checks WHERE target_id = 'e2e-rendered' "
+            "AND status = 'unchanged'",
+        )  # fmt: skip
+        assert await prices_of(pool) == ["5", "12"]
+        temporal = await Client.connect(temporal_address, data_converter=DATA_CONVERTER)
+        history = await temporal.get_workflow_handle(workflow_id("e2e-rendered")).fetch_history()
+        assert (await cli(env, "remove", "e2e-rendered"))[0] == 0
+    queues = [
+        e.activity_task_scheduled_event_attributes.task_queue.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "check_slot"
+    ]
+    assert queues and all(q == f"{env['PRICEWATCH_TASK_QUEUE']}-render" for q in queues)
+    markers = [e for e in history.events if e.HasField("marker_recorded_event_attributes")]
+    local = [
+        m for m in markers if m.marker_recorded_event_attributes.marker_name == "LocalActivity"
+    ]
+    assert not local, "a rendered check never runs as a local activity"
+    await Replayer(workflows=[MonitorTarget], data_converter=DATA_CONVERTER).replay_workflow(
+        history
+    )
