@@ -17,7 +17,7 @@ from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from client.temporal import ensure_retention_schedule, start_monitor
-from pricewatch.models import MonitorState, PriceSettings, TargetConfig
+from pricewatch.models import MonitorState, PriceSettings, RenderSettings, TargetConfig
 from pricewatch.names import render_queue
 from pricewatch.settings import (
     DEV_ALLOW_NETWORKS_FILE,
@@ -63,6 +63,7 @@ DEV_SQLITE_PRAGMAS = (
 DEV_ALLOW_NETWORKS = "127.0.0.1/32"
 DEMO_TARGET = "demo-pricing"
 DEMO_PLANS_TARGET = "demo-plans"
+DEMO_RENDERED_TARGET = "demo-app"
 # Demo only: far below PRICEWATCH_MIN_INTERVAL, so a newcomer sees a change within minutes.
 DEMO_INTERVAL_SECONDS = 20
 DEMO_PRICE_PERIOD_SECONDS = 120
@@ -98,6 +99,19 @@ def demo_plans_page(period: int) -> str:
     )
 
 
+def demo_app_page(period: int) -> str:
+    """The same plans, put on the page by a script after load (a single-page app): only a
+    rendered check sees them."""
+    plans = json.dumps({name: f"{price:.2f}" for name, price in demo_plan_prices(period).items()})
+    return (
+        '<html><body><h1>Demo Cloud app</h1><div id="plans">loading...</div><script>'
+        f"const plans = {plans};"
+        "setTimeout(() => { document.getElementById('plans').innerHTML = Object.entries(plans)"
+        ".map(([n, p]) => `<p class=\"plan\"><b>${n}</b> EUR ${p}</p>`).join(''); }, 300);"
+        "</script></body></html>"
+    )
+
+
 class DemoPricingPage(BaseHTTPRequestHandler):
     """A pricing page whose price moves every two minutes, a plan table (`/plans`), and two
     pages that fail, to watch from a second terminal: `/busy` is overloaded (503 with a
@@ -114,6 +128,8 @@ class DemoPricingPage(BaseHTTPRequestHandler):
             )
         elif self.path == "/plans":
             body = demo_plans_page(period)
+        elif self.path == "/app":
+            body = demo_app_page(period)
         elif self.path == "/busy":
             status, headers = 503, {"retry-after": str(DEMO_BUSY_RETRY_AFTER_SECONDS)}
             body = "<html><body><h1>Busy: try again later</h1></body></html>"
@@ -167,6 +183,7 @@ async def serve(settings: Settings, database_url: str, demo_url: str | None, ver
         contextlib.AsyncExitStack() as rendering,
         watching_temporal(client),
     ):
+        renders = False
         try:  # the render task queue too, where a Chromium can be had
             fetcher = await rendering.enter_async_context(browser(settings))
             checks = activities.checks.fetching_with(fetcher)
@@ -176,6 +193,7 @@ async def serve(settings: Settings, database_url: str, demo_url: str | None, ver
                 )
             )
             print(f"render:    {render_queue(settings.task_queue)} (pages that need a browser)")
+            renders = True
         except ChromiumMissing as missing:
             print(f"render:    off, {missing}: targets added with --render wait", flush=True)
         await ensure_retention_schedule(client, settings.task_queue)
@@ -186,6 +204,13 @@ async def serve(settings: Settings, database_url: str, demo_url: str | None, ver
                 TargetConfig(target_id=DEMO_PLANS_TARGET, url=f"{demo_url}plans",
                              interval_seconds=DEMO_INTERVAL_SECONDS, price_mode=PriceSettings()),
             ]  # fmt: skip
+            if renders:  # the plans a script writes: only a browser sees them
+                demos.append(TargetConfig(
+                    target_id=DEMO_RENDERED_TARGET, url=f"{demo_url}app",
+                    interval_seconds=DEMO_INTERVAL_SECONDS,
+                    price_mode=PriceSettings(selector="p.plan", name="b"),
+                    render=RenderSettings(steps=["wait p.plan"]),
+                ))  # fmt: skip
             for config in demos:
                 # Anchored as `pricewatch add` does.
                 anchor = spread_anchor(config.target_id, datetime.now(UTC))
@@ -198,7 +223,13 @@ async def serve(settings: Settings, database_url: str, demo_url: str | None, ver
                 f"(price mode) as {DEMO_PLANS_TARGET!r}, every {DEMO_INTERVAL_SECONDS}s; a "
                 f"price moves every {DEMO_PRICE_PERIOD_SECONDS // 60} min. Try `pricewatch "
                 f"prices {DEMO_PLANS_TARGET}`. Pages that fail, to add yourself: "
-                f"{demo_url}busy (503, transient), {demo_url}gone (404, permanent).",
+                f"{demo_url}busy (503, transient), {demo_url}gone (404, permanent)."
+                + (
+                    f" The same plans written by a script ({demo_url}app) are rendered as "
+                    f"{DEMO_RENDERED_TARGET!r}."
+                    if renders
+                    else ""
+                ),
                 flush=True,
             )
         print(
