@@ -241,8 +241,13 @@ def _first_line(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
+# Closing a context or a browser that died can wait on a process that is gone: never longer.
+CLOSE_WAIT = 10.0
+
+
 async def _quietly(closing: Any) -> None:
     try:
-        await closing
-    except Exception:  # a browser already gone
+        async with asyncio.timeout(CLOSE_WAIT):
+            await closing
+    except Exception:  # a browser already gone, or stuck going
         log.debug("closing the browser failed", exc_info=True)

@@ -237,11 +237,11 @@ async def test_a_browser_killed_mid_check_is_transient_and_relaunched(
 ) -> None:
     checks = await rendered(pool, http, fetcher, f"{pages}/plans", ["wait 3s"])
     first = asyncio.create_task(checks.check())
-    await asyncio.sleep(1.5)  # the page is loaded and waiting
-    browser = fetcher._browser
-    assert browser is not None
-    pid = browser_pid()
-    os.kill(pid, signal.SIGKILL)
+    while not pages_open(fetcher):  # the browser launched and the page is waiting
+        assert not first.done(), first
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.5)
+    os.kill(browser_pid(), signal.SIGKILL)
     with pytest.raises(Exception, match=r"browser exited mid-render"):
         await first
     checks.config = checks.config.model_copy(
@@ -251,6 +251,11 @@ async def test_a_browser_killed_mid_check_is_transient_and_relaunched(
     assert again.status == "unchanged"
     rows = await pool.fetch("SELECT status FROM source_checks WHERE status <> 'skipped'")
     assert [r["status"] for r in rows] == ["unchanged"], "one row for the slot"
+
+
+def pages_open(fetcher: BrowserFetcher) -> bool:
+    browser = fetcher._browser  # the test kills the process it runs
+    return browser is not None and any(context.pages for context in browser.contexts)
 
 
 def browser_pid() -> int:
@@ -266,7 +271,7 @@ def browser_pid() -> int:
                 argv = cmd.read().split(b"\0")
         except OSError:
             continue
-        browser = b"chromium" in argv[0] and not any(a.startswith(b"--type=") for a in argv)
+        browser = argv[0].endswith(b"/chromium") and not any(a.startswith(b"--type=") for a in argv)
         if browser and is_descendant(int(fields[1]), me):
             return int(entry)
     raise AssertionError("no Chromium of this process")
