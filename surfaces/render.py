@@ -47,6 +47,7 @@ def status(status: MonitorStatus, retrying: list[CheckResult], link: str) -> lis
         f"every:      {format_duration(config.interval)}",
         f"timeout:    {fetch_timeout(config)}",
         *([f"prices:     {price_rules(config.price_mode)}"] if config.price_mode else []),
+        *([f"rendered:   {'; '.join(config.render.steps) or 'no steps'}"] if config.render else []),
         f"state:      {'paused' if status.paused else 'active'}",
         f"health:     {health if status.unhealthy else 'healthy'}",
         f"next slot:  {format_slot(status.next_slot) if status.next_slot else '-'}",
