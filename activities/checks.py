@@ -235,7 +235,9 @@ class CheckActivities:
         if the lease was taken over meanwhile, the fetch stops at once: its result could
         not be committed anyway.
         """
-        request = request_of(check, claim.previous_etag, claim.previous_last_modified)
+        request = request_of(
+            check, claim.previous_etag, claim.previous_last_modified, claim.previous_hash
+        )
         with span("fetch", url=check.url):
             fetch = asyncio.create_task(self.fetcher(request))
             try:

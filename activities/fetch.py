@@ -95,6 +95,8 @@ class Page:
     """Price mode: each value that could not be read, and why (the others were)."""
     refused: list[str] = field(default_factory=list)
     """A rendered page: the requests it made that the guard refused."""
+    screenshot: bytes | None = None
+    """A rendered page: its viewport as PNG, when it is a new state (or asked for)."""
 
     @property
     def not_modified(self) -> bool:
@@ -117,6 +119,10 @@ class Request:
     HTTP_TIMEOUTS."""
     render: RenderSettings | None = None
     """Load it in a browser first (a render worker's fetcher); a plain fetch refuses it."""
+    previous_hash: str | None = None
+    """The last observation's hash: a rendered page whose hash differs is screenshot."""
+    screenshot: bool = False
+    """Screenshot a rendered page whatever its hash (`try --screenshot`)."""
 
     @property
     def deadline(self) -> timedelta:
@@ -138,7 +144,10 @@ class Request:
 
 
 def request_of(
-    check: CheckInput, etag: str | None = None, last_modified: str | None = None
+    check: CheckInput,
+    etag: str | None = None,
+    last_modified: str | None = None,
+    previous_hash: str | None = None,
 ) -> Request:
     """The fetch a check of `check` makes: its URL, rules, User-Agent and timeout, and the
     validators of the last good check for a conditional request."""
@@ -155,6 +164,7 @@ def request_of(
         last_modified=last_modified,
         timeout=timedelta(seconds=check.timeout_seconds) if check.timeout_seconds else None,
         render=check.render,
+        previous_hash=previous_hash,
     )
 
 

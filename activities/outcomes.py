@@ -71,4 +71,5 @@ def outcome(
         price_moves=moves,
         notify=moves is None or prices.tells(moves),
         skipped_values=page.skipped[:MAX_SKIPPED_VALUES],
+        screenshot=page.screenshot if new_state else None,
     )

@@ -43,6 +43,8 @@ from pricewatch.urls import as_sent
 log = logging.getLogger(__name__)
 
 BLOCKED_RESOURCES = frozenset({"image", "font", "media"})
+# A PNG of the 1280x800 viewport is typically 50-400 KiB; a bigger one is not kept.
+MAX_SCREENSHOT_BYTES = 2 * 1024 * 1024
 # How long a step waits for its element, at most (and never past the check's budget).
 STEP_WAIT = timedelta(seconds=10)
 VIEWPORT = {"width": 1280, "height": 800}
@@ -94,7 +96,7 @@ class BrowserFetcher:
             session = proxy.new_session()
             failure: FetchError | None = None
             try:
-                html, status = await self._render(browser, proxy, session, request, steps, budget)
+                page = await self._render(browser, proxy, session, request, steps, budget)
             except FetchError as err:
                 failure = err
             except (TimeoutError, PlaywrightTimeout):
@@ -116,10 +118,6 @@ class BrowserFetcher:
                 raise failure
             if report.over_budget:
                 raise FetchError("the page loaded more than the byte cap", transient=False)
-        body = html.encode()
-        if len(body) > MAX_BODY_BYTES:
-            raise FetchError(f"the rendered page is over {MAX_BODY_BYTES} bytes", transient=False)
-        page = await read_body(status, body, "text/html; charset=utf-8", request.extraction)
         return replace(page, refused=report.refused)
 
     async def _render(
@@ -130,7 +128,7 @@ class BrowserFetcher:
         request: Request,
         steps: list[Step],
         budget: timedelta,
-    ) -> tuple[str, int]:
+    ) -> Page:
         context = await browser.new_context(
             proxy={"server": proxy.url, "username": session.username, "password": session.password},
             user_agent=request.user_agent or USER_AGENT,
@@ -156,7 +154,19 @@ class BrowserFetcher:
                 ends = asyncio.get_running_loop().time() + budget.total_seconds()
                 for number, step in enumerate(steps, 1):
                     await _run_step(page, step, number, ends)
-                return await page.content(), response.status
+                body = (await page.content()).encode()
+                if len(body) > MAX_BODY_BYTES:
+                    raise FetchError(
+                        f"the rendered page is over {MAX_BODY_BYTES} bytes", transient=False
+                    )
+                read = await read_body(
+                    response.status, body, "text/html; charset=utf-8", request.extraction
+                )
+                if request.screenshot or read.sha256 != request.previous_hash:  # a new state
+                    shot = await page.screenshot(type="png")
+                    if len(shot) <= MAX_SCREENSHOT_BYTES:
+                        read = replace(read, screenshot=shot)
+                return read
         finally:
             await _quietly(context.close())
 

@@ -84,6 +84,8 @@ class Outcome:
     notify: bool = True
     skipped_values: list[str] = field(default_factory=list)
     """Price mode: the values the check could not read, each with why (the row names them)."""
+    screenshot: bytes | None = None
+    """A rendered page's PNG, for a new state (beside its snapshot)."""
 
 
 async def create_pool(
@@ -175,6 +177,7 @@ async def commit(
         rules=outcome.rules, next_attempt_in=outcome.next_attempt_in,
         prices=_json_list(outcome.prices), price_moves=_json_list(outcome.price_moves),
         notify=outcome.notify, skipped_values=outcome.skipped_values or None,
+        screenshot=outcome.screenshot,
         snapshots_kept=snapshots_kept, advance=advance, temporal_now=temporal_now,
     )  # fmt: skip
     return None if row is None else _result(row)
@@ -385,6 +388,13 @@ async def price_history(
 def _decoded(row: asyncpg.Record, *columns: str) -> dict[str, object]:
     """The row with its jsonb columns parsed (the pool has no JSON codec)."""
     return {**row, **{c: json.loads(row[c]) if row[c] is not None else None for c in columns}}
+
+
+async def screenshot(pool: asyncpg.Pool, work_id: str) -> tuple[bool, bytes | None]:
+    """Whether the check is recorded, and its screenshot if it has one."""
+    row = await QUERIES["screenshot"].fetchrow(pool, work_id=work_id)
+    assert row is not None
+    return row["found"], row["screenshot"]
 
 
 async def check_history(pool: asyncpg.Pool, target_id: str, limit: int) -> list[CheckResult]:

@@ -7,6 +7,7 @@ anything is contacted.
 """
 
 import asyncio
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -231,16 +232,19 @@ class Pricewatch:
         for url in [config.url, *webhooks]:
             await check_url(policy, url)
 
-    async def try_page(self, config: TargetConfig, fetcher: Fetcher | None = None) -> TryView:
+    async def try_page(
+        self, config: TargetConfig, fetcher: Fetcher | None = None, screenshot: bool = False
+    ) -> tuple[TryView, bytes | None]:
         """Fetch the page once as a check of `config` would (the same guard, rules, User-Agent
         and timeout; `fetcher`: a browser, for a rendered page) and say what it would record.
         Nothing is written and neither Temporal nor Postgres is asked: a FetchError is what
-        the check would fail with."""
+        the check would fail with. With `screenshot`, a rendered page's PNG too."""
         await self.validate(config)
         policy = AddressPolicy.allowing(self.settings.resolved_allow_networks().split(","))
         check = CheckInput.of(config, datetime.now(UTC))
+        request = dataclasses.replace(request_of(check), screenshot=screenshot)
         async with new_client(policy) as http:
-            page = await (fetcher or functools.partial(fetch_page, http))(request_of(check))
+            page = await (fetcher or functools.partial(fetch_page, http))(request)
         assert page.sha256 is not None and page.text is not None, "no validators: no 304"
         prices = None
         if page.prices is not None:
@@ -249,7 +253,7 @@ class Pricewatch:
             url=config.url, http_status=page.status_code, body_bytes=page.size,
             result_hash=page.sha256, text=page.text, prices=prices,
             skipped_values=page.skipped, refused_requests=page.refused,
-        )  # fmt: skip
+        ), page.screenshot  # fmt: skip
 
     async def _start(self, config: TargetConfig, start_at: datetime | None, paused: bool) -> None:
         anchor = start_at or spread_anchor(config.target_id, datetime.now(UTC))
@@ -459,6 +463,19 @@ class Pricewatch:
                 "(price mode is on with --prices or --price-selector)"
             )
         return [PricesRow(**row) for row in rows]
+
+    async def screenshot(self, work_id: str) -> bytes:
+        """A rendered check's screenshot (PNG): kept for a new state (the baseline, a change)
+        and pruned with its snapshot."""
+        found, shot = await store.screenshot(await self.pool(), work_id)
+        if not found:
+            raise BadInput(f"no recorded check {work_id!r}")
+        if shot is None:
+            raise BadInput(
+                f"{work_id} has no screenshot: only a rendered page's baseline and changes "
+                "keep one, until pruned with their snapshot"
+            )
+        return bytes(shot)
 
     async def change(self, target_id: str, work_id: str | None = None) -> ChangeView:
         """A change (default: the newest) against the snapshot before it."""

@@ -411,6 +411,10 @@ async def try_page(
     min_change_percent: MinChangeOpt = None,
     rendered: RenderOpt = False,
     step: StepOpt = None,
+    screenshot: Annotated[
+        Path | None,
+        typer.Option(help="With --render, write the rendered viewport here (PNG)."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Read a page once as `add` with these options would check it; nothing is written.
@@ -428,15 +432,21 @@ async def try_page(
             from workers.worker import browser
 
             fetcher = await stack.enter_async_context(browser(client.settings))
+        if screenshot is not None and config.render is None:
+            raise BadInput("--screenshot needs --render (a screenshot is of the rendered page)")
         try:
-            view = await client.try_page(config, fetcher)
+            view, shot = await client.try_page(config, fetcher, screenshot is not None)
         except FetchError as err:
             fail(f"a check would fail ({'transient' if err.transient else 'permanent'}): {err}",
                  UNAVAILABLE)  # fmt: skip
+    if screenshot is not None and shot is not None:
+        screenshot.write_bytes(shot)
     if as_json:
         print_json("try", view)
     else:
         render.tried(view)
+        if screenshot is not None:
+            typer.echo(f"screenshot: {screenshot} ({len(shot or b'')} bytes)")
 
 
 @app.command("list")
@@ -563,6 +573,20 @@ async def diff(
     if as_json:
         return print_json("diff", change)
     typer.echo(change.diff)
+
+
+@app.command()
+@command
+async def screenshot(
+    work_id: Annotated[str, typer.Argument(help="A rendered check's work id.")],
+) -> None:
+    """A rendered page's screenshot (PNG) on stdout: `pricewatch screenshot ID:SLOT > shot.png`."""
+    if sys.stdout.isatty():
+        raise BadInput("the screenshot is a PNG: redirect it to a file (> shot.png)")
+    async with pricewatch() as client:
+        shot = await client.screenshot(work_id)
+    sys.stdout.buffer.write(shot)
+    sys.stdout.flush()
 
 
 @app.command()

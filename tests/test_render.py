@@ -9,6 +9,7 @@ import json
 import os
 import signal
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import asyncpg
 import httpx
@@ -25,7 +26,7 @@ from activities.render import BrowserFetcher
 from client.temporal import DATA_CONVERTER, workflow_id
 from pricewatch.models import CheckInput, CheckResult, PriceSettings, RenderSettings, TargetConfig
 from tests.conftest import LOOPBACK
-from tests.helpers import SLOT, cli, worker_process
+from tests.helpers import PRICEWATCH, SLOT, cli, worker_process
 from tests.waits import wait_for
 from workers.chromium import chromium_args, find_chromium
 from workflows.monitor import MonitorTarget
@@ -178,6 +179,55 @@ async def test_steps_dismiss_a_banner_and_click_a_toggle(
     assert await prices_of(pool) == ["50", "120"], "the yearly plans, behind the banner"
 
 
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+async def test_a_new_state_keeps_a_screenshot_pruned_with_its_snapshot(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, fetcher: BrowserFetcher, pages: str
+) -> None:
+    checks = await rendered(pool, http, fetcher, f"{pages}/plans", ["wait p.plan"])
+    baseline = await checks.check()
+    unchanged = await checks.check()
+    checks.config = checks.config.model_copy(  # the same page, the yearly plans: a change
+        update={"render": RenderSettings(steps=["wait p.plan", "click #accept", "click #yearly"])}
+    )
+    await store.sync_target(pool, checks.config, next_slot=checks.slot, enabled=True)
+    rebased = await checks.check()  # new render settings: a new baseline
+    shots = {
+        r["work_id"]: r["screenshot"]
+        for r in await pool.fetch("SELECT work_id, screenshot FROM source_checks")
+    }
+    assert shots[unchanged.work_id] is None, "an unchanged page keeps no screenshot"
+    assert bytes(shots[rebased.work_id]).startswith(PNG)
+    found, shot = await store.screenshot(pool, rebased.work_id)
+    assert found and shot is not None and bytes(shot).startswith(PNG)
+    checks.config = checks.config.model_copy(
+        update={"render": RenderSettings(steps=["wait p.plan"])}
+    )
+    await store.sync_target(pool, checks.config, next_slot=checks.slot, enabled=True)
+    await checks.check()  # a third new state; snapshots_kept=2: the oldest loses its snapshot ...
+    held = await pool.fetchrow(
+        "SELECT snapshot, screenshot FROM source_checks WHERE work_id = $1", baseline.work_id
+    )
+    assert held is not None
+    assert held["snapshot"] is None and held["screenshot"] is None, "... and its screenshot"
+
+
+async def test_try_render_writes_the_screenshot(pages: str, tmp_path: Path) -> None:
+    shot = tmp_path / "shot.png"
+    env = {**os.environ, "PRICEWATCH_DATA_DIR": str(tmp_path),
+           "PRICEWATCH_ALLOW_NETWORKS": "127.0.0.1/32"}  # fmt: skip
+    code, out, err = await cli(
+        env, "try", f"{pages}/plans", "--render", "--step", "wait p.plan",
+        "--price-selector", "p.plan", "--screenshot", str(shot),
+    )  # fmt: skip
+    assert code == 0, err
+    assert "price 2  12 $" in out and f"screenshot: {shot}" in out
+    assert shot.read_bytes().startswith(PNG)
+    code, _, err = await cli(env, "try", f"{pages}/plans", "--screenshot", str(shot))
+    assert code == 2 and "--screenshot needs --render" in err
+
+
 async def test_a_step_whose_element_never_comes_is_permanent_and_named(
     fetcher: BrowserFetcher, pages: str
 ) -> None:
@@ -307,6 +357,15 @@ async def test_a_rendered_target_is_checked_by_a_render_worker_on_its_own_queue(
             "AND status = 'unchanged'",
         )  # fmt: skip
         assert await prices_of(pool) == ["5", "12"]
+        baseline = await pool.fetchval(
+            "SELECT work_id FROM source_checks WHERE target_id = 'e2e-rendered' "
+            "AND screenshot IS NOT NULL"
+        )
+        shown = await asyncio.create_subprocess_exec(
+            PRICEWATCH, "screenshot", baseline, env=env, stdout=asyncio.subprocess.PIPE
+        )
+        png, _ = await shown.communicate()
+        assert shown.returncode == 0 and png.startswith(PNG), "pricewatch screenshot ID > f.png"
         temporal = await Client.connect(temporal_address, data_converter=DATA_CONVERTER)
         history = await temporal.get_workflow_handle(workflow_id("e2e-rendered")).fetch_history()
         assert (await cli(env, "remove", "e2e-rendered"))[0] == 0

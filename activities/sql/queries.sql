@@ -61,12 +61,13 @@ WITH lease AS (
     INSERT INTO source_checks AS c (work_id, target_id, scheduled_for, kind, checked_at, status,
         attempt_count, result_hash, previous_hash, http_status, body_bytes, error_message,
         etag, last_modified, snapshot, excerpt, rules, next_attempt_at, prices, price_moves,
-        notify, skipped_values)
+        notify, skipped_values, screenshot)
     SELECT :work_id::text, id, :slot::timestamptz, :kind::text, now(), :status::text, 1,
            :result_hash::text, :previous_hash::text, :http_status::integer,
            :body_bytes::integer, :error_message::text, :etag::text, :last_modified::text,
            :snapshot::bytea, :excerpt::text, :rules::text, now() + :next_attempt_in::interval,
-           :prices::jsonb, :price_moves::jsonb, :notify::boolean, :skipped_values::text[]
+           :prices::jsonb, :price_moves::jsonb, :notify::boolean, :skipped_values::text[],
+           :screenshot::bytea
       FROM lease
     ON CONFLICT (work_id) DO UPDATE
        SET checked_at = excluded.checked_at, status = excluded.status,
@@ -77,13 +78,13 @@ WITH lease AS (
            snapshot = excluded.snapshot, excerpt = excluded.excerpt, rules = excluded.rules,
            next_attempt_at = excluded.next_attempt_at, prices = excluded.prices,
            price_moves = excluded.price_moves, notify = excluded.notify,
-           skipped_values = excluded.skipped_values
+           skipped_values = excluded.skipped_values, screenshot = excluded.screenshot
      WHERE c.status IN ('retrying', 'failed', 'skipped')  -- a real result replaces a placeholder
     RETURNING work_id, scheduled_for AS slot, kind, status, checked_at, attempt_count,
               result_hash, previous_hash, error_message, next_attempt_at, notify, skipped_values
 ), pruned AS (
     -- Keep the newest :snapshots_kept snapshots of the target (this new one included).
-    UPDATE source_checks SET snapshot = NULL
+    UPDATE source_checks SET snapshot = NULL, screenshot = NULL  -- a screenshot goes with it
      WHERE target_id = :target_id AND snapshot IS NOT NULL AND :snapshot::bytea IS NOT NULL
        AND EXISTS (SELECT 1 FROM recorded)
        AND work_id NOT IN (
@@ -439,3 +440,8 @@ SELECT e.status, count(*) AS rows, min(e.checked_at) AS oldest, max(e.checked_at
        sum((SELECT count(*) FROM deliveries d WHERE d.work_id = e.work_id)) AS deliveries
   FROM monitor_targets t, LATERAL expired_checks(t.id, :keep_checks, :keep_changes) e
  GROUP BY e.status ORDER BY e.status;
+
+-- name: screenshot
+-- A rendered check's screenshot (NULL: none), and whether the check is there at all.
+SELECT EXISTS (SELECT 1 FROM source_checks WHERE work_id = :work_id) AS found,
+       (SELECT screenshot FROM source_checks WHERE work_id = :work_id) AS screenshot;

@@ -117,6 +117,8 @@ CREATE TABLE source_checks (
     notify          boolean NOT NULL DEFAULT true,
     -- The values price mode could not read and skipped, each named with why (1.3).
     skipped_values  text[],
+    -- A rendered page's viewport as PNG, beside a new state's snapshot (1.4).
+    screenshot      bytea,
     CONSTRAINT source_checks_hash_check
         CHECK ((status IN ('retrying', 'failed', 'skipped')) = (result_hash IS NULL)),
     CONSTRAINT source_checks_check1 CHECK (status <> 'changed' OR previous_hash IS NOT NULL),
