@@ -16,6 +16,9 @@ and a 5xx are transient.
 
 import asyncio
 import logging
+import os
+import shutil
+import tempfile
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -86,6 +89,9 @@ class BrowserFetcher:
         self._proxy: GuardedProxy | None = None
         self._renders = 0
         self._launching = asyncio.Lock()
+        # Chromium's own temporary files (a killed browser leaves its singleton socket
+        # directory behind) go here, removed on close.
+        self._tmp: str | None = None
 
     async def __call__(self, request: Request) -> Page:
         assert request.render is not None, "a plain request reached the render worker"
@@ -185,10 +191,12 @@ class BrowserFetcher:
             if self._browser is None:
                 if self._playwright is None:
                     self._playwright = await async_playwright().start()
+                    self._tmp = tempfile.mkdtemp(prefix="pricewatch-chromium-")
                 self._browser = await self._playwright.chromium.launch(
                     executable_path=self._executable,
                     args=self._args,
                     proxy={"server": "http://per-context"},  # every context sets its own
+                    env={**os.environ, "TMPDIR": self._tmp or tempfile.gettempdir()},
                 )
                 self._renders = 0
             self._renders += 1
@@ -201,7 +209,9 @@ class BrowserFetcher:
             await _quietly(self._playwright.stop())
         if self._proxy is not None:
             await self._proxy.close()
-        self._browser = self._playwright = self._proxy = None
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+        self._browser = self._playwright = self._proxy = self._tmp = None
 
 
 async def _route(route: Route) -> None:

@@ -301,6 +301,10 @@ async def test_a_browser_killed_mid_check_is_transient_and_relaunched(
     assert again.status == "unchanged"
     rows = await pool.fetch("SELECT status FROM source_checks WHERE status <> 'skipped'")
     assert [r["status"] for r in rows] == ["unchanged"], "one row for the slot"
+    scratch = fetcher._tmp  # what the killed browser left in its TMPDIR goes with the fetcher
+    assert scratch is not None and os.path.isdir(scratch)  # noqa: ASYNC240 (a stat, in a test)
+    await fetcher.close()
+    assert not os.path.isdir(scratch)  # noqa: ASYNC240
 
 
 def pages_open(fetcher: BrowserFetcher) -> bool:
