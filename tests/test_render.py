@@ -25,7 +25,8 @@ from activities.fetch import FetchError, request_of
 from activities.render import BrowserFetcher
 from client.temporal import DATA_CONVERTER, workflow_id
 from pricewatch.models import CheckInput, CheckResult, PriceSettings, RenderSettings, TargetConfig
-from tests.conftest import LOOPBACK
+from tests.chaos.stack import serve
+from tests.conftest import LOOPBACK, WebhookReceiver
 from tests.helpers import PRICEWATCH, SLOT, cli, worker_process
 from tests.waits import wait_for
 from workers.chromium import chromium_args, find_chromium
@@ -43,6 +44,27 @@ function show(period) {
 }
 setTimeout(() => show("monthly"), 100);
 </script></body></html>"""
+
+
+class LivePlans:
+    """A script-rendered plan whose price the test moves."""
+
+    def __init__(self) -> None:
+        self.pro, self.url = "12", ""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        shown = f"<p class=plan>Pro ${self.pro}</p>"
+        script = f"setTimeout(() => {{ document.body.innerHTML = '{shown}'; }}, 100);"
+        return web.Response(text=f"<html><body><script>{script}</script></body></html>",
+                            content_type="text/html")  # fmt: skip
+
+
+@pytest.fixture
+async def live() -> AsyncIterator[LivePlans]:
+    plans = LivePlans()
+    async with serve([web.get("/live", plans.handle)]) as url:
+        plans.url = f"{url}/live"
+        yield plans
 
 
 class Victim:
@@ -388,3 +410,27 @@ async def test_a_rendered_target_is_checked_by_a_render_worker_on_its_own_queue(
     await Replayer(workflows=[MonitorTarget], data_converter=DATA_CONVERTER).replay_workflow(
         history
     )
+
+
+async def test_a_rendered_price_move_reaches_a_webhook_signed_and_once(
+    env: dict[str, str], pool: asyncpg.Pool, live: LivePlans, webhook_receiver: WebhookReceiver
+) -> None:
+    """The price-mode flow on a rendered page end to end: the move a script shows is told
+    once, as a signed `price.changed` (the receiver verifies Standard Webhooks signatures)."""
+    rendering = {**env, "PRICEWATCH_RENDER": "true"}
+    async with worker_process(env), worker_process(rendering):
+        code, _, err = await cli(
+            env, "add", "e2e-live", live.url, "--every", "3s", "--render", "--step",
+            "wait p.plan", "--price-selector", "p.plan", "--webhook", webhook_receiver.url,
+        )  # fmt: skip
+        assert code == 0, err
+        await wait_for(pool, "SELECT count(*) FROM source_checks WHERE status = 'unchanged'")
+        live.pro = "14"
+        await wait_for(pool, "SELECT count(*) FROM deliveries WHERE status = 'sent'")
+        await wait_for(pool, "SELECT count(*) - 2 FROM source_checks WHERE status = 'unchanged'")
+        assert (await cli(env, "remove", "e2e-live"))[0] == 0
+    [(_, told)] = webhook_receiver.received
+    assert told["type"] == "price.changed"
+    moves = told["prices"]
+    assert isinstance(moves, list)
+    assert [(m["old"], m["new"]) for m in moves] == [("12", "14")]
