@@ -28,7 +28,7 @@ from pricewatch.models import CheckInput, CheckResult, PriceSettings, RenderSett
 from tests.chaos.stack import serve
 from tests.conftest import LOOPBACK, WebhookReceiver
 from tests.helpers import PRICEWATCH, SLOT, cli, worker_process
-from tests.waits import wait_for
+from tests.waits import eventually, wait_for
 from workers.chromium import chromium_args, find_chromium
 from workflows.monitor import MonitorTarget
 
@@ -336,21 +336,42 @@ def pages_open(fetcher: BrowserFetcher) -> bool:
 
 def browser_pid() -> int:
     """The Chromium this test process launched (its browser process: the one without a
-    --type= flag), found in /proc."""
+    --type= flag)."""
     me = os.getpid()
+    for pid, argv in chromium_processes():
+        if not any(a.startswith(b"--type=") for a in argv) and is_descendant(pid, me):
+            return pid
+    raise AssertionError("no Chromium of this process")
+
+
+def chromium_under(ancestor: int) -> list[int]:
+    """Every Chromium process below `ancestor` (browser, renderers, helpers)."""
+    return [pid for pid, _ in chromium_processes() if is_descendant(pid, ancestor)]
+
+
+def chromium_processes() -> list[tuple[int, list[bytes]]]:
+    """(pid, argv) of every Chromium process on the machine, from /proc."""
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat") as stat, open(f"/proc/{entry}/cmdline", "rb") as cmd:
-                fields = stat.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as cmd:
                 argv = cmd.read().split(b"\0")
         except OSError:
             continue
-        browser = argv[0].endswith(b"/chromium") and not any(a.startswith(b"--type=") for a in argv)
-        if browser and is_descendant(int(fields[1]), me):
-            return int(entry)
-    raise AssertionError("no Chromium of this process")
+        if argv[0].endswith(b"/chromium"):
+            found.append((int(entry), argv))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie, exited but not yet reaped by its parent, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def is_descendant(parent: int, ancestor: int) -> bool:
@@ -434,3 +455,44 @@ async def test_a_rendered_price_move_reaches_a_webhook_signed_and_once(
     moves = told["prices"]
     assert isinstance(moves, list)
     assert [(m["old"], m["new"]) for m in moves] == [("12", "14")]
+
+
+async def test_a_render_worker_killed_mid_render_costs_no_slot(
+    env: dict[str, str], pool: asyncpg.Pool, pages: str
+) -> None:
+    """SIGKILL of a render worker while its page waits on a step: its Chromium goes with it,
+    and another render worker records the slot (one row) once the dead attempt's heartbeat
+    has timed out and its lease has run out (about 50 s here: 20 s, then the lease's 45 s)."""
+    rendering = {**env, "PRICEWATCH_RENDER": "true"}
+    async with worker_process(env):
+        async with worker_process(rendering) as doomed:
+            code, _, err = await cli(
+                env, "add", "e2e-killed", f"{pages}/plans", "--every", "24h", "--start-at",
+                "2020-01-01T00:00:00Z", "--render", "--step", "wait 8s", "--price-selector",
+                "p.plan",
+            )  # fmt: skip
+            assert code == 0, err
+            await wait_for(pool, "SELECT count(*) FROM monitor_targets WHERE lease_token <> ''")
+            browsers = await eventually(
+                lambda: asyncio.to_thread(chromium_under, doomed.pid), what="a Chromium"
+            )
+            doomed.kill()
+            await doomed.wait()
+        await eventually(
+            lambda: asyncio.to_thread(lambda: not any(map(alive, browsers))),
+            what="the killed worker's Chromium exiting",
+        )
+        async with worker_process(rendering):
+            await eventually(
+                lambda: pool.fetchval(
+                    "SELECT count(*) FROM source_checks WHERE target_id = 'e2e-killed' "
+                    "AND status = 'unchanged'"
+                ),
+                within=150, what="the slot's row",
+            )  # fmt: skip
+            rows = await pool.fetch(
+                "SELECT count(*) AS n FROM source_checks WHERE status <> 'skipped' "
+                "GROUP BY scheduled_for"
+            )
+            assert [r["n"] for r in rows] == [1], "one row for the slot"
+            assert (await cli(env, "remove", "e2e-killed"))[0] == 0
