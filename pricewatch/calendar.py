@@ -1,0 +1,457 @@
+"""Calendar grids: slots at local wall-clock times (`--cron "0 8 * * 1-5" --tz Europe/Berlin`,
+or `--at 08:00 --on mon-fri --tz Europe/Berlin`), optionally shifted by a per-target jitter.
+
+Pure functions with time passed in, like `pricewatch.slots`, so the workflow, the CLI and the
+tests share one definition; `activities/sql/0008_calendar.sql` is the same arithmetic in SQL
+(the database's clock decides the next slot) and tests/test_calendar.py proves they agree. A
+slot's identity stays its UTC instant. An `--every` grid (`anchor + k * interval`) is not a
+calendar and keeps its meaning.
+
+The DST rules. A nominal slot is a local date and time the calendar matches; it becomes one
+instant:
+
+- a local time that exists once is that instant;
+- a local time that does not exist (spring forward) fires once, at the first instant after
+  the gap: Europe/Berlin 2026-03-29 02:30 -> 03:00 CEST = 01:00Z. Several nominal times in
+  one gap (`*/15` at 02:00..02:45) collapse into that one instant, with 03:00 if it matches;
+- a local time that happens twice (fall back) fires once, at its first occurrence:
+  Europe/Berlin 2026-10-25 02:30 -> 02:30 CEST = 00:30Z, not again at 01:30Z. This holds for
+  every field, `*/15 * * * *` too: the repeated hour is not checked twice.
+
+The local-to-instant map is non-decreasing in local time, so slots come out strictly
+increasing, none twice (collapsed ones are one slot) and none missing. Cron's own
+implementations differ only at transitions: Vixie/Debian cron and cronsim (the reference in
+the tests) follow these rules when the minute and hour fields are fixed, but run a job whose
+minute or hour field starts with `*` in both copies of a repeated hour and not at all for
+the nonexistent times of a gap.
+
+How an instant is found, identically here and in SQL: the offsets in effect 24 hours
+either side of the local time (read as UTC) give at most two candidates; those that read
+back as the local time are its occurrences (the earliest wins); with none the time is in a
+gap, whose end a binary search over whole seconds finds. Postgres's own `timestamp AT TIME
+ZONE` takes the later reading of a repeated time and the before-gap offset for a missing one
+(02:30 -> 03:30 CEST), so neither language's built-in resolution is used.
+
+Jitter: slot = nominal + an offset in whole seconds, `sha256(work_id(target, nominal))` (its
+first six bytes, big-endian) modulo `jitter_seconds`, so a target's slots are spread but
+reproducible in SQL. The offset is also kept below the distance to the next nominal slot,
+which a DST gap can make shorter than the calendar's spacing (59 1,2 * * *: 01:59 and the
+02:59 that becomes 03:00 are a minute apart on 29 March in Berlin), so order always holds.
+
+Cron syntax: five fields (minute hour day-of-month month day-of-week), numbers, names
+(jan..dec, sun..sat, any case), `*`, lists, ranges, steps; 0 or 7 is Sunday; @yearly,
+@annually, @monthly, @weekly, @daily, @midnight, @hourly. Day-of-month and day-of-week
+follow Vixie cron: when both are restricted (neither starts with `*`) a day matching either
+matches, else a day must match both. cronsim parses and expands the fields; L, W, #, ?,
+seconds fields and @reboot are refused.
+"""
+
+import hashlib
+from bisect import bisect_right
+from collections.abc import Iterator
+from datetime import UTC, date, datetime, timedelta
+from functools import cached_property
+from itertools import pairwise
+from typing import Any, Self
+from zoneinfo import ZoneInfo
+
+from cronsim import CronSim, CronSimError
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from pricewatch.durations import format_duration
+from pricewatch.slots import work_id
+
+ALIASES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+SUPPORTED = (
+    "standard 5-field cron only: minute hour day-of-month month day-of-week with numbers, "
+    "names, *, lists, ranges and steps, or @hourly, @daily, @weekly, @monthly, @yearly"
+)
+MONTH_NAMES = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")  # cron's numbering: 0 is Sunday
+WEEK = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]  # the order `--on` ranges run in
+ON_WORDS = {"daily": "mon-sun", "weekdays": "mon-fri", "weekends": "sat,sun"}
+# Zone names Python may list that are not zones of their own (nor known to Postgres).
+NOT_ZONES = {"localtime", "posixrules", "Factory"}
+DAY = timedelta(days=1)
+SECOND = timedelta(seconds=1)
+# The Gregorian calendar repeats every 400 years: a calendar with no date in them has none.
+CYCLE_DAYS = 146097
+
+
+class Calendar(BaseModel):
+    """A calendar grid, expanded: what the SQL functions take, plus how it was written.
+
+    `times` are minutes after local midnight (the cron's hours x minutes, or `--at`'s list,
+    which need not be a product: 08:00 and 17:30); weekdays are cron's (0 = Sunday)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    cron: str | None = None  # as written (`parse`), or None for `at`
+    at_times: tuple[str, ...] = ()  # `at`: the times as written
+    on: str | None = None  # `at`: the days as written
+    time_zone: str
+    jitter_seconds: int = Field(default=0, ge=0)
+    times: tuple[int, ...]
+    days_of_month: tuple[int, ...]
+    months: tuple[int, ...]
+    weekdays: tuple[int, ...]
+    dom_restricted: bool
+    dow_restricted: bool
+
+    @classmethod
+    def parse(cls, cron: str, tz: str, jitter_seconds: int = 0) -> Self:
+        """From a cron expression; raises ValueError naming what is wrong."""
+        fields = _expand_cron(cron)
+        return cls._checked(cron=cron, time_zone=tz, jitter_seconds=jitter_seconds, **fields)
+
+    @classmethod
+    def at(cls, times: list[str], on: str, tz: str, jitter_seconds: int = 0) -> Self:
+        """From `--at 08:00 [--at 17:30] --on mon-fri|daily|weekdays|weekends|sat,sun`."""
+        minutes = sorted({_time_of_day(t) for t in times})
+        if not minutes:
+            raise ValueError("--at needs at least one time, like 08:00")
+        weekdays = _weekdays(on)
+        return cls._checked(
+            at_times=tuple(times),
+            on=on,
+            time_zone=tz,
+            jitter_seconds=jitter_seconds,
+            times=tuple(minutes),
+            days_of_month=tuple(range(1, 32)),
+            months=tuple(range(1, 13)),
+            weekdays=weekdays,
+            dom_restricted=False,
+            dow_restricted=len(weekdays) < 7,
+        )
+
+    @classmethod
+    def _checked(cls, **fields: Any) -> Self:
+        """Build, with a plain ValueError (not pydantic's wrapper) for the CLI to show."""
+        problem = _problem(cls.model_construct(**fields))
+        if problem:
+            raise ValueError(problem)
+        return cls(**fields)
+
+    @model_validator(mode="after")
+    def _valid(self) -> Self:
+        # Also when a calendar is decoded (a workflow's history, a payload): same checks.
+        if problem := _problem(self):
+            raise ValueError(problem)
+        return self
+
+    @cached_property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.time_zone)
+
+    @property
+    def days_or(self) -> bool:
+        """Vixie cron: both day fields restricted means either may match."""
+        return self.dom_restricted and self.dow_restricted
+
+
+def slot_after(calendar: Calendar, target_id: str, after: datetime) -> datetime:
+    """The first slot strictly after `after`, jitter applied (SQL: `calendar_after`)."""
+    return next(_slots(calendar, target_id, after))
+
+
+def slots_between(
+    calendar: Calendar, target_id: str, after: datetime, before: datetime
+) -> list[datetime]:
+    """The slots strictly between `after` and `before` (SQL: `calendar_between`)."""
+    found: list[datetime] = []
+    for slot in _slots(calendar, target_id, after):
+        if slot >= before:
+            return found
+        found.append(slot)
+    raise AssertionError("unreachable: _slots never ends")
+
+
+def latest_at_or_before(calendar: Calendar, target_id: str, now: datetime) -> datetime:
+    """The last slot at or before `now` (the mirror of `slots.latest_due_slot`): a target
+    registered with a calendar gets its baseline on the grid right away."""
+    nominal = _nominal_at_or_before(calendar, now)
+    slot = _jittered(calendar, target_id, nominal, _nominal_after(calendar, nominal))
+    if slot <= now:
+        return slot
+    earlier = _nominal_at_or_before(calendar, nominal - SECOND)
+    return _jittered(calendar, target_id, earlier, nominal)
+
+
+def describe(calendar: Calendar) -> str:
+    """As a user would write it: `weekdays 08:00 Europe/Berlin + jitter 10m`."""
+    if calendar.cron is not None:
+        text = f"{calendar.cron} {calendar.time_zone}"
+    else:
+        names = ",".join(DAY_NAMES[d] for d in sorted(calendar.weekdays, key=lambda d: (d + 6) % 7))
+        days = {
+            "mon,tue,wed,thu,fri,sat,sun": "daily",
+            "mon,tue,wed,thu,fri": "weekdays",
+            "sat,sun": "weekends",
+        }.get(names, names)
+        hours = ",".join(f"{t // 60:02d}:{t % 60:02d}" for t in calendar.times)
+        text = f"{days} {hours} {calendar.time_zone}"
+    if calendar.jitter_seconds:
+        text += f" + jitter {format_duration(timedelta(seconds=calendar.jitter_seconds))}"
+    return text
+
+
+def resolve(zone: ZoneInfo, local: datetime) -> datetime:
+    """The instant a nominal local time (naive) fires at, by the rules of the module
+    docstring; `calendar_resolve` in SQL is this, step for step."""
+    base = local.replace(tzinfo=UTC)
+    early = base - _offset(zone, base - DAY)  # read with the offset a day before
+    late = base - _offset(zone, base + DAY)  # and with the one a day after
+    found = [c for c in (early, late) if _local(zone, c) == local]
+    if found:
+        return min(found)  # a repeated time: its first occurrence
+    # In a gap: `late` reads before the local time, `early` after it; the gap ends at the
+    # first instant that reads at or after it.
+    low, high = late, early
+    while high - low > SECOND:
+        middle = low + timedelta(seconds=int((high - low).total_seconds()) // 2)
+        if _local(zone, middle) >= local:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+# How it works: nominal slots, then jitter.
+
+
+def _slots(calendar: Calendar, target_id: str, after: datetime) -> Iterator[datetime]:
+    """Slots after `after`, in order. A slot lies in [nominal, nominal + jitter), so only a
+    nominal after `after - jitter` can give one after `after`."""
+    jitter = timedelta(seconds=calendar.jitter_seconds)
+    nominal = _nominal_after(calendar, after - jitter)
+    while True:
+        following = _nominal_after(calendar, nominal)
+        slot = _jittered(calendar, target_id, nominal, following)
+        if slot > after:
+            yield slot
+        nominal = following
+
+
+def _jittered(
+    calendar: Calendar, target_id: str, nominal: datetime, following: datetime
+) -> datetime:
+    if calendar.jitter_seconds == 0:
+        return nominal
+    limit = min(calendar.jitter_seconds, int((following - nominal).total_seconds()))
+    digest = hashlib.sha256(work_id(target_id, nominal).encode()).digest()
+    return nominal + timedelta(seconds=int.from_bytes(digest[:6], "big") % limit)
+
+
+def _nominal_after(calendar: Calendar, after: datetime) -> datetime:
+    """The first nominal slot strictly after `after` (SQL: `calendar_nominal_after`).
+
+    Local times before `after`'s own cannot fire after it (the map is non-decreasing), so
+    the search starts there; a later local time can still fire before it (the repeated
+    hour's first copy when `after` is in the second), hence the check on each."""
+    zone = calendar.zone
+    start = _local(zone, after.astimezone(UTC))
+    first = bisect_right(calendar.times, start.hour * 60 + start.minute)
+    for day in _days(calendar, start.date(), forward=True):
+        for minutes in calendar.times[first if day == start.date() else 0 :]:
+            slot = resolve(zone, _at(day, minutes))
+            if slot > after:
+                return slot
+    raise ValueError("the calendar has no date in 400 years")
+
+
+def _nominal_at_or_before(calendar: Calendar, moment: datetime) -> datetime:
+    """The last nominal slot at or before `moment`. Local times up to a day after
+    `moment`'s may still fire before it (a repeated hour), so the search starts there."""
+    zone = calendar.zone
+    start = _local(zone, moment.astimezone(UTC)).date() + DAY
+    for day in _days(calendar, start, forward=False):
+        for minutes in reversed(calendar.times):
+            slot = resolve(zone, _at(day, minutes))
+            if slot <= moment:
+                return slot
+    raise ValueError("the calendar has no date in 400 years")
+
+
+def _days(calendar: Calendar, start: date, forward: bool) -> Iterator[date]:
+    """The calendar's dates from `start` on (or back) for 400 years (every date a
+    calendar has comes round in them), months it skips skipped whole."""
+    day, end = start, start + timedelta(days=CYCLE_DAYS if forward else -CYCLE_DAYS)
+    months, days, weekdays = (
+        set(calendar.months),
+        set(calendar.days_of_month),
+        set(calendar.weekdays),
+    )
+    while day <= end if forward else day >= end:
+        if day.month not in months:
+            first = day.replace(day=1)
+            day = (first + timedelta(days=32)).replace(day=1) if forward else first - DAY
+            continue
+        in_month, in_week = day.day in days, (day.weekday() + 1) % 7 in weekdays
+        if (in_month or in_week) if calendar.days_or else (in_month and in_week):
+            yield day
+        day += DAY if forward else -DAY
+
+
+def _offset(zone: ZoneInfo, moment: datetime) -> timedelta:
+    offset = moment.astimezone(zone).utcoffset()
+    assert offset is not None
+    return offset
+
+
+def _local(zone: ZoneInfo, moment: datetime) -> datetime:
+    return moment.astimezone(zone).replace(tzinfo=None)
+
+
+def _at(day: date, minutes: int) -> datetime:
+    return datetime(day.year, day.month, day.day, minutes // 60, minutes % 60)
+
+
+# Parsing and validation.
+
+
+def _expand_cron(cron: str) -> dict[str, Any]:
+    text = ALIASES.get(cron.strip().lower(), cron.strip())
+    parts = text.split()
+    if text.startswith("@"):
+        raise ValueError(f"cron {cron!r}: {parts[0]} is not supported ({SUPPORTED})")
+    if len(parts) == 6:
+        raise ValueError(f"cron {cron!r}: a seconds field is not supported ({SUPPORTED})")
+    if len(parts) != 5:
+        raise ValueError(f"cron {cron!r}: needs 5 fields, has {len(parts)} ({SUPPORTED})")
+    for field, names in zip(parts, [(), (), (), MONTH_NAMES, DAY_NAMES], strict=True):
+        if unsupported := _unsupported(field, names):
+            raise ValueError(f"cron {cron!r}: {unsupported} is not supported ({SUPPORTED})")
+    try:
+        sim = CronSim(text, datetime(2000, 1, 1))
+    except CronSimError as err:
+        raise ValueError(f"cron {cron!r}: {str(err).lower()} ({SUPPORTED})") from None
+    weekdays = {int(d) % 7 for d in sim.weekdays}  # type: ignore[arg-type]  # no L or #: ints
+    return {
+        "times": tuple(sorted(h * 60 + m for h in sim.hours for m in sim.minutes)),
+        "days_of_month": tuple(sorted(sim.days)),
+        "months": tuple(sorted(sim.months)),
+        "weekdays": tuple(sorted(weekdays)),
+        "dom_restricted": not parts[2].startswith("*"),
+        "dow_restricted": not parts[4].startswith("*"),
+    }
+
+
+def _unsupported(field: str, names: tuple[str, ...]) -> str | None:
+    """What in a field is beyond standard cron (L, W, #, ?), if anything; names (JUL, WED)
+    hold those letters too, so each atom is read whole."""
+    for mark in ("#", "?"):
+        if mark in field:
+            return mark
+    for term in field.lower().replace("/", ",").replace("-", ",").split(","):
+        if term == "*" or term.isdigit() or term in names:
+            continue
+        if "l" in term:
+            return "L"
+        if "w" in term:
+            return "W"
+    return None  # anything else cronsim refuses with its own reason
+
+
+def _time_of_day(text: str) -> int:
+    hours, sep, minutes = text.strip().partition(":")
+    if (
+        sep
+        and hours.isdigit()
+        and len(minutes) == 2
+        and minutes.isdigit()
+        and int(hours) < 24
+        and int(minutes) < 60
+    ):
+        return int(hours) * 60 + int(minutes)
+    raise ValueError(f"--at {text!r}: use a 24-hour local time like 08:00 or 17:30")
+
+
+def _weekdays(on: str) -> tuple[int, ...]:
+    """`mon-fri`, `sat,sun`, `fri-mon` (a range runs on through the week), or daily,
+    weekdays, weekends; as cron's numbers (0 = Sunday)."""
+    text = ON_WORDS.get(on.strip().lower(), on.strip().lower())
+    found: set[int] = set()
+    for term in text.split(","):
+        first, _, last = term.strip().partition("-")
+        if first not in WEEK or (last and last not in WEEK):
+            raise ValueError(
+                f"--on {on!r}: use day names (mon..sun), ranges (mon-fri), lists (sat,sun), "
+                "daily, weekdays or weekends"
+            )
+        start, count = WEEK.index(first), (WEEK.index(last or first) - WEEK.index(first)) % 7
+        found |= {(start + i + 1) % 7 for i in range(count + 1)}  # WEEK[i] is cron's i + 1
+    return tuple(sorted(found))
+
+
+def _problem(calendar: Calendar) -> str | None:
+    """Why a calendar cannot be used, or None."""
+    if calendar.time_zone in NOT_ZONES or not _is_zone(calendar.time_zone):
+        return f"unknown time zone {calendar.time_zone!r}: use an IANA name like Europe/Berlin"
+    for name, values, low, high in (
+        ("times", calendar.times, 0, 1439),
+        ("days_of_month", calendar.days_of_month, 1, 31),
+        ("months", calendar.months, 1, 12),
+        ("weekdays", calendar.weekdays, 0, 6),
+    ):
+        if (
+            not values
+            or list(values) != sorted(set(values))
+            or not low <= values[0] <= values[-1] <= high
+        ):
+            return f"calendar {name} must be sorted, distinct and within {low}..{high}"
+    if not calendar.days_or and not any(
+        day <= (29 if month == 2 else 30 if month in (4, 6, 9, 11) else 31)
+        for month in calendar.months
+        for day in calendar.days_of_month[:1]
+    ):
+        return f"{_written(calendar)}: no month has that day"
+    if calendar.jitter_seconds:
+        spacing = _smallest_spacing(calendar, calendar.jitter_seconds)
+        if calendar.jitter_seconds >= spacing:
+            return (
+                f"jitter {format_duration(timedelta(seconds=calendar.jitter_seconds))} must be "
+                f"shorter than the smallest spacing of {_written(calendar)} "
+                f"({format_duration(timedelta(seconds=spacing))}), so slots keep their order"
+            )
+    return None
+
+
+def _smallest_spacing(calendar: Calendar, enough: int) -> int:
+    """The smallest wall-clock spacing of nominal slots, in seconds; stops looking once it
+    is at most `enough` (the jitter asked for). DST can bring two slots closer; the
+    jitter's cap at the next slot (`_jittered`) covers that."""
+    times = calendar.times
+    within = min((b - a for a, b in pairwise(times)), default=CYCLE_DAYS * 1440) * 60
+    overnight = (1440 - times[-1] + times[0]) * 60
+    if within <= enough:
+        return within
+    gap, previous = CYCLE_DAYS, None
+    for day in _days(calendar, date(2000, 1, 1), forward=True):
+        if previous is not None:
+            gap = min(gap, (day - previous).days)
+            if gap == 1 or overnight + (gap - 1) * 86400 <= enough:
+                break
+        previous = day
+    return min(within, overnight + (gap - 1) * 86400)
+
+
+def _is_zone(name: str) -> bool:
+    try:
+        ZoneInfo(name)
+    except (KeyError, ValueError, OSError):  # not found, not a key, a directory
+        return False
+    return True
+
+
+def _written(calendar: Calendar) -> str:
+    if calendar.cron is not None:
+        return f"cron {calendar.cron!r}"
+    return f"--at {','.join(calendar.at_times)} --on {calendar.on}"
