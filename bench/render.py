@@ -165,6 +165,10 @@ async def add_target(
         raise RuntimeError(f"pricewatch add {target_id} failed: {out.decode()[-1000:]}")
 
 
+def _python_path() -> list[str]:
+    return [part for part in os.environ.get("PYTHONPATH", "").split(os.pathsep) if part]
+
+
 def render_concurrency() -> int:
     configured = os.environ.get("PRICEWATCH_RENDER_CONCURRENCY")
     factory = Settings.model_fields["render_concurrency"].default_factory
@@ -179,7 +183,12 @@ async def run_pricewatch(stack: Stack, spa: str, args: argparse.Namespace) -> Re
     try:
         with stack.temporal("pricewatch") as temporal:
             # TEST-ONLY: the product refuses intervals under 15 minutes.
-            env = {**stack.design_env(database, temporal), "PRICEWATCH_MIN_INTERVAL": "1s"}
+            env = {
+                **stack.design_env(database, temporal),
+                "PRICEWATCH_MIN_INTERVAL": "1s",
+                # The code of this checkout (a worktree, say), not the editable install's.
+                "PYTHONPATH": os.pathsep.join([str(REPO), *_python_path()]),
+            }
             render_env = {**env, "PRICEWATCH_RENDER": "true"}
             async with (
                 stack.process("pricewatch-worker", [PRICEWATCH, "worker"], env) as plain,
@@ -466,7 +475,7 @@ async def main(argv: list[str]) -> None:
     if args.json:
         print(document, flush=True)
     if args.write:
-        for path in write(document, text):
+        for path in write(document):
             say(f"wrote {path.relative_to(REPO)}")
 
 

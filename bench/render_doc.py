@@ -1,7 +1,9 @@
 """The rendering regime's output: its table, its JSON, and with --write the saved run under
 docs/bench/ and the "## Rendering (issue 30)" section of docs/performance.md."""
 
+import argparse
 import json
+import sys
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -224,7 +226,8 @@ The run below (`{run["command"]}`, {run["date"]}, commit `{run["commit"]}`, save
 """
 
 
-def write(document: str, text: str) -> list[Path]:
+def save(document: str) -> Path:
+    """The run as docs/bench/DATE-render-NxSs[-kill-browser][-K].json."""
     run = json.loads(document)
     workload = run["workload"]
     name = f"{run['date'][:10]}-render-{workload['targets']}x{workload['interval']}s"
@@ -235,9 +238,14 @@ def write(document: str, text: str) -> list[Path]:
         n += 1
         saved = saved.with_name(f"{name}-{n}.json")
     saved.write_text(document + "\n")
-    doc = REPO / "docs" / "performance.md"
+    return saved
+
+
+def update_doc(run: dict[str, Any], saved: Path, doc: Path) -> None:
+    """Replace (or append) the section of docs/performance.md with this run's."""
+    results = [_result(design) for design in run["designs"]]
+    new = section(run, table(results, run["workload"]), saved)
     current = doc.read_text()
-    new = section(run, text, saved)
     if HEADING in current:
         before, _, rest = current.partition(HEADING)
         after = rest.find("\n## ")
@@ -245,4 +253,33 @@ def write(document: str, text: str) -> list[Path]:
     else:
         current = current.rstrip("\n") + "\n\n" + new
     doc.write_text(current)
+
+
+def _result(design: dict[str, Any]) -> "RenderResult":
+    from bench.render import RenderResult
+
+    return RenderResult(**design)
+
+
+def write(document: str) -> list[Path]:
+    saved = save(document)
+    doc = REPO / "docs" / "performance.md"
+    update_doc(json.loads(document), saved, doc)
     return [saved, doc]
+
+
+def main(argv: list[str]) -> None:
+    """`python -m bench.render_doc RUN.json [--write]`: a saved run's table; with --write,
+    the section of docs/performance.md rewritten from it."""
+    parser = argparse.ArgumentParser(prog="python -m bench.render_doc", description=main.__doc__)
+    parser.add_argument("run", type=Path)
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args(argv)
+    run = json.loads(args.run.read_text())
+    print(table([_result(design) for design in run["designs"]], run["workload"]))
+    if args.write:
+        update_doc(run, args.run.resolve(), REPO / "docs" / "performance.md")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
