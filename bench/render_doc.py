@@ -164,6 +164,13 @@ def reading(run: dict[str, Any]) -> str:
         f"its render tree peaked at {ours['peak_pss_mib']:.0f} MiB PSS for "
         f"{ours['concurrency']} renders at once, {per:.0f} MiB per concurrent render, "
         f"{verdict} the 60 MiB target"
+        + (
+            " (at the peak: "
+            + ", ".join(f"{name} {mib:.0f} MiB" for name, mib in split.items())
+            + ")"
+            if (split := ours.get("peak_pss_mib_by_component"))
+            else ""
+        )
     )
     kill = " with its Chromium SIGKILLed mid-window" if run["workload"]["kill_browser"] else ""
     parts.append(

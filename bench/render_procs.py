@@ -44,20 +44,36 @@ def _rss(pid: int) -> int:
     return 0
 
 
-def _split_cpu(roots: list[int]) -> dict[str, float]:
-    split = dict.fromkeys(COMPONENTS, 0.0)
-    for pid, seconds in procs.trees({"render": roots})["render"].items():
-        split[component(pid)] += seconds
-    return split
+def _own_cpu(pid: int) -> float | None:
+    """The process's own CPU seconds (utime + stime, not its reaped children's)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / procs.CLOCK_TICKS
 
 
-def _memory(roots: list[int]) -> tuple[dict[str, int], int]:
-    """PSS per component, and RSS summed over the tree."""
+@dataclass(frozen=True)
+class Sample:
+    pss: dict[str, int]
+    """Per component."""
+    rss: int
+    """Summed over the tree."""
+    own_cpu: dict[int, tuple[str, float]]
+    """Each member's component and own CPU seconds."""
+
+
+def _sample(roots: list[int]) -> Sample:
     members = procs.trees({"render": roots})["render"]
     pss = dict.fromkeys(COMPONENTS, 0)
+    own: dict[int, tuple[str, float]] = {}
     for pid in members:
-        pss[component(pid)] += procs._pss(pid)
-    return pss, sum(_rss(pid) for pid in members)
+        kind = component(pid)
+        pss[kind] += procs._pss(pid)
+        if (seconds := _own_cpu(pid)) is not None:
+            own[pid] = (kind, seconds)
+    return Sample(pss, sum(_rss(pid) for pid in members), own)
 
 
 def browser_pids(roots: list[int]) -> list[int]:
@@ -80,14 +96,16 @@ def kill_browser(roots: list[int]) -> list[int]:
 
 @dataclass
 class Meter:
-    """CPU of each role's tree over the window (role "render": also split by component) and
-    the render tree's peak memory."""
+    """CPU of each role's tree over the window (authoritative: live members plus what they
+    reaped), the render tree's CPU split by component (each process's own CPU between its
+    first and last sample: a process that lived between two samples is not seen, and is
+    left unattributed) and its peak memory."""
 
     roots: dict[str, list[int]]
     cpu_before: dict[str, float] = field(default_factory=dict)
     cpu_after: dict[str, float] = field(default_factory=dict)
-    split_before: dict[str, float] = field(default_factory=dict)
-    split_after: dict[str, float] = field(default_factory=dict)
+    first_seen: dict[int, float] = field(default_factory=dict)
+    last_seen: dict[int, tuple[str, float]] = field(default_factory=dict)
     peak_pss: int = 0
     peak_pss_split: dict[str, int] = field(default_factory=dict)
     peak_rss: int = 0
@@ -96,21 +114,33 @@ class Meter:
     async def measure(self, until: datetime, kill_at: datetime | None = None) -> None:
         """Sample until `until`; SIGKILL the render tree's Chromium once at `kill_at`."""
         render = self.roots["render"]
-        self.cpu_before, self.split_before = procs.cpu_seconds(self.roots), _split_cpu(render)
-        while datetime.now(UTC) < until:
-            pss, rss = await asyncio.to_thread(_memory, render)
-            if sum(pss.values()) > self.peak_pss:
-                self.peak_pss, self.peak_pss_split = sum(pss.values()), pss
-            self.peak_rss = max(self.peak_rss, rss)
+        self.cpu_before = procs.cpu_seconds(self.roots)
+        first = True
+        while True:
+            sample = await asyncio.to_thread(_sample, render)
+            for pid, (kind, seconds) in sample.own_cpu.items():
+                self.first_seen.setdefault(pid, seconds if first else 0.0)
+                self.last_seen[pid] = (kind, seconds)
+            first = False
+            if sum(sample.pss.values()) > self.peak_pss:
+                self.peak_pss, self.peak_pss_split = sum(sample.pss.values()), sample.pss
+            self.peak_rss = max(self.peak_rss, sample.rss)
+            if datetime.now(UTC) >= until:
+                break
             if kill_at is not None and datetime.now(UTC) >= kill_at:
                 kill_at = None
                 self.killed = kill_browser(render)
             left = (until - datetime.now(UTC)).total_seconds()
             await asyncio.sleep(max(0.0, min(MEMORY_SAMPLE_EVERY, left)))
-        self.cpu_after, self.split_after = procs.cpu_seconds(self.roots), _split_cpu(render)
+        self.cpu_after = procs.cpu_seconds(self.roots)
 
     def cpu(self, role: str) -> float:
         return self.cpu_after[role] - self.cpu_before[role]
 
     def cpu_split(self) -> dict[str, float]:
-        return {c: self.split_after[c] - self.split_before[c] for c in COMPONENTS}
+        """CPU seconds per component, and what the samples did not see ("unattributed")."""
+        split = dict.fromkeys(COMPONENTS, 0.0)
+        for pid, (kind, seconds) in self.last_seen.items():
+            split[kind] += seconds - self.first_seen[pid]
+        split["unattributed"] = self.cpu("render") - sum(split.values())
+        return split
