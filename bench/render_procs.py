@@ -17,20 +17,22 @@ COMPONENTS = ("python", "playwright driver", "chromium")
 
 
 def _cmdline(pid: int) -> list[str]:
+    """The arguments; Chromium's children rewrite theirs into one space-separated string."""
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return []
+    return [arg for part in raw.split("\0") for arg in part.split(" ") if arg]
 
 
 def component(pid: int) -> str:
     line = _cmdline(pid)
-    name = Path(line[0]).name if line and line[0] else ""
-    if name in {"chromium", "chrome", "headless_shell", "chrome-headless-shell"}:
-        return "chromium"
-    if name == "node" or any("playwright" in arg and "cli.js" in arg for arg in line):
+    name = Path(line[0]).name if line else ""
+    if name.startswith("python"):
+        return "python"
+    if name == "node":
         return "playwright driver"
-    return "python"
+    return "chromium"  # the browser, its zygotes, renderers, GPU and utility processes
 
 
 def _rss(pid: int) -> int:
