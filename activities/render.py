@@ -19,7 +19,7 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 BLOCKED_RESOURCES = frozenset({"image", "font", "media"})
 # A PNG of the 1280x800 viewport is typically 50-400 KiB; a bigger one is not kept.
 MAX_SCREENSHOT_BYTES = 2 * 1024 * 1024
+# A page with more elements than this after its steps is refused (permanent): no pricing
+# page comes near it (a large shop's product page has a few thousand), a runaway script does.
+MAX_DOM_ELEMENTS = 50_000
 # How long a step waits for its element, at most (and never past the check's budget).
 STEP_WAIT = timedelta(seconds=10)
 VIEWPORT = {"width": 1280, "height": 800}
@@ -63,9 +66,25 @@ GUARD_ARGS = [
 ]
 
 
+# A switch Chromium ignores, naming the launch: how its browser process is found in /proc.
+LAUNCH_MARK = "--pricewatch-launch="
+
+
 class DocumentFailed(FetchError):
     """The page itself did not load (not a step, not a subresource): where the guard refused
     it, the refusal is the error."""
+
+
+@dataclass(eq=False)
+class _Launched:
+    """One Chromium and the renders in it. A browser due for recycling takes no new render
+    and is closed when its last one ends: recycling never cuts a render short."""
+
+    browser: Browser
+    profile: str  # its TMPDIR, and in its LAUNCH_MARK: how its processes are found in /proc
+    renders: int = 0
+    in_flight: int = 0
+    retiring: bool = False
 
 
 class BrowserFetcher:
@@ -78,27 +97,36 @@ class BrowserFetcher:
         args: list[str],
         concurrency: int,
         recycle_after: int = 200,
+        recycle_mib: int = 1024,
     ) -> None:
         self._policy = policy
         self._executable = executable
         self._args = [*args, *GUARD_ARGS]
         self._slots = asyncio.Semaphore(concurrency)
         self._recycle_after = recycle_after
+        self._recycle_bytes = recycle_mib * 1024 * 1024
         self._playwright: Playwright | None = None
-        self._browser: Browser | None = None
+        self._current: _Launched | None = None
         self._proxy: GuardedProxy | None = None
-        self._renders = 0
+        self._launches = 0
         self._launching = asyncio.Lock()
+        self._closing: set[asyncio.Task[None]] = set()
         # Chromium's own temporary files (a killed browser leaves its singleton socket
-        # directory behind) go here, removed on close.
+        # directory behind) go here, one directory per launch, removed on close.
         self._tmp: str | None = None
+
+    @property
+    def _browser(self) -> Browser | None:
+        """The browser new renders go to (tests kill its process)."""
+        return self._current.browser if self._current is not None else None
 
     async def __call__(self, request: Request) -> Page:
         assert request.render is not None, "a plain request reached the render worker"
         steps = parse_steps(request.render.steps)
         budget = request.deadline
         async with self._slots:
-            browser, proxy = await self._started()
+            launched, proxy = await self._acquire()
+            browser = launched.browser
             session = proxy.new_session()
             failure: FetchError | None = None
             try:
@@ -118,6 +146,7 @@ class BrowserFetcher:
                 )
             finally:
                 report = proxy.end_session(session.username)
+                await self._release(launched)
             if isinstance(failure, DocumentFailed) and report.refused:
                 raise FetchError(report.refused[0], transient=False) from failure  # the guard
             if failure is not None:
@@ -160,6 +189,13 @@ class BrowserFetcher:
                 ends = asyncio.get_running_loop().time() + budget.total_seconds()
                 for number, step in enumerate(steps, 1):
                     await _run_step(page, step, number, ends)
+                elements = await page.evaluate("document.getElementsByTagName('*').length")
+                if elements > MAX_DOM_ELEMENTS:
+                    raise FetchError(
+                        f"the rendered page has {elements} elements, over the cap of "
+                        f"{MAX_DOM_ELEMENTS}",
+                        transient=False,
+                    )
                 body = (await page.content()).encode()
                 if len(body) > MAX_BODY_BYTES:
                     raise FetchError(
@@ -176,42 +212,129 @@ class BrowserFetcher:
         finally:
             await _quietly(context.close())
 
-    async def _started(self) -> tuple[Browser, GuardedProxy]:
-        """The worker's browser and proxy: started on first use, started again after the
-        browser died or every `recycle_after` renders (a page that leaks memory)."""
+    async def _acquire(self) -> tuple[_Launched, GuardedProxy]:
+        """The browser for the next render, and the proxy: launched on first use, and again
+        after the browser died or was retired (every `recycle_after` renders, or once its
+        processes hold more than `recycle_mib`: a page that leaks memory)."""
         async with self._launching:
             if self._proxy is None:
                 self._proxy = GuardedProxy(self._policy)
                 await self._proxy.start()
-            if self._browser is not None and (
-                not self._browser.is_connected() or self._renders >= self._recycle_after
+            current = self._current
+            if current is not None and (
+                not current.browser.is_connected() or current.renders >= self._recycle_after
             ):
-                await _quietly(self._browser.close())
-                self._browser = None
-            if self._browser is None:
-                if self._playwright is None:
-                    self._playwright = await async_playwright().start()
-                    self._tmp = tempfile.mkdtemp(prefix="pricewatch-chromium-")
-                self._browser = await self._playwright.chromium.launch(
-                    executable_path=self._executable,
-                    args=self._args,
-                    proxy={"server": "http://per-context"},  # every context sets its own
-                    env={**os.environ, "TMPDIR": self._tmp or tempfile.gettempdir()},
-                )
-                self._renders = 0
-            self._renders += 1
-            return self._browser, self._proxy
+                self._retire(current)
+                current = None
+            if current is None:
+                current = self._current = await self._launch()
+            current.renders += 1
+            current.in_flight += 1
+            return current, self._proxy
+
+    async def _launch(self) -> _Launched:
+        if self._playwright is None:
+            self._playwright = await async_playwright().start()
+            self._tmp = tempfile.mkdtemp(prefix="pricewatch-chromium-")
+        assert self._tmp is not None
+        self._launches += 1
+        profile = os.path.join(self._tmp, str(self._launches))
+        os.makedirs(profile)
+        browser = await self._playwright.chromium.launch(
+            executable_path=self._executable,
+            args=[*self._args, f"{LAUNCH_MARK}{profile}"],
+            proxy={"server": "http://per-context"},  # every context sets its own
+            env={**os.environ, "TMPDIR": profile},
+        )
+        return _Launched(browser, profile)
+
+    async def _release(self, launched: _Launched) -> None:
+        """A render ended: close its browser if it was retired and this was its last one;
+        retire the current browser if its processes have grown past the memory cap."""
+        launched.in_flight -= 1
+        if launched is self._current and not launched.retiring:
+            held = await asyncio.to_thread(browser_memory, launched.profile)
+            if held > self._recycle_bytes:
+                log.info(
+                    "recycling the browser: it holds %d MiB (cap %d MiB) after %d renders",
+                    held // 2**20, self._recycle_bytes // 2**20, launched.renders,
+                )  # fmt: skip
+                self._retire(launched)
+        if launched.retiring and launched.in_flight == 0:
+            self._close_later(launched)
+
+    def _retire(self, launched: _Launched) -> None:
+        launched.retiring = True
+        if self._current is launched:
+            self._current = None
+        if launched.in_flight == 0:
+            self._close_later(launched)
+
+    def _close_later(self, launched: _Launched) -> None:
+        """Close a retired browser without holding up the render that ended."""
+        launched.in_flight = -1  # closed once, whoever asks again
+        task = asyncio.create_task(self._close(launched))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def _close(self, launched: _Launched) -> None:
+        await _quietly(launched.browser.close())
+        shutil.rmtree(launched.profile, ignore_errors=True)
 
     async def close(self) -> None:
-        if self._browser is not None:
-            await _quietly(self._browser.close())
+        if self._current is not None:
+            self._retire(self._current)
+        if self._closing:
+            await asyncio.gather(*self._closing)
         if self._playwright is not None:
             await _quietly(self._playwright.stop())
         if self._proxy is not None:
             await self._proxy.close()
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
-        self._browser = self._playwright = self._proxy = self._tmp = None
+        self._playwright = self._proxy = self._tmp = None
+
+
+def browser_memory(profile: str) -> int:
+    """Bytes (proportional set size: shared pages counted once) held by the Chromium
+    launched with `profile`: its browser process and every process below it.
+    0 where /proc cannot tell (not Linux): recycling by count still applies."""
+    parents: dict[int, int] = {}
+    root = None
+    marker = f"{LAUNCH_MARK}{profile}".encode()
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                parents[int(entry)] = int(stat.read().rsplit(b")", 1)[1].split()[1])
+            if root is None:
+                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                    if marker in cmdline.read().split(b"\0"):
+                        root = int(entry)
+        except (OSError, ValueError, IndexError):
+            continue
+    if root is None:
+        return 0
+    held = 0
+    for pid in parents:
+        ancestor = pid
+        while ancestor not in (root, 0, 1) and ancestor in parents:
+            ancestor = parents[ancestor]
+        if ancestor == root:
+            held += _pss(pid)
+    return held
+
+
+def _pss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
+            for line in rollup:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 async def _route(route: Route) -> None:

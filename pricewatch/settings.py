@@ -78,6 +78,12 @@ class Settings(BaseSettings):
     render task queue, `<task queue>-render`) and nothing else; scale it apart from the rest."""
     render_concurrency: int = Field(default_factory=lambda: os.cpu_count() or 2, ge=1)
     """Pages one render worker renders at once (one Chromium, a context per page)."""
+    render_recycle_after: int = Field(default=200, ge=1)
+    """Renders after which a render worker starts a fresh Chromium (renders in the old one
+    finish first): what a page leaks goes with it."""
+    render_recycle_mib: int = Field(default=1024, ge=64)
+    """A Chromium whose processes hold more than this (proportional set size, Linux) is
+    replaced the same way after the render that pushed it over."""
     chromium: str | None = None
     """The Chromium rendering launches; default: Playwright's own, else the system's."""
     temporal_bin: str | None = None

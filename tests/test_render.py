@@ -22,7 +22,7 @@ from temporalio.worker import Replayer
 from activities import store
 from activities.checks import CheckActivities
 from activities.fetch import FetchError, request_of
-from activities.render import BrowserFetcher
+from activities.render import BrowserFetcher, browser_memory
 from client.temporal import DATA_CONVERTER, workflow_id
 from pricewatch.models import CheckInput, CheckResult, PriceSettings, RenderSettings, TargetConfig
 from tests.chaos.stack import serve
@@ -121,9 +121,17 @@ navigator.sendBeacon && navigator.sendBeacon("{private}/beacon", "x");</script>
         await asyncio.sleep(60)
         return web.Response(text="late")
 
+    async def huge(request: web.Request) -> web.Response:
+        script = (
+            "for (let i = 0; i < 60000; i++) document.body.append(document.createElement('i'));"
+        )
+        return web.Response(text=f"<html><body><p class=plan>Pro $12</p><script>{script}</script>"
+                            "</body></html>", content_type="text/html")  # fmt: skip
+
     app = web.Application()
     app.add_routes([web.get("/plans", scripted), web.get("/reaching", reaching),
-                    web.get("/to-private", to_private), web.get("/hangs", hangs)])  # fmt: skip
+                    web.get("/to-private", to_private), web.get("/hangs", hangs),
+                    web.get("/huge", huge)])  # fmt: skip
     runner = web.AppRunner(app, shutdown_timeout=1.0, handler_cancellation=True)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
@@ -302,6 +310,71 @@ async def test_a_page_that_hangs_hits_its_budget(fetcher: BrowserFetcher, pages:
     with pytest.raises(FetchError, match=r"timed out after 5s") as err:
         await fetcher(request_of(hanging))
     assert err.value.transient is True
+
+
+def plain_render(url: str, steps: list[str] | None = None) -> CheckInput:
+    return CheckInput.of(
+        TargetConfig(
+            target_id="x", url=url, interval_seconds=60,
+            price_mode=PriceSettings(selector="p.plan"), render=RenderSettings(steps=steps or []),
+        ),
+        SLOT,
+    )  # fmt: skip
+
+
+async def test_a_page_that_builds_a_runaway_dom_is_refused(
+    fetcher: BrowserFetcher, pages: str
+) -> None:
+    with pytest.raises(FetchError, match=r"has 60\d{3} elements, over the cap of 50000") as err:
+        await fetcher(request_of(plain_render(f"{pages}/huge")))
+    assert err.value.transient is False
+
+
+async def test_recycling_lets_the_renders_in_the_old_browser_finish(pages: str) -> None:
+    """Due for recycling while another render is in it: the old browser takes no new render,
+    finishes the one it has, and is closed after it; nothing fails."""
+    fetcher = BrowserFetcher(LOOPBACK, find_chromium(), chromium_args(), 2, recycle_after=1)
+    try:
+        slow = asyncio.create_task(
+            fetcher(request_of(plain_render(f"{pages}/plans", ["wait p.plan", "wait 2s"])))
+        )
+        await eventually(lambda: asyncio.to_thread(pages_open, fetcher), what="a page open")
+        first = chromium_under(os.getpid())
+        quick = await fetcher(request_of(plain_render(f"{pages}/plans", ["wait p.plan"])))
+        assert [p.amount for p in (await slow).prices or []] == [5, 12]
+        assert [p.amount for p in quick.prices or []] == [5, 12]
+        assert fetcher._launches == 2, "the second render went to a new browser"
+        await eventually(
+            lambda: asyncio.to_thread(lambda: not any(map(alive, first))),
+            what="the retired browser closing once its render ended",
+        )
+    finally:
+        await fetcher.close()
+
+
+async def test_a_browser_that_outgrows_its_memory_cap_is_replaced(pages: str) -> None:
+    """What a browser holds is measured after each render (its processes' PSS: a page's
+    own memory goes with its context, what stays is what leaks); over the cap, the next
+    render gets a new browser."""
+    fetcher = BrowserFetcher(LOOPBACK, find_chromium(), chromium_args(), 1, recycle_mib=2048)
+    try:
+        await fetcher(request_of(plain_render(f"{pages}/plans", ["wait p.plan"])))
+        current = fetcher._current
+        assert current is not None
+        held = await asyncio.to_thread(browser_memory, current.profile)
+        assert 32 * 2**20 < held < 2048 * 2**20, f"{held // 2**20} MiB"
+        fetcher._recycle_bytes = held // 2  # as if it had grown to twice its cap
+        await fetcher(request_of(plain_render(f"{pages}/plans", ["wait p.plan"])))
+        assert fetcher._current is None, "retired after the render that took it over"
+        processes = chromium_under(os.getpid())
+        await fetcher(request_of(plain_render(f"{pages}/plans", ["wait p.plan"])))
+        assert fetcher._launches == 2
+        await eventually(
+            lambda: asyncio.to_thread(lambda: not any(map(alive, processes))),
+            what="the old browser's processes exiting",
+        )
+    finally:
+        await fetcher.close()
 
 
 async def test_a_browser_killed_mid_check_is_transient_and_relaunched(

@@ -248,7 +248,7 @@ async def browser(settings: Settings) -> AsyncIterator["BrowserFetcher"]:
 
     fetcher = BrowserFetcher(
         address_policy(settings), find_chromium(settings.chromium), chromium_args(),
-        settings.render_concurrency,
+        settings.render_concurrency, settings.render_recycle_after, settings.render_recycle_mib,
     )  # fmt: skip
     try:
         yield fetcher
