@@ -306,12 +306,21 @@ async def reconfigure_target(pool: asyncpg.Pool, config: TargetConfig) -> bool:
 
 
 def _target(config: TargetConfig) -> dict[str, object]:
+    calendar = config.calendar
     return {
         "target_id": config.target_id,
         "url": config.url,
         "interval_seconds": config.interval_seconds,
         "unhealthy_after": config.unhealthy_after,
         "config": config.model_dump_json(),
+        # The grid the database advances on (0008_calendar.sql): NULLs for an interval grid.
+        "time_zone": calendar.time_zone if calendar else None,
+        "calendar_times": list(calendar.times) if calendar else None,
+        "calendar_days": list(calendar.days_of_month) if calendar else None,
+        "calendar_months": list(calendar.months) if calendar else None,
+        "calendar_weekdays": list(calendar.weekdays) if calendar else None,
+        "calendar_days_or": calendar.days_or if calendar else None,
+        "jitter_seconds": calendar.jitter_seconds if calendar else 0,
     }
 
 

@@ -25,8 +25,9 @@ from pydantic import (
     model_validator,
 )
 
+from pricewatch.calendar import Calendar, CalendarGrid, spacing_seconds
 from pricewatch.policy import MAX_FETCH_TIMEOUT, MIN_FETCH_TIMEOUT, RUN_CHECKS
-from pricewatch.slots import work_id
+from pricewatch.slots import Grid, work_id
 from pricewatch.steps import parse_steps
 from pricewatch.urls import as_typed
 
@@ -197,6 +198,20 @@ class TargetConfig(Model):
     limit per read. None: the default (10 s per read, 30 s in all)."""
     render: RenderSettings | None = None
     """Load the page in a browser first (1.3); None: fetch it as it is served."""
+    calendar: Calendar | None = None
+    """Slots at local wall-clock times (1.4: `--cron` or `--at`/`--on`, `--tz`, `--jitter`);
+    None: every `interval_seconds` from the anchor. A calendar target's `interval_seconds`
+    is filled in as the calendar's smallest spacing (at most a year): what the minimum
+    interval is checked against."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _calendar_spacing(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("calendar") and "interval_seconds" not in data:
+            written = data["calendar"]
+            found = written if isinstance(written, Calendar) else Calendar.model_validate(written)
+            data = {**data, "interval_seconds": min(spacing_seconds(found), MAX_INTERVAL_SECONDS)}
+        return data
 
     @field_validator("timeout_seconds")
     @classmethod
@@ -236,6 +251,13 @@ class TargetConfig(Model):
     @property
     def interval(self) -> timedelta:
         return timedelta(seconds=self.interval_seconds)
+
+    @property
+    def grid(self) -> Grid:
+        """Where its slots fall (pricewatch.slots): the calendar's times, or every interval."""
+        if self.calendar is not None:
+            return CalendarGrid(self.calendar, self.target_id)
+        return self.interval
 
 
 class CheckStatus(StrEnum):

@@ -2,33 +2,45 @@
 
 Pure functions with time passed in, so the workflow (with `workflow.now()`), the
 activities (with the wall clock) and the tests (with literal datetimes) share one
-definition of the grid. A target's grid is `anchor + k * interval` for integer k.
+definition of the grid. A target's grid is either `anchor + k * interval` for integer k
+(`--every`: the grid is a `timedelta`, and any slot on it serves as the anchor) or a
+calendar's local times (`--cron`/`--at`, 1.4: a `CalendarGrid`, pricewatch.calendar).
 """
 
 import hashlib
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from pricewatch.calendar import CalendarGrid  # which imports this module
+
+Grid: TypeAlias = "timedelta | CalendarGrid"
 
 
-def next_slot(slot: datetime, interval: timedelta, now: datetime) -> datetime:
+def next_slot(slot: datetime, grid: Grid, now: datetime) -> datetime:
     """The first grid point after `now`, counting on from `slot` (at least one step).
 
     Late runs keep the grid: missed slots are skipped, never replayed as a burst.
     """
-    if interval <= timedelta(0):
+    if not isinstance(grid, timedelta):
+        return grid.after(max(slot, now))
+    if grid <= timedelta(0):
         raise ValueError("interval must be positive")
-    steps = max(1, (now - slot) // interval + 1)
-    return slot + steps * interval
+    steps = max(1, (now - slot) // grid + 1)
+    return slot + steps * grid
 
 
-def slots_between(slot: datetime, later: datetime, interval: timedelta) -> list[datetime]:
+def slots_between(slot: datetime, later: datetime, grid: Grid) -> list[datetime]:
     """The grid points strictly between `slot` and `later`: the slots a late check skips."""
-    if interval <= timedelta(0):
+    if not isinstance(grid, timedelta):
+        return grid.between(slot, later)
+    if grid <= timedelta(0):
         raise ValueError("interval must be positive")
-    steps = max(0, -((slot - later) // interval) - 1)  # ceil((later - slot) / interval) - 1
-    return [slot + k * interval for k in range(1, steps + 1)]
+    steps = max(0, -((slot - later) // grid) - 1)  # ceil((later - slot) / interval) - 1
+    return [slot + k * grid for k in range(1, steps + 1)]
 
 
-def first_slot(anchor: datetime, interval: timedelta, now: datetime) -> datetime:
+def first_slot(anchor: datetime, grid: Grid, now: datetime) -> datetime:
     """`anchor` if it is still ahead of `now`, else the first grid point after `now`.
 
     Used when a target starts or resumes: a slot that is not yet due is kept, a
@@ -36,32 +48,34 @@ def first_slot(anchor: datetime, interval: timedelta, now: datetime) -> datetime
     """
     if anchor >= now:
         return anchor
-    return next_slot(anchor, interval, now)
+    return next_slot(anchor, grid, now)
 
 
-def latest_due_slot(anchor: datetime, interval: timedelta, now: datetime) -> datetime:
+def latest_due_slot(anchor: datetime, grid: Grid, now: datetime) -> datetime:
     """`anchor` if it is still ahead, else the last grid point at or before `now`.
 
     Used when a target is registered: a start in the past gets one check right away (its
     baseline) on the grid, never one per slot it missed.
     """
-    if interval <= timedelta(0):
-        raise ValueError("interval must be positive")
     if anchor >= now:
         return anchor
-    return anchor + ((now - anchor) // interval) * interval
+    if not isinstance(grid, timedelta):
+        return max(anchor, grid.at_or_before(now))
+    if grid <= timedelta(0):
+        raise ValueError("interval must be positive")
+    return anchor + ((now - anchor) // grid) * grid
 
 
 def due_before_first_task(
-    anchor: datetime, interval: timedelta, started: datetime, slot: datetime
+    anchor: datetime, grid: Grid, started: datetime, slot: datetime
 ) -> list[datetime]:
     """Slots before `slot` that came due after the workflow was `started` but before its
     first task ran (that task sat on a worker that died): they were due, so they get skipped
     rows. A start in the past does not make the slots before the start due."""
     first = anchor  # the first grid point at or after the start
     if anchor < started:
-        first = next_slot(anchor, interval, started - timedelta.resolution)
-    passed = [first, *slots_between(first, slot, interval)]
+        first = next_slot(anchor, grid, started - timedelta.resolution)
+    passed = [first, *slots_between(first, slot, grid)]
     return [s for s in passed if s < slot]
 
 
@@ -69,7 +83,7 @@ def due_before_pause(
     slot: datetime,
     paused_at: datetime | None,
     resumed: datetime,
-    interval: timedelta,
+    grid: Grid,
     checking: datetime | None = None,
 ) -> list[datetime]:
     """Slots from `slot` that were overdue when a pause took effect (it can arrive late, e.g.
@@ -78,7 +92,7 @@ def due_before_pause(
     if paused_at is None:
         return []
     until = min(resumed, paused_at + timedelta.resolution)
-    passed = [slot, *slots_between(slot, until, interval)]
+    passed = [slot, *slots_between(slot, until, grid)]
     return [s for s in passed if s <= paused_at and s < resumed and s != checking]
 
 

@@ -203,9 +203,9 @@ class MonitorTarget:
             return
         if self.state.paused:
             self.state.paused = False
-            resumed = first_slot(self._next_slot(), self.state.config.interval, workflow.now())
+            resumed = first_slot(self._next_slot(), self.state.config.grid, workflow.now())
             self.state.unrecorded_skips += due_before_pause(
-                self._next_slot(), self.state.paused_at, resumed, self.state.config.interval,
+                self._next_slot(), self.state.paused_at, resumed, self.state.config.grid,
                 checking=self._checking,
             )  # fmt: skip
             self.state.next_slot, self.state.paused_at = resumed, None
@@ -296,7 +296,10 @@ class MonitorTarget:
         to the first workflow task, a target started again)."""
         now = workflow.now()
         anchor = self.state.start_at or spread_anchor(self.state.config.target_id, now)
-        proposed = latest_due_slot(anchor, self.state.config.interval, now)
+        if self.state.config.calendar is not None:  # 1.4: its first slot on the calendar
+            before = anchor - timedelta.resolution
+            anchor = next_slot(before, self.state.config.grid, before)
+        proposed = latest_due_slot(anchor, self.state.config.grid, now)
         self.state.next_slot = proposed  # what `status` shows until Postgres answers
         request = RegisterTargetInput(
             config=self.state.config,
@@ -304,7 +307,7 @@ class MonitorTarget:
             next_slot=proposed,
             enabled=not self.state.paused,
             skipped=due_before_first_task(
-                anchor, self.state.config.interval, workflow.info().workflow_start_time, proposed
+                anchor, self.state.config.grid, workflow.info().workflow_start_time, proposed
             ),
         )
         workflow.upsert_search_attributes(
@@ -368,7 +371,7 @@ class MonitorTarget:
                 self._notify(change, None)
         advanced = result.next_slot if result is not None else None
         if advanced is None or advanced <= slot:
-            advanced = next_slot(slot, self.state.config.interval, workflow.now())
+            advanced = next_slot(slot, self.state.config.grid, workflow.now())
         # A resume during the check may have moved the slot on: never back onto slots it
         # marked skipped.
         advanced = max(advanced, self._next_slot())

@@ -97,14 +97,14 @@ WITH lease AS (
     UPDATE monitor_targets
        SET lease_token = NULL, lease_expires_at = NULL,
            next_slot = CASE WHEN :advance::boolean
-                            THEN next_due(anchor, interval_seconds, :slot, :temporal_now)
+                            THEN next_due(monitor_targets, :slot, :temporal_now)
                             ELSE next_slot END,
            failure_streak = CASE WHEN :advance::boolean THEN 0 ELSE failure_streak END,
            updated_at = now()
      WHERE id = :target_id AND lease_token = :execution_id AND EXISTS (SELECT 1 FROM recorded)
     RETURNING next_slot,
               CASE WHEN :advance::boolean
-                   THEN skip_passed(id, anchor, interval_seconds, :slot, next_slot,
+                   THEN skip_passed(monitor_targets, :slot, next_slot,
                                     'not checked: came due before ' || :work_id || ' was final')
               END AS skipped
 )
@@ -153,14 +153,14 @@ WITH target AS (
     UPDATE monitor_targets t
        SET lease_token = NULL, lease_expires_at = NULL, updated_at = now(),
            next_slot = CASE WHEN target.advance
-                            THEN next_due(anchor, interval_seconds, :slot, :temporal_now)
+                            THEN next_due(t, :slot, :temporal_now)
                             ELSE next_slot END,
            failure_streak = CASE WHEN target.advance AND EXISTS (SELECT 1 FROM recorded)
                                  THEN failure_streak + 1 ELSE failure_streak END
       FROM target WHERE t.id = target.id
     RETURNING t.next_slot,
               CASE WHEN target.advance
-                   THEN skip_passed(t.id, anchor, interval_seconds, :slot, t.next_slot,
+                   THEN skip_passed(t, :slot, t.next_slot,
                                     'not checked: came due before ' || :work_id || ' gave up')
               END AS skipped
 )
@@ -174,11 +174,11 @@ SELECT recorded.*, (SELECT next_slot FROM moved WHERE :advance::boolean) AS next
 WITH moved AS (
     -- The schedule's rule, as in `commit` (0005_advance.sql).
     UPDATE monitor_targets
-       SET next_slot = next_due(anchor, interval_seconds, :slot, :temporal_now),
+       SET next_slot = next_due(monitor_targets, :slot, :temporal_now),
            updated_at = now()
      WHERE id = :target_id AND next_slot <= :slot
     RETURNING next_slot,
-              skip_passed(id, anchor, interval_seconds, :slot, next_slot,
+              skip_passed(monitor_targets, :slot, next_slot,
                           'not checked: the schedule was behind') AS skipped
 )
 SELECT COALESCE((SELECT next_slot FROM moved),
@@ -187,51 +187,84 @@ SELECT COALESCE((SELECT next_slot FROM moved),
 -- name: register_target
 -- A registration creates the target with the grid it proposes, or adopts the grid and the
 -- next slot already recorded (a reset to the first workflow task, a target started
--- again). Only a different interval changes the grid, as a reconfigure does: the pending
--- slot stays and later slots use the new interval. `xmax = 0` tells an insert from an
+-- again). Only a different grid (interval, or calendar: 1.4) changes it, as a reconfigure
+-- does: the pending slot stays and later slots use the new grid. `xmax = 0` tells an insert from an
 -- update.
 INSERT INTO monitor_targets AS t (id, url, interval_seconds, enabled, unhealthy_after,
-    anchor, next_slot, config)
+    anchor, next_slot, config, time_zone, calendar_times, calendar_days, calendar_months,
+    calendar_weekdays, calendar_days_or, jitter_seconds)
 VALUES (:target_id, :url, :interval_seconds, :enabled, :unhealthy_after, :anchor, :next_slot,
-        :config::jsonb)
+        :config::jsonb, :time_zone, :calendar_times, :calendar_days, :calendar_months,
+        :calendar_weekdays, :calendar_days_or, :jitter_seconds)
 ON CONFLICT (id) DO UPDATE
    SET url = excluded.url, interval_seconds = excluded.interval_seconds,
        enabled = excluded.enabled, unhealthy_after = excluded.unhealthy_after,
-       config = excluded.config,
-       anchor = CASE WHEN t.interval_seconds = excluded.interval_seconds THEN t.anchor
-                     ELSE t.next_slot END,
+       config = excluded.config, time_zone = excluded.time_zone,
+       calendar_times = excluded.calendar_times, calendar_days = excluded.calendar_days,
+       calendar_months = excluded.calendar_months,
+       calendar_weekdays = excluded.calendar_weekdays,
+       calendar_days_or = excluded.calendar_days_or, jitter_seconds = excluded.jitter_seconds,
+       anchor = CASE WHEN (t.interval_seconds, t.time_zone, t.calendar_times, t.calendar_days,
+                        t.calendar_months, t.calendar_weekdays, t.calendar_days_or,
+                        t.jitter_seconds)
+                       IS NOT DISTINCT FROM
+                       (excluded.interval_seconds, excluded.time_zone, excluded.calendar_times,
+                        excluded.calendar_days, excluded.calendar_months,
+                        excluded.calendar_weekdays, excluded.calendar_days_or,
+                        excluded.jitter_seconds) THEN t.anchor ELSE t.next_slot END,
        updated_at = now()
 RETURNING anchor, next_slot, xmax = 0 AS created;
 
 -- name: sync_target
--- The workflow's view, mirrored. The grid stays unless the interval changed (a
+-- The workflow's view, mirrored. The grid stays unless the interval or calendar changed (a
 -- reconfigure): then it is re-anchored at the next slot. A missing row (deleted, a
 -- restored database) is written again on the workflow's grid, whose next slot is one of
 -- its points.
 INSERT INTO monitor_targets AS t (id, url, interval_seconds, enabled, unhealthy_after,
-    anchor, next_slot, config)
+    anchor, next_slot, config, time_zone, calendar_times, calendar_days, calendar_months,
+    calendar_weekdays, calendar_days_or, jitter_seconds)
 VALUES (:target_id, :url, :interval_seconds, :enabled, :unhealthy_after, :next_slot,
-        :next_slot, :config::jsonb)
+        :next_slot, :config::jsonb, :time_zone, :calendar_times, :calendar_days,
+        :calendar_months, :calendar_weekdays, :calendar_days_or, :jitter_seconds)
 ON CONFLICT (id) DO UPDATE
    SET url = excluded.url, interval_seconds = excluded.interval_seconds,
        enabled = excluded.enabled, next_slot = excluded.next_slot,
        unhealthy_after = excluded.unhealthy_after, config = excluded.config,
-       anchor = CASE WHEN t.interval_seconds = excluded.interval_seconds THEN t.anchor
-                     ELSE excluded.next_slot END,
+       time_zone = excluded.time_zone, calendar_times = excluded.calendar_times,
+       calendar_days = excluded.calendar_days, calendar_months = excluded.calendar_months,
+       calendar_weekdays = excluded.calendar_weekdays,
+       calendar_days_or = excluded.calendar_days_or, jitter_seconds = excluded.jitter_seconds,
+       anchor = CASE WHEN (t.interval_seconds, t.time_zone, t.calendar_times, t.calendar_days,
+                        t.calendar_months, t.calendar_weekdays, t.calendar_days_or,
+                        t.jitter_seconds)
+                       IS NOT DISTINCT FROM
+                       (excluded.interval_seconds, excluded.time_zone, excluded.calendar_times,
+                        excluded.calendar_days, excluded.calendar_months,
+                        excluded.calendar_weekdays, excluded.calendar_days_or,
+                        excluded.jitter_seconds) THEN t.anchor ELSE excluded.next_slot END,
        updated_at = now();
 
 -- name: reconfigure_target
 -- A reconfigure, mirrored before the Update returns, also while a check of the next slot
--- is retrying: the config alone. A new interval re-anchors the grid at the next slot as
+-- is retrying: the config alone. A new grid (interval or calendar) re-anchors at the next slot as
 -- the database has it (the slot being checked, or the one after it if that check committed
 -- meanwhile), so the check's commit or dead letter moves on the new grid. The next slot,
 -- the pause and the lease stay the workflow's and the check's. No row: nothing to do (the
 -- workflow's next sync writes it).
 UPDATE monitor_targets AS t
    SET url = :url, interval_seconds = :interval_seconds, unhealthy_after = :unhealthy_after,
-       config = :config::jsonb,
-       anchor = CASE WHEN t.interval_seconds = :interval_seconds THEN t.anchor
-                     ELSE t.next_slot END,
+       config = :config::jsonb, time_zone = :time_zone, calendar_times = :calendar_times,
+       calendar_days = :calendar_days, calendar_months = :calendar_months,
+       calendar_weekdays = :calendar_weekdays, calendar_days_or = :calendar_days_or,
+       jitter_seconds = :jitter_seconds,
+       anchor = CASE WHEN (t.interval_seconds, t.time_zone, t.calendar_times, t.calendar_days,
+                        t.calendar_months, t.calendar_weekdays, t.calendar_days_or,
+                        t.jitter_seconds)
+                       IS NOT DISTINCT FROM
+                       (:interval_seconds::integer, :time_zone::text, :calendar_times::integer[],
+                        :calendar_days::integer[], :calendar_months::integer[],
+                        :calendar_weekdays::integer[], :calendar_days_or::boolean,
+                        :jitter_seconds::integer) THEN t.anchor ELSE t.next_slot END,
        updated_at = now()
  WHERE id = :target_id
 RETURNING id;

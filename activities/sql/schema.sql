@@ -454,3 +454,32 @@ AS $$
     )
     SELECT count(*)::integer FROM written
 $$;
+
+-- The schedule's rule on either kind of grid (0009_grid_advance.sql): the statements pass the
+-- target's row; the grid is its calendar when it has one, else `anchor + k * interval`. The
+-- versions above (interval grids only) stay for workers of 1.3 during an upgrade.
+CREATE FUNCTION next_due(target monitor_targets, slot timestamptz, temporal_now timestamptz)
+RETURNS timestamptz LANGUAGE sql STABLE PARALLEL SAFE
+RETURN grid_next(target.anchor, target.interval_seconds, target.calendar_times,
+                 target.calendar_days, target.calendar_months, target.calendar_weekdays,
+                 target.calendar_days_or, target.time_zone, target.jitter_seconds, target.id,
+                 greatest(now(), temporal_now, slot));
+
+CREATE FUNCTION skip_passed(
+    target monitor_targets, after timestamptz, before timestamptz, reason text
+) RETURNS integer LANGUAGE sql VOLATILE
+AS $$
+    WITH written AS (
+        INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at,
+            status, error_message)
+        SELECT slot_work_id(target.id, s), target.id, s, 'scheduled', now(), 'skipped', reason
+          FROM grid_passed(target.anchor, target.interval_seconds, target.calendar_times,
+                           target.calendar_days, target.calendar_months,
+                           target.calendar_weekdays, target.calendar_days_or,
+                           target.time_zone, target.jitter_seconds, target.id, after,
+                           before) s
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+    )
+    SELECT count(*)::integer FROM written
+$$;
