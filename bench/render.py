@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -47,6 +48,12 @@ VENV_CACHE = Path.home() / ".cache" / "pricewatch-bench" / "changedetection.io-v
 # Written by the script: a render that has it ran the script (the rows keep the amount).
 MARKER = f"EUR {PLANS[1][1]}"
 
+FAILED_ROWS = """
+SELECT status, attempt_count, error_message, count(*) AS slots FROM source_checks
+ WHERE kind = 'scheduled' AND scheduled_for >= $1 AND scheduled_for < $2
+   AND status IN ('failed', 'retrying')
+ GROUP BY 1, 2, 3 ORDER BY 4 DESC
+"""
 WINDOW_ROWS = """
 SELECT count(*) FILTER (WHERE checked_at >= $1 AND checked_at < $2
                           AND status IN ('unchanged', 'changed')) AS renders,
@@ -229,6 +236,7 @@ async def run_pricewatch(stack: Stack, spa: str, args: argparse.Namespace) -> Re
                 await meter.measure(end, kill_at)
                 await asyncio.sleep(args.interval)  # the window's last slots may still land
                 rows = await pool.fetchrow(WINDOW_ROWS, start, end, PLANS[1][1])
+                errors = await pool.fetch(FAILED_ROWS, start, end)
     finally:
         await pool.close()
     assert rows is not None
@@ -264,7 +272,13 @@ async def run_pricewatch(stack: Stack, spa: str, args: argparse.Namespace) -> Re
         peak_pss_mib_by_component={k: v / 2**20 for k, v in meter.peak_pss_split.items()},
         notes=[
             "a screenshot only for a new state (the baseline is in the warm-up): none in "
-            "the window, every check is unchanged"
+            "the window, every check is unchanged",
+            *(
+                f"{row['slots']} slot(s) {row['status']} after {row['attempt_count']} "
+                f"attempt(s): {row['error_message']}"
+                for row in errors
+            ),
+            *_kill_note(meter),
         ],
     )
 
@@ -417,13 +431,26 @@ async def run_cdio(root: Path, spa: str, python: Path, args: argparse.Namespace)
         cpu_ms_per_render_by_component=_per_render(meter.cpu_split(), len(renders)),
         peak_pss_mib_by_component={k: v / 2**20 for k, v in meter.peak_pss_split.items()},
         notes=[
+            *_kill_note(meter),
             "its defaults: a 5 s wait (WEBDRIVER_DELAY_BEFORE_CONTENT_READY) and a JPEG "
             "screenshot every check, a Playwright driver per fetch; the fetch only (no "
             "filtering, diff or history write)",
             f"{sum(r.get('screenshot_bytes', 0) for r in renders) // max(1, len(renders))} "
             "bytes of screenshot per render",
+            *(
+                f"{count} slot(s) failed: {error}"
+                for error, count in Counter(
+                    row["error"] for row in slots if not row["ok"]
+                ).most_common(3)
+            ),
         ],
     )
+
+
+def _kill_note(meter: Meter) -> list[str]:
+    if not meter.killed:
+        return []
+    return ["CPU undercounted: the killed browser's processes took their CPU with them"]
 
 
 def _per_render(cpu: dict[str, float], renders: int) -> dict[str, float | None]:

@@ -4,6 +4,7 @@ docs/bench/ and the "## Rendering (issue 30)" section of docs/performance.md."""
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -191,6 +192,21 @@ def reading(run: dict[str, Any]) -> str:
     return "In this run " + "; ".join(parts) + "."
 
 
+def further(run: dict[str, Any], saved: Path) -> str:
+    """Another run under the first (`--kill-browser`, say): its table and reading."""
+    results = [_result(design) for design in run["designs"]]
+    return f"""
+Also `{run["command"]}` ({run["date"]}, commit `{run["commit"]}`, saved as
+`{saved.relative_to(REPO)}`):
+
+```
+{table(results, run["workload"])}
+```
+
+{reading(run)}
+"""
+
+
 def section(run: dict[str, Any], text: str, saved: Path) -> str:
     return f"""{HEADING}
 
@@ -248,10 +264,13 @@ def save(document: str) -> Path:
     return saved
 
 
-def update_doc(run: dict[str, Any], saved: Path, doc: Path) -> None:
-    """Replace (or append) the section of docs/performance.md with this run's."""
+def update_doc(
+    run: dict[str, Any], saved: Path, doc: Path, more: Sequence[tuple[dict[str, Any], Path]] = ()
+) -> None:
+    """Replace (or append) the section of docs/performance.md with this run's (and more)."""
     results = [_result(design) for design in run["designs"]]
     new = section(run, table(results, run["workload"]), saved)
+    new += "".join(further(other, path) for other, path in more)
     current = doc.read_text()
     if HEADING in current:
         before, _, rest = current.partition(HEADING)
@@ -276,16 +295,19 @@ def write(document: str) -> list[Path]:
 
 
 def main(argv: list[str]) -> None:
-    """`python -m bench.render_doc RUN.json [--write]`: a saved run's table; with --write,
-    the section of docs/performance.md rewritten from it."""
+    """`python -m bench.render_doc RUN.json [MORE.json ...] [--write]`: saved runs' tables;
+    with --write, the section of docs/performance.md rewritten from them (the first in full,
+    the others' tables and readings under it)."""
     parser = argparse.ArgumentParser(prog="python -m bench.render_doc", description=main.__doc__)
-    parser.add_argument("run", type=Path)
+    parser.add_argument("runs", type=Path, nargs="+")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args(argv)
-    run = json.loads(args.run.read_text())
-    print(table([_result(design) for design in run["designs"]], run["workload"]))
+    runs = [(json.loads(path.read_text()), path.resolve()) for path in args.runs]
+    for run, _ in runs:
+        print(table([_result(design) for design in run["designs"]], run["workload"]) + "\n")
     if args.write:
-        update_doc(run, args.run.resolve(), REPO / "docs" / "performance.md")
+        (first, saved), *more = runs
+        update_doc(first, saved, REPO / "docs" / "performance.md", more)
 
 
 if __name__ == "__main__":
