@@ -663,6 +663,8 @@ async def test_the_table_takes_a_calendar_whole_or_not_at_all(pool: asyncpg.Pool
         "minute": [BERLIN, [1440], *full[1:], False, 0],
         "weekday": [BERLIN, full[0], full[1], full[2], [7], False, 0],
         "empty": [BERLIN, [], *full[1:], False, 0],
+        "unsorted": [BERLIN, [600, 480], *full[1:], False, 0],
+        "twice": [BERLIN, full[0], full[1], full[2], [1, 1, 2], False, 0],
         "jitter": [None, None, None, None, None, None, 60],
         "negative": [BERLIN, *full, False, -1],
     }

@@ -12,6 +12,12 @@
 -- where we fire at the first, 00:30Z), so `calendar_resolve` only uses the unambiguous
 -- direction (an instant to local time) and finds occurrences itself.
 
+-- Whether an array is sorted and without repeats, as the calendar functions read them (a
+-- binary search over the times, one slot per value).
+CREATE FUNCTION calendar_sorted(vals integer[])
+RETURNS boolean LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN vals = ARRAY(SELECT DISTINCT v FROM unnest(vals) v ORDER BY v);
+
 -- The calendar of a target, expanded (NULL: an interval grid). Times are minutes after local
 -- midnight, sorted (the cron's hours x minutes, or --at's list); weekdays are cron's, 0 =
 -- Sunday; `calendar_days_or` is Vixie cron's rule (both day fields restricted: either
@@ -35,7 +41,9 @@ ALTER TABLE monitor_targets
         AND cardinality(calendar_months) > 0 AND 1 <= ALL (calendar_months)
         AND 12 >= ALL (calendar_months)
         AND cardinality(calendar_weekdays) > 0 AND 0 <= ALL (calendar_weekdays)
-        AND 6 >= ALL (calendar_weekdays)),
+        AND 6 >= ALL (calendar_weekdays)
+        AND calendar_sorted(calendar_times) AND calendar_sorted(calendar_days)
+        AND calendar_sorted(calendar_months) AND calendar_sorted(calendar_weekdays)),
     ADD CONSTRAINT monitor_targets_jitter_seconds_check CHECK (
         jitter_seconds >= 0 AND (jitter_seconds = 0 OR time_zone IS NOT NULL));
 

@@ -54,6 +54,12 @@ RETURN grid_after(anchor, interval_seconds, greatest(now(), temporal_now, slot))
 -- forward); exactly pricewatch/calendar.py (its docstring and docs/schedules.md state the
 -- rules). `grid_next` and `grid_passed` pick a target's grid: calendar or interval.
 
+-- Whether an array is sorted and without repeats, as the calendar functions read them (a
+-- binary search over the times, one slot per value).
+CREATE FUNCTION calendar_sorted(vals integer[])
+RETURNS boolean LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN vals = ARRAY(SELECT DISTINCT v FROM unnest(vals) v ORDER BY v);
+
 -- The instant a nominal local time fires at: its only occurrence, the first of two (fall
 -- back), or the end of the gap it falls in (spring forward). The offsets 24 hours either side
 -- give the candidates; with none reading back as the local time, a binary search over whole
@@ -297,7 +303,9 @@ CREATE TABLE monitor_targets (
         AND cardinality(calendar_months) > 0 AND 1 <= ALL (calendar_months)
         AND 12 >= ALL (calendar_months)
         AND cardinality(calendar_weekdays) > 0 AND 0 <= ALL (calendar_weekdays)
-        AND 6 >= ALL (calendar_weekdays)),
+        AND 6 >= ALL (calendar_weekdays)
+        AND calendar_sorted(calendar_times) AND calendar_sorted(calendar_days)
+        AND calendar_sorted(calendar_months) AND calendar_sorted(calendar_weekdays)),
     CONSTRAINT monitor_targets_jitter_seconds_check CHECK (
         jitter_seconds >= 0 AND (jitter_seconds = 0 OR time_zone IS NOT NULL))
 );
