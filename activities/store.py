@@ -384,7 +384,7 @@ async def check_target(pool: asyncpg.Pool, work_id: str) -> str | None:
 
 async def list_targets(pool: asyncpg.Pool, trend: int = 20) -> list[dict[str, object]]:
     rows = await QUERIES["list_targets"].fetch(pool, trend=trend)
-    return [_decoded(row, "prices", "trend") for row in rows]
+    return [_decoded(row, "prices", "trend", "calendar") for row in rows]
 
 
 async def price_history(

@@ -14,6 +14,12 @@ control: one entry per target, in the words of `pricewatch add`'s options.
         url: https://acme.example/pricing
         every: 6h
         prices: {selector: tr.plan, name: th, below: 10}   # price mode; {} = structured data
+      - id: acme-weekday-mornings
+        url: https://acme.example/enterprise
+        at: "08:00"           # or cron: "0 8 * * 1-5"; local times in tz (default UTC)
+        on: mon-fri
+        tz: Europe/Berlin
+        jitter: 10m           # each slot shifted by a fixed amount below 10 minutes
 
 Every entry is read and validated before anything is started; an error names the file and
 the line of the entry (or of its bad field) and changes nothing.
@@ -34,6 +40,7 @@ from pydantic import (
     model_validator,
 )
 
+from pricewatch import calendar
 from pricewatch.durations import format_duration, parse_duration
 from pricewatch.models import Channel, ChannelKind, PriceSettings, RenderSettings, TargetConfig
 
@@ -45,7 +52,7 @@ DEFAULTS: dict[str, Any] = {
 # TargetConfig's names for what an entry calls otherwise.
 ENTRY_FIELDS = {
     "target_id": "id", "interval_seconds": "every", "channels": "webhooks",
-    "timeout_seconds": "timeout",
+    "timeout_seconds": "timeout", "calendar": "cron",
 }  # fmt: skip
 
 
@@ -66,7 +73,14 @@ class Entry(BaseModel):
 
     id: str
     url: str
-    every: timedelta
+    every: timedelta | None = None
+    """Every so long (default 24h); or a calendar: `cron:`, or `at:` with `on:`."""
+    cron: str | None = None
+    at: list[str] = []
+    """Local times, `08:00` or a list of them."""
+    on: str | None = None
+    tz: str | None = None
+    jitter: timedelta | None = None
     start_at: datetime | None = None
     """Only when the target is added: the first slot."""
     paused: bool = False
@@ -92,16 +106,31 @@ class Entry(BaseModel):
             raise ValueError("steps run in the browser: they need render: true")
         return self
 
-    @field_validator("every", "timeout", mode="before")
+    @field_validator("every", "timeout", "jitter", mode="before")
     @classmethod
     def _duration(cls, value: object) -> object:
         return parse_duration(value) if isinstance(value, str) else value
 
+    @field_validator("at", mode="before")
+    @classmethod
+    def _one_or_more(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
+
     def config(self) -> TargetConfig:
+        jitter = None if self.jitter is None else int(self.jitter.total_seconds())
+        grid = calendar.written(self.cron, self.at, self.on, self.tz, jitter, flag="")
+        if grid is not None and self.every is not None:
+            raise ValueError("every and a calendar (cron, at) are two schedules: pick one")
+        every = self.every or timedelta(hours=24)
+        schedule = (
+            {"calendar": grid}
+            if grid is not None
+            else {"interval_seconds": int(every.total_seconds())}
+        )
         return TargetConfig(
             target_id=self.id,
             url=self.url,
-            interval_seconds=int(self.every.total_seconds()),
+            **schedule,
             max_attempts=self.max_attempts,
             unhealthy_after=self.unhealthy_after,
             channels=[Channel(kind=ChannelKind.WEBHOOK, destination=u) for u in self.webhooks]
@@ -197,11 +226,16 @@ def dump(targets: list[tuple[TargetConfig, bool]]) -> str:
 
 def entry(config: TargetConfig, paused: bool = False) -> dict[str, object]:
     """One target as a targets file says it: only what differs from the defaults."""
-    said: dict[str, object] = {
-        "id": config.target_id,
-        "url": config.url,
-        "every": format_duration(config.interval),
-    }
+    said: dict[str, object] = {"id": config.target_id, "url": config.url}
+    grid = config.calendar
+    if grid is None:
+        said["every"] = format_duration(config.interval)
+    else:
+        said |= {"cron": grid.cron} if grid.cron is not None else {}
+        said |= {"at": list(grid.at_times), "on": grid.on} if grid.cron is None else {}
+        said["tz"] = grid.time_zone
+        if grid.jitter_seconds:
+            said["jitter"] = format_duration(timedelta(seconds=grid.jitter_seconds))
     webhooks = [c.destination for c in config.channels if c.kind is ChannelKind.WEBHOOK]
     emails = [c.destination for c in config.channels if c.kind is ChannelKind.EMAIL]
     optional = {

@@ -32,6 +32,7 @@ from activities.snapshots import decompress, unified_diff
 from client import manifest
 from client.manifest import Located, ManifestError
 from client.temporal import connect, start_monitor, workflow_id
+from pricewatch.calendar import Calendar, describe
 from pricewatch.durations import format_duration
 from pricewatch.models import (
     ChannelKind,
@@ -223,8 +224,9 @@ class Pricewatch:
             validate_price_settings(config.price_mode)
         minimum = self.settings.min_interval
         if config.interval < minimum:
+            what = "interval" if config.calendar is None else f"{config.schedule}: spacing"
             raise BadInput(
-                f"interval {format_duration(config.interval)} is below the minimum "
+                f"{what} {format_duration(config.interval)} is below the minimum "
                 f"{format_duration(minimum)} (PRICEWATCH_MIN_INTERVAL)"
             )
         policy = AddressPolicy.allowing(self.settings.resolved_allow_networks().split(","))
@@ -409,7 +411,14 @@ class Pricewatch:
     async def targets(self) -> list[TargetSummary]:
         # as_typed: a row mirrored before 1.2 holds the URL percent-encoded.
         rows = await store.list_targets(await self.pool())
-        return [TargetSummary(**{**row, "url": as_typed(str(row["url"]))}) for row in rows]
+        return [
+            TargetSummary(
+                **{key: value for key, value in row.items() if key not in ("calendar", "url")},
+                url=as_typed(str(row["url"])),
+                schedule=schedule(row),
+            )
+            for row in rows
+        ]
 
     async def known(self, target_id: str) -> None:
         """BadInput (`unknown target`, as every command words it) unless the target exists:
@@ -508,3 +517,11 @@ class Pricewatch:
         pool = await self.pool()
         done = await prune_pass(pool, self.retention(), PruneProgress())
         return done.deleted
+
+
+def schedule(row: dict[str, Any]) -> str:
+    """A `list` row's schedule as written: its calendar (the mirrored config's), else every
+    interval."""
+    if row["calendar"]:
+        return describe(Calendar.model_validate(row["calendar"]))
+    return f"every {format_duration(timedelta(seconds=row['interval_seconds']))}"

@@ -482,3 +482,30 @@ def spacing_seconds(calendar: Calendar) -> int:
     """The smallest wall-clock time between two of its slots: what the minimum interval is
     checked against, and a calendar target's `interval_seconds`."""
     return _smallest_spacing(calendar, 0)
+
+
+def written(
+    cron: str | None,
+    at: list[str] | None,
+    on: str | None,
+    tz: str | None,
+    jitter_seconds: int | None,
+    flag: str = "--",
+) -> Calendar | None:
+    """The calendar a target's options ask for (`--cron`, or `--at` with `--on`; in `--tz`,
+    default UTC; with `--jitter`), None for an interval grid; ValueError naming the options
+    that do not go together (`flag`: how they are written, `--` on the command line, empty
+    in a targets file)."""
+    if cron is not None and at:
+        raise ValueError(f"{flag}cron and {flag}at are two calendars: pick one")
+    if on is not None and not at:
+        raise ValueError(f"{flag}on needs {flag}at (the days of the times to check at)")
+    if cron is None and not at:
+        if tz is not None or jitter_seconds is not None:
+            extra = f"{flag}tz" if tz is not None else f"{flag}jitter"
+            raise ValueError(f"{extra} needs {flag}cron or {flag}at (a calendar)")
+        return None
+    zone, spread = tz or "UTC", jitter_seconds or 0
+    if cron is not None:
+        return Calendar.parse(cron, zone, spread)
+    return Calendar.at(at or [], on or "daily", zone, spread)

@@ -25,7 +25,8 @@ from pydantic import (
     model_validator,
 )
 
-from pricewatch.calendar import Calendar, CalendarGrid, spacing_seconds
+from pricewatch.calendar import Calendar, CalendarGrid, describe, spacing_seconds
+from pricewatch.durations import format_duration
 from pricewatch.policy import MAX_FETCH_TIMEOUT, MIN_FETCH_TIMEOUT, RUN_CHECKS
 from pricewatch.slots import Grid, work_id
 from pricewatch.steps import parse_steps
@@ -251,6 +252,13 @@ class TargetConfig(Model):
     @property
     def interval(self) -> timedelta:
         return timedelta(seconds=self.interval_seconds)
+
+    @property
+    def schedule(self) -> str:
+        """As the user wrote it: `every 24h`, `weekdays 08:00 Europe/Berlin`."""
+        if self.calendar is not None:
+            return describe(self.calendar)
+        return f"every {format_duration(self.interval)}"
 
     @property
     def grid(self) -> Grid:

@@ -33,6 +33,9 @@ class TargetSummary(View):
     id: str
     url: str
     interval_seconds: int
+    """A calendar target's: its calendar's smallest spacing."""
+    schedule: str = ""
+    """As written (1.4): `every 24h`, `weekdays 08:00 Europe/Berlin`."""
     enabled: bool
     unhealthy: bool
     next_slot: datetime

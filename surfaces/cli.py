@@ -36,7 +36,8 @@ from client.pricewatch import (
     unreachable_database,
     valid_id,
 )
-from pricewatch import views
+from pricewatch import calendar, views
+from pricewatch.calendar import Calendar
 from pricewatch.durations import format_duration, parse_duration
 from pricewatch.models import (
     FETCH_TIMEOUT_RANGE,
@@ -218,7 +219,29 @@ def print_json(command: str, value: object) -> None:
 
 
 # The options `add` and `try` share: a target's settings, as `add` takes them.
-EveryOpt = Annotated[str, typer.Option("--every", help="Cadence, e.g. 15m, 1h, 24h.")]
+EveryOpt = Annotated[
+    str | None, typer.Option("--every", help="Cadence, e.g. 15m, 1h, 24h (default 24h).")
+]
+CronOpt = Annotated[
+    str | None,
+    typer.Option(help="Slots at local times instead, as cron writes them: '0 8 * * 1-5'."),
+]
+AtOpt = Annotated[
+    list[str] | None,
+    typer.Option("--at", help="Slots at this local time, e.g. 08:00 (repeatable)."),
+]
+OnOpt = Annotated[
+    str | None,
+    typer.Option(help="With --at: the days, e.g. mon-fri, sat,sun, weekdays (default daily)."),
+]
+TzOpt = Annotated[
+    str | None,
+    typer.Option("--tz", help="With --cron or --at: the IANA time zone (default UTC)."),
+]
+JitterOpt = Annotated[
+    str | None,
+    typer.Option(help="With --cron or --at: shift each slot by a fixed amount below this."),
+]
 MaxAttemptsOpt = Annotated[
     int, typer.Option(help="Fetch attempts per slot on transient errors (1-20).")
 ]
@@ -297,14 +320,22 @@ MinChangeOpt = Annotated[
 ]
 
 
+def calendar_of(
+    cron: str | None, at: list[str] | None, on: str | None, tz: str | None, jitter: str | None
+) -> Calendar | None:
+    """The calendar `--cron` or `--at`/`--on` asks for, in `--tz`, with `--jitter`."""
+    spread = None if jitter is None else int(parse_duration(jitter).total_seconds())
+    return calendar.written(cron, at, on, tz, spread)
+
+
 def target_config(
-    target_id: str, url: str, every: str, max_attempts: int, unhealthy_after: int,
+    target_id: str, url: str, every: str | None, max_attempts: int, unhealthy_after: int,
     webhook: list[str] | None, email: list[str] | None, selector: str | None,
     ignore: str | None, json_pointer: str | None, user_agent: str | None,
     fetch_timeout: str | None, prices: bool, price_selector: str | None,
     price_name: str | None, price_attr: str | None, notify_on: list[NotifyOn] | None,
     below: str | None, above: str | None, min_change_percent: str | None,
-    rendered: bool = False, step: list[str] | None = None,
+    rendered: bool = False, step: list[str] | None = None, grid: Calendar | None = None,
 ) -> TargetConfig:  # fmt: skip
     """A target's settings from `add`'s options: any price option turns price mode on."""
     price_options = {
@@ -315,10 +346,17 @@ def target_config(
     given = {key: value for key, value in price_options.items() if value is not None}
     if step and not rendered:
         raise BadInput("--step needs --render (steps run in the browser)")
+    if grid is not None and every is not None:
+        raise BadInput("--every and a calendar (--cron, --at) are two schedules: pick one")
+    schedule: dict[str, object] = (
+        {"calendar": grid}
+        if grid is not None
+        else {"interval_seconds": int(parse_duration(every or "24h").total_seconds())}
+    )
     return TargetConfig(
         target_id=valid_id(target_id),
         url=url,
-        interval_seconds=int(parse_duration(every).total_seconds()),
+        **schedule,
         max_attempts=max_attempts,
         unhealthy_after=unhealthy_after,
         channels=[Channel(kind=ChannelKind.WEBHOOK, destination=url) for url in webhook or []]
@@ -338,7 +376,7 @@ def target_config(
 async def add(
     target_id: IdArg,
     url: Annotated[str, typer.Argument(help="The http(s) page to watch.")],
-    every: EveryOpt = "24h",
+    every: EveryOpt = None,
     start_at: Annotated[
         str | None, typer.Option(help="First slot (ISO-8601, default: now).")
     ] = None,
@@ -361,6 +399,11 @@ async def add(
     min_change_percent: MinChangeOpt = None,
     rendered: RenderOpt = False,
     step: StepOpt = None,
+    cron: CronOpt = None,
+    at: AtOpt = None,
+    on: OnOpt = None,
+    tz: TzOpt = None,
+    jitter: JitterOpt = None,
 ) -> None:
     """Start watching a page (same settings again: no-op; different: reconfigure).
 
@@ -370,10 +413,11 @@ async def add(
         target_id, url, every, max_attempts, unhealthy_after, webhook, email, selector, ignore,
         json_pointer, user_agent, fetch_timeout, prices, price_selector, price_name,
         price_attr, notify_on, below, above, min_change_percent, rendered, step,
+        calendar_of(cron, at, on, tz, jitter),
     )  # fmt: skip
     async with pricewatch() as client:
         outcome = await client.add(config, parse_start_at(start_at))
-        watched = f"{target_id}: {config.url} every {format_duration(config.interval)}"
+        watched = f"{target_id}: {config.url} {config.schedule}"
         if config.timeout_seconds is not None:
             watched += f", timeout {config.timeout_seconds}s"
         typer.echo(
@@ -391,7 +435,7 @@ async def add(
 @command
 async def try_page(
     url: Annotated[str, typer.Argument(help="The http(s) page to read.")],
-    every: EveryOpt = "24h",
+    every: EveryOpt = None,
     max_attempts: MaxAttemptsOpt = 5,
     unhealthy_after: UnhealthyAfterOpt = 3,
     webhook: WebhookOpt = None,

@@ -3,14 +3,12 @@ row per line when piped, for grep and awk), lines for one record. Scripts use `-
 
 import sys
 from collections.abc import Sequence
-from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from pricewatch.durations import format_duration
 from pricewatch.models import CheckResult, MonitorStatus, PriceSettings, TargetConfig
 from pricewatch.prices import stock_words
 from pricewatch.slots import format_slot
@@ -44,7 +42,7 @@ def status(status: MonitorStatus, retrying: list[CheckResult], link: str) -> lis
     lines = [
         f"target:     {config.target_id}",
         f"url:        {config.url}",
-        f"every:      {format_duration(config.interval)}",
+        f"schedule:   {config.schedule}",
         f"timeout:    {fetch_timeout(config)}",
         *([f"prices:     {price_rules(config.price_mode)}"] if config.price_mode else []),
         *([f"rendered:   {'; '.join(config.render.steps) or 'no steps'}"] if config.render else []),
@@ -96,12 +94,12 @@ def targets(rows: Sequence[TargetSummary]) -> None:
     """With a PRICES column (the first price, its trend) once any target is in price mode."""
     priced = any(row.prices for row in rows)
     table(
-        ["ID", "STATE", "EVERY", "NEXT SLOT", "LAST"] + (["PRICES"] if priced else []) + ["URL"],
+        ["ID", "STATE", "SCHEDULE", "NEXT SLOT", "LAST"] + (["PRICES"] if priced else []) + ["URL"],
         [
             [
                 row.id,
                 ("active" if row.enabled else "paused") + (",unhealthy" if row.unhealthy else ""),
-                format_duration(timedelta(seconds=row.interval_seconds)),
+                row.schedule.removeprefix("every "),
                 format_slot(row.next_slot),
                 row.last_status or "-",
             ]

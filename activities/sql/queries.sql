@@ -330,8 +330,8 @@ SELECT target_id FROM source_checks WHERE work_id = :work_id;
 
 -- name: list_targets
 -- With, in price mode, the newest prices and the first price's last :trend amounts.
-SELECT t.id, t.url, t.interval_seconds, t.enabled, t.next_slot,
-       t.failure_streak >= t.unhealthy_after AS unhealthy,
+SELECT t.id, t.url, t.interval_seconds, t.config -> 'calendar' AS calendar, t.enabled,
+       t.next_slot, t.failure_streak >= t.unhealthy_after AS unhealthy,
        c.status AS last_status, p.prices,
        (SELECT COALESCE(jsonb_agg(r.amount ORDER BY r.checked_at), '[]') FROM (
             SELECT checked_at, prices -> 0 ->> 'amount' AS amount FROM source_checks
