@@ -51,7 +51,7 @@ from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from functools import cached_property
+from functools import cached_property, lru_cache
 from itertools import pairwise
 from typing import Any, Self
 from zoneinfo import ZoneInfo
@@ -414,10 +414,10 @@ def _problem(calendar: Calendar) -> str | None:
         for day in calendar.days_of_month[:1]
     ):
         return f"{_written(calendar)}: no month has that day"
-    if calendar.jitter_seconds and calendar.jitter_seconds >= _smallest_spacing(
-        calendar, calendar.jitter_seconds
+    if calendar.jitter_seconds and calendar.jitter_seconds >= (
+        spacing_ := _smallest_spacing(calendar)
     ):
-        spacing = timedelta(seconds=_smallest_spacing(calendar))
+        spacing = timedelta(seconds=spacing_)
         return (
             f"jitter {format_duration(timedelta(seconds=calendar.jitter_seconds))} must be "
             f"shorter than the smallest spacing of {_written(calendar)} "
@@ -427,24 +427,39 @@ def _problem(calendar: Calendar) -> str | None:
 
 
 def _smallest_spacing(calendar: Calendar, enough: int = 0) -> int:
-    """The smallest wall-clock spacing of nominal slots, in seconds; with `enough`, a
-    spacing at most that once one is found (all the jitter check needs: a full scan of a
-    weekly calendar's 400 years takes a tenth of a second, and a decoded calendar is
-    checked again). DST can bring two slots closer; the jitter's cap at the next slot
-    (`_jittered`) covers that."""
+    """The smallest wall-clock spacing of nominal slots, in seconds (`enough`: any spacing
+    at most that will do, when the times of one day already have one). DST can bring two
+    slots closer; the jitter's cap at the next slot (`_jittered`) covers that."""
     times = calendar.times
     within = min((b - a for a, b in pairwise(times)), default=CYCLE_DAYS * 1440) * 60
     overnight = (1440 - times[-1] + times[0]) * 60  # to the first time of the next date
     if within <= overnight or within <= enough:
         return within
+    return min(within, overnight + (_smallest_day_gap(calendar) - 1) * 86400)
+
+
+@lru_cache(maxsize=256)
+def _smallest_day_gap(calendar: Calendar) -> int:
+    """Days between the calendar's two closest dates, over the 400-year cycle. The scan
+    stops at a gap no two of its dates can be closer than (a weekly calendar: 7 days, at
+    once; a yearly one scans, about 20 ms), and is cached: a decoded calendar (a payload, a
+    workflow's history) is checked again."""
+    floor = 1
+    if not calendar.days_or:
+        weekdays, days = calendar.weekdays, calendar.days_of_month
+        if len(weekdays) < 7:  # two dates on these weekdays are at least this far apart
+            floor = min((b - a) % 7 or 7 for a, b in pairwise((*weekdays, weekdays[0])))
+        if len(days) < 31:  # and on these days of the month (no month is under 28 days)
+            apart = min((b - a for a, b in pairwise(days)), default=28)
+            floor = max(floor, min(apart, 28 - days[-1] + days[0]))
     gap, previous = CYCLE_DAYS, None
     for day in _days(calendar, date(2000, 1, 1), forward=True):
         if previous is not None:
             gap = min(gap, (day - previous).days)
-            if gap == 1 or overnight + (gap - 1) * 86400 <= enough:
+            if gap <= floor:
                 break
         previous = day
-    return min(within, overnight + (gap - 1) * 86400)
+    return gap
 
 
 def _is_zone(name: str) -> bool:
