@@ -4,6 +4,7 @@ docs/bench/ and the "## Rendering (issue 30)" section of docs/performance.md."""
 import argparse
 import json
 import sys
+import textwrap
 from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -192,18 +193,26 @@ def reading(run: dict[str, Any]) -> str:
     return "In this run " + "; ".join(parts) + "."
 
 
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, 95, break_on_hyphens=False, break_long_words=False)
+
+
 def further(run: dict[str, Any], saved: Path) -> str:
     """Another run under the first (`--kill-browser`, say): its table and reading."""
     results = [_result(design) for design in run["designs"]]
     return f"""
-Also `{run["command"]}` ({run["date"]}, commit `{run["commit"]}`, saved as
-`{saved.relative_to(REPO)}`):
+{
+        _wrap(
+            f"Also `{run['command']}` ({run['date']}, commit `{run['commit']}`, saved as "
+            f"`{saved.relative_to(REPO)}`):"
+        )
+    }
 
 ```
 {table(results, run["workload"])}
 ```
 
-{reading(run)}
+{_wrap(reading(run))}
 """
 
 
@@ -238,14 +247,18 @@ first check is a baseline) and the window, then one more interval for late slots
 - **missed**: slots due in the window with no result one interval after it; **failed**: a
   result that is an error. **late**: done (commit, or the fetch returning) minus due.
 
-The run below (`{run["command"]}`, {run["date"]}, commit `{run["commit"]}`, saved as
-`{saved.relative_to(REPO)}`):
+{
+        _wrap(
+            f"The run below (`{run['command']}`, {run['date']}, commit `{run['commit']}`, "
+            f"saved as `{saved.relative_to(REPO)}`):"
+        )
+    }
 
 ```
 {text}
 ```
 
-{reading(run)}
+{_wrap(reading(run))}
 """
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from bench import procs
 
 MEMORY_SAMPLE_EVERY = 1.0  # renderers come and go with each page: sampled often
+BROWSERS = {"chromium", "chrome", "headless_shell", "chrome-headless-shell"}
 COMPONENTS = ("python", "playwright driver", "chromium")
 
 
@@ -80,12 +81,12 @@ def _sample(roots: list[int]) -> Sample:
 
 def browser_pids(roots: list[int]) -> list[int]:
     """The Chromium browser processes in the tree (not their renderers, GPU or zygotes)."""
-    return [
-        pid
-        for pid in procs.trees({"render": roots})["render"]
-        if component(pid) == "chromium"
-        and not any(arg.startswith("--type=") for arg in _cmdline(pid))
-    ]
+    found = []
+    for pid in procs.trees({"render": roots})["render"]:
+        line = _cmdline(pid)
+        if line and Path(line[0]).name in BROWSERS and not any("--type=" in a for a in line):
+            found.append(pid)
+    return found
 
 
 def kill_browser(roots: list[int]) -> list[int]:
