@@ -1,12 +1,18 @@
 """The short seeded chaos run (about two minutes): every fault kind once, every invariant
-PASS. The long run is `make chaos` (see docs/testing.md)."""
+PASS, and nothing it started left running. The long run is `make chaos` (see
+docs/testing.md)."""
 
 import asyncio
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
 
 import pytest
 
+from tests.chaos import procs
 from tests.chaos.proxy import Proxy
 from tests.chaos.run import ALL_RATES
 
@@ -14,17 +20,28 @@ from tests.chaos.run import ALL_RATES
 @pytest.mark.e2e
 @pytest.mark.timeout(480)
 def test_a_short_seeded_chaos_run_passes_every_invariant() -> None:
-    run = subprocess.run(
-        [sys.executable, "-m", "tests.chaos", "--targets", "10", "--minutes", "1",
-         "--interval", "3", "--seed", "7"],
-        capture_output=True, text=True, timeout=420,
-    )  # fmt: skip
-    report = run.stdout[run.stdout.index("pricewatch chaos:") :]
-    assert run.returncode == 0, report + run.stderr[-3000:]
-    for kind in ALL_RATES:
-        assert kind in report
-    assert "FAIL" not in report
-    assert report.rstrip().endswith("PASS")
+    # Everything the run starts inherits this TMPDIR (its render workers' Chromium too, and
+    # names it): any process that still does afterwards is a stray.
+    scratch = tempfile.mkdtemp(prefix="pwchaos-", dir="/tmp")  # short: sockets live below
+    try:
+        run = subprocess.run(
+            [sys.executable, "-m", "tests.chaos", "--targets", "10", "--minutes", "1",
+             "--interval", "3", "--seed", "7", "--rendered-every", "5"],
+            capture_output=True, text=True, timeout=420, env={**os.environ, "TMPDIR": scratch},
+        )  # fmt: skip
+        report = run.stdout[run.stdout.index("pricewatch chaos:") :]
+        assert run.returncode == 0, report + run.stderr[-3000:]
+        for kind in ALL_RATES:
+            assert kind in report
+        assert "FAIL" not in report
+        assert report.rstrip().endswith("PASS")
+        for _ in range(25):  # a process the run stopped may take a moment to be gone
+            if not (left := procs.mentioning(scratch)):
+                break
+            time.sleep(0.2)
+        assert not left, [p.cmdline[:100] for p in left]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 async def test_the_proxy_measures_a_hang_until_the_client_gives_up() -> None:

@@ -19,6 +19,9 @@ def chaos(
     faults_per_minute: float | None = typer.Option(
         None, min=1, help="All fault kinds together, per minute of the run."
     ),
+    rendered_every: int = typer.Option(
+        10, min=1, help="Every n-th target (the first included) is rendered in Chromium."
+    ),
     soak: bool = typer.Option(
         False, "--soak", help="The soak preset: 1,100 faults in 23 minutes (only --seed applies)."
     ),
@@ -27,7 +30,10 @@ def chaos(
     if soak:
         options = dataclasses.replace(SOAK, seed=seed)
     else:
-        options = ChaosOptions(targets, minutes, interval, seed, workers, faults_per_minute)
+        options = ChaosOptions(
+            targets, minutes, interval, seed, workers, faults_per_minute,
+            rendered_every=rendered_every,
+        )  # fmt: skip
     try:
         report = asyncio.run(run_chaos(options))
     except KeyboardInterrupt:

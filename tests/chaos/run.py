@@ -15,6 +15,16 @@ swallows must end within its documented bound. At the end of the run pages stop 
 faults stop; once everything due is final the run checks Postgres, the receiver's and the
 mail server's logs and Temporal, and prints a table. Any FAIL makes the report fail.
 
+One target in ten (`rendered_every`) is rendered: its page (`/render/<target>`) carries the
+same text, written by a script half a second after load, so only a render reads it; a render
+worker (`PRICEWATCH_RENDER=true`, polling `<queue>-render`, through the same proxies) checks
+it. Its faults, in a check's first attempt only (one slot stalls for one fault): the browser
+killed (SIGKILL of Chromium's browser process mid-render: a transient error, the worker
+relaunches it and lives on), the render worker killed mid-render (started again; its Chromium
+must go with it), a hung page (the render hits its 5 s budget and the check retries) and a
+heavy page (80 MB of JS arrays: the Chromium's memory peak is reported). After the run no
+process of a render worker's Chromium may be left.
+
 `--soak` is the long preset: a thousand faults and more in under half an hour.
 """
 
@@ -48,10 +58,19 @@ from activities.migrate import migrate
 from activities.notify import SEND_DEADLINE
 from activities.store import STATEMENT_TIMEOUT
 from client.temporal import DATA_CONVERTER, local_activity_type, start_monitor, workflow_id
-from pricewatch.models import Channel, ChannelKind, MonitorState, MonitorStatus, TargetConfig
+from pricewatch.models import (
+    Channel,
+    ChannelKind,
+    MonitorState,
+    MonitorStatus,
+    RenderSettings,
+    TargetConfig,
+)
 from pricewatch.names import WORKFLOW_TYPE
+from tests.chaos import procs
 from tests.chaos.proxy import Proxy, postgres_upstream, through
 from tests.chaos.stack import (
+    CHROMIUM_GRACE,
     Mailbox,
     Outages,
     Pages,
@@ -80,8 +99,20 @@ FAULT_RATES = {
     "reset to first task": 0.6,
     "skewed clock (+-10 min)": 0.4,
     "pause storm": 1.0,
+    "browser killed": 0.6,
+    "render worker killed": 0.4,
+    "hung page": 0.5,
+    "page leaks memory": 0.4,
 }
-ARMED_WINDOWS = ("mid_fetch", "after_fetch", "after_commit", "after_send", "zombie")
+RENDER_WINDOWS = ("browser killed", "render worker killed")  # tests/chaos/worker.py
+ARMED_WINDOWS = ("mid_fetch", "after_fetch", "after_commit", "after_send", "zombie",
+                 *RENDER_WINDOWS)  # fmt: skip
+PAGE_FAULTS = ("hung page", "page leaks memory")  # tests/chaos/stack.py, Pages.render
+# Windows whose hit kills no worker (the rest kill the one that reached them).
+SPARING = ("zombie", "browser killed")
+# A rendered target's fetch timeout: its render's budget. A hung page hangs past it.
+RENDER_BUDGET = 5
+HANG_PAST_BUDGET = 3.0
 DEPENDENCIES = ("postgres", "temporal", "pages", "webhooks", "smtp")
 # The longest a call into each dependency may hang (docs/failures.md, "Bounds on every
 # network call"); the run allows HANG_SLACK more for a busy machine.
@@ -116,6 +147,9 @@ class ChaosOptions:
     as they are)."""
     fault_share: float = 0.5
     """Faults come from 5 s into the run until this share of it; then the run quiets."""
+    rendered_every: int = 10
+    """Every n-th target (the first included) is rendered."""
+    render_workers: int = 1
 
     @property
     def seconds(self) -> float:
@@ -161,12 +195,14 @@ class Report:
         o = self.options
         lines = [
             f"pricewatch chaos: {o.targets} targets every {o.interval_seconds} s, "
-            f"{o.minutes:g} min, {o.workers} workers, seed {o.seed}",
+            f"{o.minutes:g} min, {o.workers} workers, seed {o.seed}; one target in "
+            f"{o.rendered_every} rendered, {o.render_workers} render worker(s)",
             "",
             f"{'fault':<34}{'injected':>9}{'window hit':>12}",
         ]
         for kind in ALL_RATES:
-            hit = str(self.hit[kind]) if kind in ARMED_WINDOWS or kind in NETWORK_RATES else "-"
+            counted = kind in ARMED_WINDOWS or kind in PAGE_FAULTS or kind in NETWORK_RATES
+            hit = str(self.hit[kind]) if counted else "-"
             lines.append(f"{kind:<34}{self.injected[kind]:>9}{hit:>12}")
         kinds = sum(1 for kind in ALL_RATES if self.injected[kind])
         lines.append(f"{'total (' + str(kinds) + ' kinds)':<34}{self.injected.total():>9}")
@@ -185,6 +221,10 @@ class Target:
     config: TargetConfig
     anchor: datetime
     paused_spans: list[tuple[float, float]] = field(default_factory=list)
+
+    @property
+    def rendered(self) -> bool:
+        return self.config.render is not None
 
 
 @dataclass
@@ -211,6 +251,14 @@ class Chaos:
     hits: list[dict[str, object]] = field(default_factory=list)
     holds: dict[str, float] = field(default_factory=dict)
     background: list[asyncio.Task[None]] = field(default_factory=list)
+    heavy_peaks: list[tuple[int, int]] = field(default_factory=list)
+    """Chromium's PSS as each heavy page was served, and its peak in the 3 s after."""
+    relaunches: list[tuple[int, float | None]] = field(default_factory=list)
+    """(the render worker, seconds until it ran a new browser) per browser kill."""
+
+    @property
+    def rendered(self) -> list[Target]:
+        return [t for t in self.targets if t.rendered]
 
     # Faults -----------------------------------------------------------------------------
 
@@ -364,6 +412,43 @@ class Chaos:
                 await handle.signal("resume")
             target.paused_spans.append((start - 1, time.time() + 1))
 
+    async def hung_page(self) -> None:
+        """A rendered target's page hangs, once, past its render's budget."""
+        if self.rendered:
+            target = self.random.choice(self.rendered).config.target_id
+            self.pages.hang_next[target] = RENDER_BUDGET + HANG_PAST_BUDGET
+
+    async def leaky_page(self) -> None:
+        """A rendered target's next page allocates 80 MB of JS arrays and holds them; the
+        render workers' Chromium is sampled closely while it renders."""
+        if not self.rendered:
+            return
+        target = self.random.choice(self.rendered).config.target_id
+        served = len(self.pages.heavy)
+        self.pages.heavy_next.add(target)
+        self.background.append(asyncio.create_task(self.watch_heavy(served)))
+
+    async def watch_heavy(self, served: int) -> None:
+        # Until the page is served (or the run ends).
+        while len(self.pages.heavy) <= served:  # noqa: ASYNC110 (a counter, not an event)
+            await asyncio.sleep(0.05)
+        before = peak = await asyncio.to_thread(self.workers.sample_chromium)  # not run yet
+        for _ in range(30):  # 3 s: the page's script runs 0.5 s after load, then it closes
+            peak = max(peak, await asyncio.to_thread(self.workers.sample_chromium))
+            await asyncio.sleep(0.1)
+        self.heavy_peaks.append((before, peak))
+
+    async def watch_relaunch(self, worker: int, killed: int, within: float = 120.0) -> None:
+        """After a browser kill: how long until the same worker runs a new browser (it
+        launches one at its next render; None if it never did, or was killed meanwhile)."""
+        start = time.monotonic()
+        while time.monotonic() - start < within and procs.alive(worker):
+            if [b for b in await asyncio.to_thread(procs.browsers_under, worker) if b != killed]:
+                self.relaunches.append((worker, time.monotonic() - start))
+                return
+            await asyncio.sleep(0.5)
+        self.relaunches.append((worker, None))
+
     async def watch_hits(self) -> None:
         """Read the workers' hit log: count windows hit, thaw each zombie after its hold."""
         log = self.folder / "faults" / "hits.jsonl"
@@ -374,6 +459,12 @@ class Chaos:
                 hit = json.loads(line)
                 self.hits.append(hit)
                 self.report.hit[str(hit["window"])] += 1
+                if hit["window"] == "browser killed":
+                    self.background.append(
+                        asyncio.create_task(
+                            self.watch_relaunch(int(hit["pid"]), int(hit["browser"]))
+                        )
+                    )
                 if hit["window"] == "zombie":
                     pid, at = int(hit["pid"]), float(hit["at"])
                     self.workers.freeze_noted(pid)
@@ -464,6 +555,7 @@ class Chaos:
             f"{self.receiver.refused} / {self.receiver.forged}"
         )
         r.figures["worker deaths (each restarted)"] = self.workers.deaths
+        await self.check_rendering(rows)
         self.check_hangs()
         self.check_restarts()
         self.check_memory(end.timestamp())
@@ -577,7 +669,7 @@ class Chaos:
             f"{len(times)} = {changed} x {len(CHANNELS)}",
         )
         # A kill in any window takes the whole worker down, sends in flight included.
-        kills = [float(str(h["at"])) for h in self.hits if h["window"] != "zombie"]
+        kills = [float(str(h["at"])) for h in self.hits if h["window"] not in SPARING]
         crashes = [(k, k) for k in kills] + self.outages.spans.get("postgres", [])
         resent, unexplained = 0, []
         for webhook_id, moments in times.items():
@@ -590,6 +682,73 @@ class Chaos:
             "every re-send explained by a crash between send and record",
             not unexplained,
             f"{resent} re-sends, unexplained: {unexplained[:3] or 'none'}",
+        )
+
+    async def check_rendering(self, rows: list[asyncpg.Record]) -> None:
+        """The rendered targets' faults: each faulted render's slot retried and recorded (a
+        browser kill and a hang: a failed attempt on its row, then a final one); each killed
+        browser relaunched by a worker that lived on; no Chromium orphaned."""
+        r = self.report
+        rendered = {t.config.target_id for t in self.rendered}
+        statuses = Counter(row["status"] for row in rows if row["target_id"] in rendered)
+        r.figures["rendered targets: rows unchanged / changed / failed / skipped"] = " / ".join(
+            str(statuses[s]) for s in ("unchanged", "changed", "failed", "skipped")
+        )
+        logs = "\n".join(p.read_text(errors="replace") for p in self.workers.logs())
+        r.figures["renders failed: browser exited / timed out (attempts)"] = (
+            f"{logs.count('the browser exited mid-render')} / {logs.count('rendering timed out')}"
+        )
+        hung = [h for h in self.pages.hung if h.held >= RENDER_BUDGET - 0.5]
+        r.hit["hung page"] = len(hung)
+        r.hit["page leaks memory"] = len(self.pages.heavy)
+        r.figures["hung pages: seconds each was held (the browser gave up at 5 s)"] = (
+            ", ".join(f"{h.held:.1f}" for h in self.pages.hung) or "none"
+        )
+        faulted = [(str(h["url"]).rsplit("/", 1)[-1], float(str(h["at"])), str(h["window"]))
+                   for h in self.hits if h["window"] in RENDER_WINDOWS]  # fmt: skip
+        faulted += [(h.target, h.at, "hung page") for h in hung]
+        outcomes, bad = Counter[str](), []
+        for target, at, kind in faulted:
+            row = await self.pool.fetchrow(FAULTED_SLOT, target, datetime.fromtimestamp(at, UTC))
+            outcome = "no row" if row is None else f"{row['status']} x{row['attempt_count']}"
+            outcomes[f"{kind}: {outcome}"] += 1
+            # A killed worker's attempt records nothing: its row counts the attempts that did.
+            failed_first = kind != "render worker killed"
+            retried = row is not None and (row["attempt_count"] >= 2 or not failed_first)
+            if row is None or row["status"] == "retrying" or not retried:
+                bad.append(f"{target} {kind} at {datetime.fromtimestamp(at, UTC):%H:%M:%S}: "
+                           f"{outcome}")  # fmt: skip
+        r.figures["faulted renders' slots (status x attempts)"] = dict(outcomes)
+        r.check(
+            "every faulted render's slot retried and recorded",
+            not bad,
+            f"{len(faulted)} faulted renders; not retried or not final: {bad[:3] or 'none'}",
+        )
+        killed = {int(str(h["pid"])) for h in self.hits if h["window"] == "render worker killed"}
+        unlaunched = [w for w, seconds in self.relaunches if seconds is None and w not in killed]
+        r.figures["browser relaunched after a kill (seconds, at the next render)"] = (
+            ", ".join("-" if s is None else f"{s:.1f}" for _, s in self.relaunches) or "none"
+        )
+        r.check(
+            "every killed browser relaunched by a worker that lived on",
+            len(self.relaunches) == r.hit["browser killed"] and not unlaunched,
+            f"{len(self.relaunches)} kills; no new browser in the same worker: "
+            f"{len(unlaunched)} (its worker killed by the run meanwhile: excused)",
+        )
+        mib = 2**20
+        pss = sorted(b for _, b in self.workers.chromium_pss if b)
+        median = pss[len(pss) // 2] if pss else 0
+        r.figures["render workers' Chromium PSS (median / peak; sampled)"] = (
+            f"{median / mib:.0f} / {max(pss, default=0) / mib:.0f} MiB"
+        )
+        r.figures["heavy pages: Chromium PSS as served -> peak 3 s after"] = (
+            ", ".join(f"{a / mib:.0f} -> {b / mib:.0f} MiB" for a, b in self.heavy_peaks) or "none"
+        )
+        orphans = await asyncio.to_thread(self.workers.orphaned_chromium)
+        r.check(
+            "no Chromium outlived its browser or render worker",
+            not orphans,
+            f"{len(orphans)} left: {[o.cmdline[:60] for o in orphans[:2]] or 'none'}",
         )
 
     def check_hangs(self) -> None:
@@ -614,7 +773,7 @@ class Chaos:
 
     def check_restarts(self) -> None:
         """The supervisor restarted only workers the run killed (armed windows)."""
-        caused = {int(str(h["pid"])) for h in self.hits if h["window"] != "zombie"}
+        caused = {int(str(h["pid"])) for h in self.hits if h["window"] not in SPARING}
         unexplained = [pid for pid in self.workers.died if pid not in caused]
         self.report.check(
             "no worker needed a restart the run did not cause",
@@ -737,6 +896,8 @@ FAULTS: dict[str, Callable[[Chaos], Awaitable[None]]] = {
     "reset to first task": Chaos.reset_to_first_task,
     "skewed clock (+-10 min)": Chaos.skewed_clock,
     "pause storm": Chaos.pause_storm,
+    "hung page": Chaos.hung_page,
+    "page leaks memory": Chaos.leaky_page,
 }
 
 # Slots of the fault window not yet final, and changes whose notices are not settled.
@@ -772,6 +933,12 @@ SELECT work_id, checked_at, extract(epoch FROM scheduled_for - checked_at) AS ah
 SENT_CHANGE_IDS = """
 SELECT d.message_id FROM deliveries d JOIN channels c USING (target_id, channel_id)
  WHERE d.notice = 'changed' AND d.status = 'sent' AND c.kind = 'webhook'
+"""
+# The slot a faulted render was checking: the target's last row, not a skip, due by then.
+FAULTED_SLOT = """
+SELECT status, attempt_count FROM source_checks
+ WHERE target_id = $1 AND kind = 'scheduled' AND status <> 'skipped' AND scheduled_for <= $2
+ ORDER BY scheduled_for DESC LIMIT 1
 """
 LEASES = """
 SELECT count(*) FILTER (WHERE lease_token IS NOT NULL), count(*) FILTER (WHERE enabled)
@@ -841,7 +1008,9 @@ async def _run(
     mailbox = Mailbox(free_port())
     mailbox.controller.start()
     async with (
-        serve([web.get("/page/{target}", pages.handle)]) as page_url,
+        serve(
+            [web.get("/page/{target}", pages.handle), web.get("/render/{target}", pages.render)]
+        ) as page_url,  # fmt: skip
         serve([web.post("/hook/{channel}/{target}", receiver.handle)]) as hook_url,
         _proxies(temporal, postgres, page_url, hook_url, mailbox) as proxies,
     ):
@@ -859,7 +1028,7 @@ async def _run(
             "PRICEWATCH_SHUTDOWN_GRACE_SECONDS": "2",
             "PRICEWATCH_CHAOS_DIR": str(folder / "faults"),
         }
-        workers = Workers(options.workers, env, folder)
+        workers = Workers(options.workers, env, folder, render=options.render_workers)
         targets = await _register(
             options, client, f"http://{proxies['pages'].address}",
             f"http://{proxies['webhooks'].address}",
@@ -897,8 +1066,14 @@ async def _run(
         finally:
             for task in background + chaos.background + chaos.network:
                 task.cancel()
-            await asyncio.to_thread(workers.stop)
+            strays = await asyncio.to_thread(workers.stop)
             mailbox.controller.stop()
+            report.check(
+                "no Chromium left once the render workers stopped",
+                not strays,
+                f"{len(strays)} still running {CHROMIUM_GRACE:g} s after (killed): "
+                f"{[s.cmdline[:60] for s in strays[:2]] or 'none'}",
+            )
 
 
 @contextlib.asynccontextmanager
@@ -936,10 +1111,13 @@ async def _register(
     targets = []
     for index in range(options.targets):
         target_id = f"chaos-{index:04d}"
+        rendered = options.rendered_every > 0 and index % options.rendered_every == 0
         config = TargetConfig(
             target_id=target_id,
-            url=f"{page_url}/page/{target_id}",
+            url=f"{page_url}/{'render' if rendered else 'page'}/{target_id}",
             interval_seconds=options.interval_seconds,
+            render=RenderSettings(steps=["wait p.ready"]) if rendered else None,
+            timeout_seconds=RENDER_BUDGET if rendered else None,
             channels=[
                 Channel(kind=ChannelKind.WEBHOOK, destination=f"{hook_url}/hook/{c}/{target_id}")
                 for c in CHANNELS

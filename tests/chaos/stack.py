@@ -2,18 +2,23 @@
 
 Temporal's dev server (a SQLite file, restarted by SIGKILL on the same file), the embedded
 Postgres (stopped in immediate mode, i.e. a crash, then started on the same data), worker
-processes (kept running by a supervisor, whatever kills them), a page server whose pages
-change on a known schedule and misbehave on purpose, a webhook receiver that verifies every
-signature and logs every delivery it accepts, and an SMTP server that logs every message.
+processes (kept running by a supervisor, whatever kills them; render workers among them, with
+their Chromium), a page server whose pages change on a known schedule and misbehave on
+purpose (rendered pages: written by a script after load; one may hang, or be heavy), a
+webhook receiver that verifies every signature and logs every delivery it accepts, and an
+SMTP server that logs every message.
 """
 
 import asyncio
 import contextlib
+import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -27,6 +32,7 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import Envelope
 from standardwebhooks import Webhook
 
+from tests.chaos import procs
 from workers.dev import DEV_SQLITE_PRAGMAS
 from workers.embedded import start_embedded_postgres, start_temporal_dev_server, stop_process
 
@@ -95,11 +101,20 @@ class Postgres:
 
 
 class Workers:
-    """`count` worker processes with fault hooks; one that dies is started again."""
+    """`count` worker processes with fault hooks, and `render` render workers (the same, with
+    `PRICEWATCH_RENDER=true`: they poll `<queue>-render`); one that dies is started again.
+    Render workers get a TMPDIR of their own, which their Chromium inherits: `chromium()`
+    finds every process of theirs by it, wherever it hangs. A short one in /tmp, not in the
+    run's folder: Chromium's singleton socket goes about 76 characters below it (the fetcher's
+    directory, then Chromium's), and a socket path is at most 107 bytes."""
 
-    def __init__(self, count: int, env: dict[str, str], folder: Path) -> None:
+    def __init__(self, count: int, env: dict[str, str], folder: Path, render: int = 0) -> None:
         self.env = env
+        self.count = count
         self.folder = folder
+        self.scratch = Path(tempfile.mkdtemp(prefix="pwc-", dir=SHORT_TMP))
+        self.render_env = {**env, "PRICEWATCH_RENDER": "true", "TMPDIR": str(self.scratch)}
+        self.chromium_pss: list[tuple[float, int]] = []  # (when, bytes) of render workers'
         self.processes: list[subprocess.Popen[bytes]] = []
         self.frozen: set[int] = set()
         self.deaths = 0
@@ -108,17 +123,49 @@ class Workers:
         self.outages = Outages()  # "workers" down: no worker alive and unfrozen
         self._all_down_since: float | None = None
         self.skewed: list[subprocess.Popen[bytes]] = []
-        for index in range(count):
+        for index in range(count + render):
             self.processes.append(self._spawn(index))
 
     def _spawn(self, index: int) -> subprocess.Popen[bytes]:
-        log = self.folder / f"worker-{index}-{time.time():.3f}.log"
+        rendering = index >= self.count
+        name = f"render-{index - self.count}" if rendering else str(index)
+        log = self.folder / f"worker-{name}-{time.time():.3f}.log"
         with open(log, "wb") as output:
             return subprocess.Popen(
                 [sys.executable, "-m", "tests.chaos.worker"],
-                cwd=REPO, env=self.env, stdout=output, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
+                cwd=REPO, env=self.render_env if rendering else self.env, stdout=output,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
+
+    @property
+    def plain(self) -> list[subprocess.Popen[bytes]]:
+        return self.processes[: self.count]
+
+    @property
+    def rendering(self) -> list[subprocess.Popen[bytes]]:
+        return self.processes[self.count :]
+
+    def chromium(self) -> list[procs.Proc]:
+        """Every process of the render workers' Chromium (and their Playwright drivers),
+        live or orphaned, by the TMPDIR they inherit; not the render workers themselves."""
+        workers = {p.pid for p in self.processes}
+        return [p for p in procs.mentioning(str(self.scratch)) if p.pid not in workers]
+
+    def orphaned_chromium(self) -> list[procs.Proc]:
+        """Chromium no live render worker owns (crash handlers, re-parented to init by
+        design, are left out while a browser of theirs is alive)."""
+        listed = procs.processes()
+        live = {p.pid for p in self.rendering if p.poll() is None}
+        owned = {p.pid for p in procs.descendants(live, listed)}
+        ours = [p for p in procs.mentioning(str(self.scratch), listed) if p.pid not in owned]
+        browsers = any(p.browser for p in procs.descendants(live, listed))
+        return [p for p in ours if not (p.crash_handler and browsers)]
+
+    def sample_chromium(self) -> int:
+        """The render workers' Chromium, in bytes of proportional set size."""
+        live = {p.pid for p in self.rendering if p.poll() is None}
+        below = [p.pid for p in procs.descendants(live) if p.pid not in live and p.chromium]
+        return procs.pss(below)
 
     async def run_skewed(self, skew: str, seconds: float) -> None:
         """One more worker (plain `pricewatch worker`, no fault hooks) whose clock is off by
@@ -166,11 +213,15 @@ class Workers:
             self._note_availability()
             if time.time() - sampled >= sample_every:
                 sampled = time.time()
-                self.rss += [(sampled, rss) for p in self.processes if (rss := _rss(p.pid))]
+                self.rss += [(sampled, rss) for p in self.plain if (rss := _rss(p.pid))]
+                if self.rendering:
+                    pss = await asyncio.to_thread(self.sample_chromium)
+                    self.chromium_pss.append((sampled, pss))
             await asyncio.sleep(0.2)
 
     def _note_availability(self) -> None:
-        working = [p for p in self.processes if p.poll() is None and p.pid not in self.frozen]
+        """Plain workers only: a rendered check waits on its queue for a render worker."""
+        working = [p for p in self.plain if p.poll() is None and p.pid not in self.frozen]
         now = time.time()
         if not working and self._all_down_since is None:
             self._all_down_since = now
@@ -178,13 +229,28 @@ class Workers:
             self.outages.add("workers", self._all_down_since, now)
             self._all_down_since = None
 
-    def stop(self) -> None:
+    def stop(self) -> list[procs.Proc]:
+        """Stop every worker, then wait for the render workers' Chromium to go with them;
+        SIGKILL what is left after `CHROMIUM_GRACE` and return it (the strays)."""
         for process in self.processes:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(process.pid, signal.SIGCONT)
             stop_process(process)
         for process in self.skewed:
             stop_process(process)
+        deadline = time.monotonic() + CHROMIUM_GRACE
+        while (left := self.chromium()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for stray in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stray.pid, signal.SIGKILL)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        return left
+
+
+SHORT_TMP = "/tmp" if os.path.isdir("/tmp") else None
+# How long a render worker's Chromium may take to exit after the worker stopped.
+CHROMIUM_GRACE = 10.0
 
 
 def _rss(pid: int) -> int | None:
@@ -213,27 +279,66 @@ class Mailbox:
         return "250 OK"
 
 
+# A rendered page: the text a plain page serves, written by a script a while after load (a
+# render must wait for it: the target's step is `wait p.ready`). Its heavy variant first
+# allocates LEAK_MB of JS arrays, held by the page until it closes.
+RENDER_DELAY_MS = 500
+LEAK_MB = 80
+RENDERED_PAGE = """<html><body><p id="price">loading...</p><script>
+addEventListener("load", () => setTimeout(() => {{{leak}
+  const p = document.getElementById("price");
+  p.textContent = {text};
+  p.className = "ready";
+}}, {delay}));
+</script></body></html>"""
+LEAK = (
+    f"window.leak = Array.from({{length: {LEAK_MB // 10}}}, (_, i) => "
+    "new Array(1250000).fill(i + 0.5));"  # 1.25 M doubles: 10 MB each
+)
+# A rendered target's request this long after its previous one (or its first) may be a retry
+# (the check's first backoff is 30 s): a hang waits for a regular one, so one slot stalls once.
+RETRY_GAP = 25.0
+
+
+@dataclass
+class Hung:
+    target: str
+    at: float
+    held: float  # seconds until the handler ended (the browser gone, or the hang over)
+
+
 class Pages:
     """One page per target whose price moves every `change_every` seconds (each target at
     its own phase). While `faulty`, some answers are 429/503 (Retry-After: 1), 503 with no
-    Retry-After, a body that trickles for seconds, or a dropped connection."""
+    Retry-After, a body that trickles for seconds, or a dropped connection. Rendered pages
+    (`/render/<target>`) carry the same text, written by a script; their faults are the
+    hang (`hang_next`) and the heavy page (`heavy_next`), each for one request."""
 
     def __init__(self, seed: int, change_every: float) -> None:
         self.random = random.Random(seed)
+        self.render_random = random.Random(seed + 2)
         self.change_every = change_every
         self.faulty = True
         self.frozen_at: float | None = None
         self.answers: Counter[str] = Counter()
+        self.hang_next: dict[str, float] = {}  # target: seconds its next first attempt hangs
+        self.heavy_next: set[str] = set()
+        self.hung: list[Hung] = []
+        self.heavy: list[tuple[str, float]] = []  # (target, when) of each heavy page served
+        self._rendered_at: dict[str, float] = {}
 
     def version(self, target: str) -> int:
         now = self.frozen_at or time.time()
         phase = random.Random(target).uniform(0, self.change_every)
         return int((now + phase) // self.change_every)
 
+    def text(self, target: str) -> str:
+        return f"{target}: EUR {self.version(target)}.99"
+
     async def handle(self, request: web.Request) -> web.StreamResponse:
         target = request.match_info["target"]
         await asyncio.sleep(self.random.uniform(0.02, 0.08))
-        body = f"<html><body><p>{target}: EUR {self.version(target)}.99</p></body></html>"
+        body = f"<html><body><p>{self.text(target)}</p></body></html>"
         roll = self.random.random() if self.faulty else 1.0
         if roll < 0.03:
             return self._count("429", web.Response(status=429, headers={"Retry-After": "1"}))
@@ -256,6 +361,31 @@ class Pages:
             await response.write(body[half:].encode())
             return response
         return self._count("200", web.Response(text=body, content_type="text/html"))
+
+    async def render(self, request: web.Request) -> web.StreamResponse:
+        """A rendered target's page: no random faults (each failed render costs its slot a
+        30 s backoff), only the hang and the heavy page the run asks for."""
+        target = request.match_info["target"]
+        now = time.time()
+        previous, self._rendered_at[target] = self._rendered_at.get(target), now
+        await asyncio.sleep(self.render_random.uniform(0.02, 0.08))
+        regular = previous is not None and now - previous < RETRY_GAP  # not a retry
+        if regular and (seconds := self.hang_next.pop(target, None)) is not None:
+            self.answers["rendered: hung"] += 1
+            try:
+                await asyncio.sleep(seconds)
+            finally:  # cancelled once the browser gives up and the connection closes
+                self.hung.append(Hung(target, now, time.time() - now))
+        leak = ""
+        if target in self.heavy_next:
+            self.heavy_next.discard(target)
+            self.heavy.append((target, now))
+            self.answers["rendered: heavy"] += 1
+            leak = "\n  " + LEAK
+        body = RENDERED_PAGE.format(
+            leak=leak, text=json.dumps(self.text(target)), delay=RENDER_DELAY_MS
+        )
+        return self._count("rendered", web.Response(text=body, content_type="text/html"))
 
     def _count(self, answer: str, response: web.Response) -> web.Response:
         self.answers[answer] += 1

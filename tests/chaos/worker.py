@@ -5,6 +5,11 @@ check (in any worker) that reaches an armed window takes it with an atomic renam
 one line to `hits.jsonl`, then kills its own process (SIGKILL), or freezes it (SIGSTOP) for
 a zombie that the run thaws later. A hit is written only when the window really was
 reached, so the report counts windows hit, not faults merely attempted.
+
+A render worker (`PRICEWATCH_RENDER=true`) has the render windows only, and takes them only
+in a check's first attempt (a retry is not hit again: one slot stalls for one fault, and a
+one-minute run still settles): `render worker killed` kills the process mid-render, `browser
+killed` SIGKILLs its Chromium browser process mid-render and lets the worker carry on.
 """
 
 import asyncio
@@ -15,19 +20,27 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
+from temporalio import activity
 
 from activities import checks, store
 from activities.fetch import Page, Request
 from activities.notify import NotifyActivities
 from pricewatch.models import CheckResult, DeliveryInput
+from tests.chaos.procs import browsers_under
 
 # mid_fetch: the page request is in flight. after_fetch: the page is in hand, nothing
 # committed. after_commit: the row is committed, Temporal has not heard. after_send: the
 # receiver took the webhook, the delivery row is not marked sent. zombie: frozen between
 # fetch and commit, past the heartbeat timeout, then let go.
 WINDOWS = ("mid_fetch", "after_fetch", "after_commit", "after_send", "zombie")
+# A render worker's: a page is loading or waiting on its step (the chaos pages write their
+# content a while after load).
+RENDER_WINDOWS = ("render worker killed", "browser killed")
+# How long into a render the windows look: past the page's load, before its script has run.
+IN_FLIGHT = 0.3
 
 
 class Faults:
@@ -56,13 +69,21 @@ class Faults:
         except FileNotFoundError:  # just taken: sorts last, and its rename fails
             return 2**63
 
-    def fire(self, window: str, arm: str, **details: object) -> None:
-        """Record the hit durably, then die (or freeze) right here, inside the window."""
+    def untake(self, arm: str) -> None:
+        """Put a taken fault back (its window turned out not to be there after all)."""
+        os.rename(self.taken / arm, self.armed / arm)
+
+    def record(self, window: str, arm: str, **details: object) -> None:
+        """Record the hit durably (before its fault happens: the process may not survive)."""
         hit = {"window": window, "arm": arm, "pid": os.getpid(), "at": time.time(), **details}
         with open(self.hits, "a") as log:
             log.write(json.dumps(hit) + "\n")
             log.flush()
             os.fsync(log.fileno())
+
+    def fire(self, window: str, arm: str, **details: object) -> None:
+        """Record the hit, then die (or freeze) right here, inside the window."""
+        self.record(window, arm, **details)
         os.kill(os.getpid(), signal.SIGSTOP if window == "zombie" else signal.SIGKILL)
 
 
@@ -105,8 +126,42 @@ def install(faults: Faults) -> None:
     NotifyActivities._post_webhook = post_webhook  # type: ignore[method-assign]
 
 
+def install_render(faults: Faults) -> None:
+    """Wrap the browser fetcher's render with the render windows."""
+    from activities.render import BrowserFetcher
+
+    real_render = BrowserFetcher._render
+
+    async def render(self: BrowserFetcher, *args: Any) -> Page:
+        """`_render(browser, proxy, session, request, steps, budget)`, with the windows."""
+        rendering = asyncio.create_task(real_render(self, *args))
+        try:
+            done, _ = await asyncio.wait({rendering}, timeout=IN_FLIGHT)
+            first = activity.in_activity() and activity.info().attempt == 1
+            if not done and first and (taken := faults.take(*RENDER_WINDOWS)):
+                window, arm = taken
+                request = args[3]
+                url = request.url if isinstance(request, Request) else ""
+                if window == "render worker killed":
+                    faults.fire(window, arm, url=url)
+                elif browsers := browsers_under(os.getpid()):
+                    faults.record(window, arm, url=url, browser=browsers[0])
+                    os.kill(browsers[0], signal.SIGKILL)
+                else:  # no browser to kill: leave it for another render
+                    faults.untake(arm)
+            return await rendering
+        finally:
+            rendering.cancel()
+
+    BrowserFetcher._render = render  # type: ignore[assignment,method-assign]
+
+
 def main() -> None:
-    install(Faults(Path(os.environ["PRICEWATCH_CHAOS_DIR"])))
+    faults = Faults(Path(os.environ["PRICEWATCH_CHAOS_DIR"]))
+    if os.environ.get("PRICEWATCH_RENDER", "").lower() in ("1", "true", "yes"):
+        install_render(faults)
+    else:
+        install(faults)
     from surfaces.cli import main as pricewatch
 
     sys.argv = ["pricewatch", "worker"]
