@@ -100,6 +100,14 @@ class Entry(BaseModel):
     steps: list[str] = []
     """With `render`, what runs on the page before it is read (`--step`)."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _on_as_written(cls, data: object) -> object:
+        """YAML 1.1 reads a bare `on:` key as the boolean true: it means `on`."""
+        if isinstance(data, dict) and True in data and "on" not in data:
+            data = {("on" if key is True else key): value for key, value in data.items()}
+        return data
+
     @model_validator(mode="after")
     def _steps_need_render(self) -> "Entry":
         if self.steps and not self.render:

@@ -140,3 +140,46 @@ def test_a_plan_says_what_changes_in_the_files_words() -> None:
         "timeout: default -> 30s",
     )
     assert changes(new, old)[-1] == "timeout: 30s -> default"
+
+
+CALENDARS = """\
+targets:
+  - id: mornings
+    url: https://acme.example/
+    at: "08:00"
+    on: mon-fri
+    tz: Europe/Berlin
+    jitter: 10m
+  - id: cron
+    url: https://acme.example/b
+    cron: "30 2 * * sun"
+    tz: America/New_York
+"""
+
+
+def test_calendars_read_as_written_and_round_trip(tmp_path: Path) -> None:
+    """A bare `on:` (YAML 1.1 reads it as true) is the days; export writes it back."""
+    mornings, cron = load(write(tmp_path, CALENDARS))
+    assert mornings.config.calendar is not None and cron.config.calendar is not None
+    assert mornings.config.schedule == "weekdays 08:00 Europe/Berlin + jitter 10m"
+    assert cron.config.schedule == "30 2 * * sun America/New_York"
+    assert cron.config.interval_seconds == 7 * 24 * 3600
+    again = load(write(tmp_path, dump([(e.config, False) for e in (mornings, cron)])))
+    assert [e.config for e in again] == [mornings.config, cron.config]
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        ("    every: 1h\n", "two schedules"),
+        ("    cron: '0 8 * * *'\n", "two calendars"),
+        ("    tz: Mars/Olympus\n", "unknown time zone"),
+    ],
+)
+def test_a_calendar_that_cannot_be_names_its_entry(tmp_path: Path, extra: str, says: str) -> None:
+    text = CALENDARS.replace("    jitter: 10m\n", extra).replace(
+        "    tz: Europe/Berlin\n", "" if "tz:" in extra else "    tz: Europe/Berlin\n"
+    )
+    with pytest.raises(ManifestError, match=says) as err:
+        load(write(tmp_path, text))
+    assert "targets.yaml:2" in str(err.value)

@@ -1,0 +1,90 @@
+"""A calendar target through the real CLI, worker and dev server (issue 31): `add --cron`,
+`list` and `status` say the schedule as written, a check lands on the calendar, a
+reconfigure to `--every` and on to `--at/--on` keeps the pending slot, `export` writes the
+calendar back, and options that do not go together get one line and exit 2."""
+
+import itertools
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+import asyncpg
+import pytest
+
+from tests.conftest import PageServer
+from tests.helpers import cli, worker_process
+from tests.waits import eventually, wait_for
+
+
+async def test_a_calendar_target_from_add_to_export(
+    env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer
+) -> None:
+    page_server.set("/cal", "price 10")
+    url = page_server.url("/cal")
+    async with worker_process(env):
+        code, out, err = await cli(
+            env, "add", "e2e-cal", url, "--cron", "* * * * *", "--tz", "Asia/Kolkata"
+        )
+        assert code == 0, err
+        assert f"added e2e-cal: {url} * * * * * Asia/Kolkata" in out
+        code, listed, _ = await cli(env, "list")
+        row = next(line for line in listed.splitlines() if line.startswith("e2e-cal"))
+        assert "* * * * * Asia/Kolkata" in row
+        code, status, _ = await cli(env, "status", "e2e-cal")
+        assert "schedule:   * * * * * Asia/Kolkata" in status
+        await wait_for(pool, "SELECT count(*) FROM source_checks WHERE target_id = 'e2e-cal'")
+        first = await pool.fetchval("SELECT scheduled_for FROM source_checks")
+        assert first.second == 0 and first.microsecond == 0, "a slot on the minute"
+
+        code, out, err = await cli(env, "add", "e2e-cal", url, "--every", "5s")
+        assert code == 0 and f"reconfigured e2e-cal: {url} every 5s" in out, err
+        rows = "SELECT count(*) >= 4 FROM source_checks WHERE status = 'unchanged'"
+        await eventually(lambda: pool.fetchval(rows), within=120, what="the pending slot, then 5 s")
+        slots = [
+            r[0] for r in await pool.fetch("SELECT scheduled_for FROM source_checks ORDER BY 1")
+        ]
+        assert slots[1].second == 0, "the pending slot stayed (the next minute)"
+        assert {(b - a).total_seconds() for a, b in itertools.pairwise(slots[1:])} == {5.0}
+
+        at = ["--at", "08:00", "--on", "mon-fri", "--tz", "Europe/Berlin", "--jitter", "10m"]
+        code, out, err = await cli(env, "add", "e2e-cal", url, *at)
+        assert code == 0, err
+        assert "reconfigured e2e-cal" in out and "weekdays 08:00 Europe/Berlin + jitter 10m" in out
+        mirrored = await pool.fetchrow(
+            "SELECT time_zone, calendar_times, jitter_seconds FROM monitor_targets"
+        )
+        assert mirrored is not None
+        assert tuple(mirrored) == ("Europe/Berlin", [480], 600)
+
+        async def on_the_calendar() -> datetime | None:
+            slot: datetime = await pool.fetchval("SELECT next_slot FROM monitor_targets")
+            local = slot.astimezone(ZoneInfo("Europe/Berlin"))
+            return slot if local.weekday() < 5 and local.hour == 8 else None
+
+        ahead = await eventually(on_the_calendar, within=30, what="the next slot at 08:00")
+        assert ahead is not None and ahead > datetime.now(UTC)
+        code, exported, _ = await cli(env, "export")
+        assert "at:\n  - 08:00" in exported, exported
+        assert "'on': mon-fri" in exported and "tz: Europe/Berlin" in exported
+        assert "jitter: 10m" in exported and "every:" not in exported.split("e2e-cal")[1]
+        assert (await cli(env, "remove", "e2e-cal"))[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (["--cron", "0 8 * * 1-5", "--every", "1h"], "two schedules"),
+        (["--cron", "0 8 * * 1-5", "--at", "08:00"], "two calendars"),
+        (["--on", "mon-fri"], "--on needs --at"),
+        (["--tz", "Europe/Berlin"], "--tz needs --cron or --at"),
+        (["--cron", "0 8 * * 1-5", "--tz", "Mars/Olympus"], "unknown time zone 'Mars/Olympus'"),
+        (["--cron", "0 8 L * *"], "L"),
+        (["--cron", "*/5 * * * *", "--jitter", "10m"], "jitter 10m must be shorter"),
+        (["--at", "25:00"], "25:00"),
+    ],
+)
+async def test_calendar_options_that_do_not_go_together_get_one_line(
+    env: dict[str, str], options: list[str], says: str
+) -> None:
+    code, out, err = await cli(env, "add", "e2e-bad", "http://127.0.0.1:9/", *options)
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, (code, err)
+    assert out == ""
