@@ -20,9 +20,10 @@ from tests.chaos.run import ALL_RATES
 @pytest.mark.e2e
 @pytest.mark.timeout(480)
 def test_a_short_seeded_chaos_run_passes_every_invariant() -> None:
-    # Everything the run starts inherits this TMPDIR (its render workers' Chromium too, and
-    # names it): any process that still does afterwards is a stray.
-    scratch = tempfile.mkdtemp(prefix="pwchaos-", dir="/tmp")  # short: sockets live below
+    # Everything the run starts inherits this TMPDIR, or names it (its render workers'
+    # Chromium): any process that still does afterwards is a stray. Short: Chromium's socket
+    # lives below it (tests/chaos/stack.py, `render_scratch`).
+    scratch = tempfile.mkdtemp(prefix="pwc-", dir="/tmp")
     try:
         run = subprocess.run(
             [sys.executable, "-m", "tests.chaos", "--targets", "10", "--minutes", "1",

@@ -694,10 +694,7 @@ class Chaos:
         r.figures["rendered targets: rows unchanged / changed / failed / skipped"] = " / ".join(
             str(statuses[s]) for s in ("unchanged", "changed", "failed", "skipped")
         )
-        logs = "\n".join(p.read_text(errors="replace") for p in self.workers.logs())
-        r.figures["renders failed: browser exited / timed out (attempts)"] = (
-            f"{logs.count('the browser exited mid-render')} / {logs.count('rendering timed out')}"
-        )
+        r.figures["render attempts failed, by error"] = dict(self.render_errors()) or "none"
         hung = [h for h in self.pages.hung if h.held >= RENDER_BUDGET - 0.5]
         r.hit["hung page"] = len(hung)
         r.hit["page leaks memory"] = len(self.pages.heavy)
@@ -718,6 +715,10 @@ class Chaos:
             if row is None or row["status"] == "retrying" or not retried:
                 bad.append(f"{target} {kind} at {datetime.fromtimestamp(at, UTC):%H:%M:%S}: "
                            f"{outcome}")  # fmt: skip
+        for target, at in self.pages.heavy:  # not judged: a heavy page may render or not
+            row = await self.pool.fetchrow(FAULTED_SLOT, target, datetime.fromtimestamp(at, UTC))
+            outcome = "no row" if row is None else f"{row['status']} x{row['attempt_count']}"
+            outcomes[f"page leaks memory: {outcome}"] += 1
         r.figures["faulted renders' slots (status x attempts)"] = dict(outcomes)
         r.check(
             "every faulted render's slot retried and recorded",
@@ -750,6 +751,23 @@ class Chaos:
             not orphans,
             f"{len(orphans)} left: {[o.cmdline[:60] for o in orphans[:2]] or 'none'}",
         )
+
+    def render_errors(self) -> Counter[str]:
+        """The render workers' failed attempts, by their error (the check's one line)."""
+        errors: Counter[str] = Counter()
+        for path in self.workers.logs():
+            if not path.name.startswith("worker-render-"):
+                continue
+            for line in path.read_text(errors="replace").splitlines():
+                if '"pricewatch.checks"' not in line:
+                    continue
+                with contextlib.suppress(ValueError):
+                    message = str(json.loads(line).get("message", ""))
+                    for kind in (" (transient)", " (permanent)"):
+                        if kind in message:
+                            error = message.split(" ", 1)[1].split(kind)[0]
+                            errors[error[:60] + kind] += 1
+        return errors
 
     def check_hangs(self) -> None:
         """Every call a black hole swallowed ended within its dependency's bound."""

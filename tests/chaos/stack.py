@@ -103,16 +103,17 @@ class Postgres:
 class Workers:
     """`count` worker processes with fault hooks, and `render` render workers (the same, with
     `PRICEWATCH_RENDER=true`: they poll `<queue>-render`); one that dies is started again.
-    Render workers get a TMPDIR of their own, which their Chromium inherits: `chromium()`
-    finds every process of theirs by it, wherever it hangs. A short one in /tmp, not in the
-    run's folder: Chromium's singleton socket goes about 76 characters below it (the fetcher's
-    directory, then Chromium's), and a socket path is at most 107 bytes."""
+    Render workers get a TMPDIR of their own, which their Chromium inherits and names in
+    every process's command line (`--user-data-dir`): `chromium()` finds them all by it,
+    wherever they hang. A short one, not in the run's folder: Chromium's singleton socket goes
+    about 76 characters below it (the fetcher's directory, then Chromium's) and a socket path
+    is at most 107 bytes; Chromium does not start beyond (see `render_scratch`)."""
 
     def __init__(self, count: int, env: dict[str, str], folder: Path, render: int = 0) -> None:
         self.env = env
         self.count = count
         self.folder = folder
-        self.scratch = Path(tempfile.mkdtemp(prefix="pwc-", dir=SHORT_TMP))
+        self.scratch = render_scratch()
         self.render_env = {**env, "PRICEWATCH_RENDER": "true", "TMPDIR": str(self.scratch)}
         self.chromium_pss: list[tuple[float, int]] = []  # (when, bytes) of render workers'
         self.processes: list[subprocess.Popen[bytes]] = []
@@ -248,7 +249,16 @@ class Workers:
         return left
 
 
-SHORT_TMP = "/tmp" if os.path.isdir("/tmp") else None
+def render_scratch() -> Path:
+    """A render worker's TMPDIR: in the temporary directory if its name is short (a test's
+    `/tmp/pwc-12345678`: everything the run starts stays below it), else in /tmp. Chromium
+    refused a TMPDIR of 36 characters here ("Socket path too long"), took one of 32."""
+    base = tempfile.gettempdir()
+    if len(base) > 20 and os.path.isdir("/tmp"):
+        base = "/tmp"
+    return Path(tempfile.mkdtemp(prefix="r-", dir=base))
+
+
 # How long a render worker's Chromium may take to exit after the worker stopped.
 CHROMIUM_GRACE = 10.0
 
