@@ -440,7 +440,7 @@ async def run_cdio(root: Path, spa: str, python: Path, args: argparse.Namespace)
             *(
                 f"{count} slot(s) failed: {error}"
                 for error, count in Counter(
-                    row["error"] for row in slots if not row["ok"]
+                    row["error"].strip().splitlines()[0] for row in slots if not row["ok"]
                 ).most_common(3)
             ),
         ],

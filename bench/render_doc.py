@@ -109,7 +109,8 @@ def table(results: list["RenderResult"], workload: dict[str, Any]) -> str:
         *grid(results),
     ]
     for result in results:
-        lines.append(f"{result.design} {result.version}: " + "; ".join(result.notes))
+        notes = (note.strip().splitlines()[0] for note in result.notes if note.strip())
+        lines.append(f"{result.design} {result.version}: " + "; ".join(notes))
         if result.prices_in_every_render is not None:
             seen = "every" if result.prices_in_every_render else "NOT every"
             lines.append(f"  the script's prices were in {seen} render of the window")
@@ -152,7 +153,12 @@ def reading(run: dict[str, Any]) -> str:
         return "This run did not include pricewatch."
     parts = []
     ratio = run["ratios"].get("renders_per_cpu_second")
-    if ratio is not None:
+    if run["workload"]["kill_browser"]:
+        parts.append(
+            "pricewatch's CPU figures are not read against the target (a killed browser's "
+            "processes take their CPU with them)"
+        )
+    elif ratio is not None:
         verdict = "meets" if ratio >= TARGETS["renders_per_cpu_second"] else "misses"
         parts.append(
             f"pricewatch's render worker did {ours['renders_per_cpu_second']:.3g} renders per "
@@ -189,6 +195,11 @@ def reading(run: dict[str, Any]) -> str:
         parts.append(
             f"changedetection.io's was {other['lateness_p99_s']:.2f} s, 5 s of it its "
             f"default wait before reading the page"
+            + (
+                f", and {other['slots_missed']} of its slots missed, {other['slots_failed']} failed"
+                if other["slots_missed"] or other["slots_failed"]
+                else ""
+            )
         )
     return "In this run " + "; ".join(parts) + "."
 
@@ -246,6 +257,11 @@ first check is a baseline) and the window, then one more interval for late slots
   **MiB/render at once**: the PSS peak over the concurrency cap (**at once**).
 - **missed**: slots due in the window with no result one interval after it; **failed**: a
   result that is an error. **late**: done (commit, or the fetch returning) minus due.
+
+Read a ratio within one run: the two designs run minutes apart on the same machine, whose
+speed moves between runs (and other work may share its two cores). Under each table: each
+design's CPU and memory by process (a process that lived between two one-second samples is
+"unattributed"), pricewatch's CPU in the rest of its stack, and the errors of failed slots.
 
 {
         _wrap(
