@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncpg
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
@@ -47,7 +48,7 @@ from pricewatch.models import (
 )
 from pricewatch.names import WORKFLOW_TYPE, Query, Signal, Update
 from pricewatch.settings import Settings
-from pricewatch.slots import spread_anchor
+from pricewatch.slots import spread_anchor, spread_out
 from pricewatch.urls import as_typed
 from pricewatch.views import (
     ChangeView,
@@ -94,6 +95,8 @@ class Step:
     target_id: str
     located: Located | None = None
     changes: tuple[str, ...] = ()
+    start_at: datetime | None = None
+    """An add's first slot: its own site's other targets spread apart (`first_slot`)."""
 
 
 def changes(old: TargetConfig, new: TargetConfig) -> tuple[str, ...]:
@@ -206,7 +209,8 @@ class Pricewatch:
         try:
             handle = await self.workflow(config.target_id)
         except BadInput:
-            await self._start(config, start_at, paused=False)
+            taken = await self.site_slots()
+            await self._start(config, start_at or self.first_slot(config, taken), paused=False)
             return Added.ADDED
         status = await handle.query(Query.STATUS, result_type=MonitorStatus)
         if status.config == config:
@@ -256,6 +260,29 @@ class Pricewatch:
             result_hash=page.sha256, text=page.text, prices=prices,
             skipped_values=page.skipped, refused_requests=page.refused,
         ), page.screenshot  # fmt: skip
+
+    async def site_slots(self) -> dict[tuple[str, timedelta], list[datetime]]:
+        """The next slots of the `--every` targets, by site (URL host) and interval: what a
+        new target of that site is spread apart from."""
+        taken: dict[tuple[str, timedelta], list[datetime]] = {}
+        for row in await store.list_targets(await self.pool(), trend=0):
+            if row["calendar"] is None:
+                key = (site(str(row["url"])), timedelta(seconds=int(str(row["interval_seconds"]))))
+                taken.setdefault(key, []).append(row["next_slot"])  # type: ignore[arg-type]
+        return taken
+
+    def first_slot(
+        self, config: TargetConfig, taken: dict[tuple[str, timedelta], list[datetime]]
+    ) -> datetime:
+        """A new target's anchor: now, spread by its id, and moved on until no target of its
+        site on its interval is due within PRICEWATCH_SITE_GAP of it (a calendar target
+        starts on its calendar: the workflow moves it there). Recorded in `taken`."""
+        anchor = spread_anchor(config.target_id, datetime.now(UTC))
+        if config.calendar is None:
+            others = taken.setdefault((site(config.url), config.interval), [])
+            anchor = spread_out(anchor, config.interval, others, self.settings.site_gap)
+            others.append(anchor)
+        return anchor
 
     async def _start(self, config: TargetConfig, start_at: datetime | None, paused: bool) -> None:
         anchor = start_at or spread_anchor(config.target_id, datetime.now(UTC))
@@ -317,11 +344,13 @@ class Pricewatch:
         if first := next((p for p in problems if p is not None), None):
             raise first
         current = await self.current()
+        taken = await self.site_slots()
         steps = []
         for located in entries:
             config, paused = located.config, located.entry.paused
             if config.target_id not in current:
-                steps.append(Step(Action.ADD, config.target_id, located))
+                start_at = located.entry.start_at or self.first_slot(config, taken)
+                steps.append(Step(Action.ADD, config.target_id, located, start_at=start_at))
                 continue
             had, was_paused = current[config.target_id]
             changed = changes(had, config)
@@ -338,8 +367,16 @@ class Pricewatch:
         return steps
 
     async def apply(self, steps: list[Step], done: Callable[[Step], None]) -> None:
-        """Carry the plan out, CONCURRENCY targets at a time; `done` after each step."""
+        """Carry the plan out, CONCURRENCY targets at a time; `done` after each step. New
+        targets' first slots are spread again from now (the plan's are minutes old)."""
         gate = asyncio.Semaphore(CONCURRENCY)
+        taken = await self.site_slots()
+        steps = [
+            dataclasses.replace(step, start_at=self.first_slot(step.located.config, taken))
+            if step.action is Action.ADD and step.located and not step.located.entry.start_at
+            else step
+            for step in steps
+        ]
 
         async def one(step: Step) -> None:
             async with gate:
@@ -351,7 +388,7 @@ class Pricewatch:
     async def _apply(self, step: Step) -> None:
         located = step.located
         if step.action is Action.ADD and located is not None:
-            await self._start(located.config, located.entry.start_at, located.entry.paused)
+            await self._start(located.config, step.start_at, located.entry.paused)
         elif step.action is Action.RECONFIGURE and located is not None:
             handle = await self.workflow(step.target_id)
             await handle.execute_update(
@@ -525,3 +562,8 @@ def schedule(row: dict[str, Any]) -> str:
     if row["calendar"]:
         return describe(Calendar.model_validate(row["calendar"]))
     return f"every {format_duration(timedelta(seconds=row['interval_seconds']))}"
+
+
+def site(url: str) -> str:
+    """The host a URL's checks land on: what spreading keeps apart."""
+    return (urlsplit(url).hostname or "").lower()

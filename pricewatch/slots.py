@@ -121,6 +121,30 @@ def spread_anchor(target_id: str, moment: datetime) -> datetime:
     return whole_second_after(moment) + sub_second_offset(target_id)
 
 
+def spread_out(
+    preferred: datetime, interval: timedelta, taken: list[datetime], gap: timedelta
+) -> datetime:
+    """The first instant at or after `preferred` whose place on an `interval` grid is at
+    least `gap` from every instant in `taken` (slots of the same site's targets on grids of
+    that interval), so one site never sees two of them within `gap`. A site with more such
+    targets than `interval / gap` cannot be spread that far: `preferred`, unmoved."""
+    if not taken or gap <= timedelta(0) or len(taken) * gap > interval:
+        return preferred
+    phases = sorted((moment - preferred) % interval for moment in taken)
+    shift = timedelta(0)
+    moved = True
+    while moved:  # each pass moves past a phase it was too close to, at most once each
+        moved = False
+        for phase in phases:
+            distance = (phase - shift) % interval
+            if distance < gap or interval - distance < gap:
+                shift += (phase + gap - shift) % interval  # just past it
+                moved = True
+        if shift >= interval:
+            return preferred
+    return preferred + shift
+
+
 def sub_second_offset(target_id: str) -> timedelta:
     """Whole milliseconds in [0, 1 s), the same for a target id everywhere."""
     digest = hashlib.blake2b(target_id.encode(), digest_size=4).digest()

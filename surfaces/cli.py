@@ -320,6 +320,16 @@ MinChangeOpt = Annotated[
 ]
 
 
+def first_check(config: TargetConfig, start_at: datetime) -> str:
+    """Where an add's schedule starts, as a plan says it: spread apart from its site."""
+    if config.calendar is not None:
+        return config.schedule
+    ahead = start_at - datetime.now(UTC)
+    if ahead < timedelta(seconds=2):  # the next whole second, and a sub-second offset
+        return f"{config.schedule}, first check now"
+    return f"{config.schedule}, first check in {format_duration(ahead)}"
+
+
 def calendar_of(
     cron: str | None, at: list[str] | None, on: str | None, tz: str | None, jitter: str | None
 ) -> Calendar | None:
@@ -773,6 +783,8 @@ async def apply(
         for step in steps:
             if step.action is not Action.UNCHANGED:
                 detail = "; ".join(step.changes)
+                if step.action is Action.ADD and step.located and step.start_at is not None:
+                    detail = first_check(step.located.config, step.start_at)
                 typer.echo(f"{PLAN_MARKS[step.action]} {step.action.value} {step.target_id}"
                            + (f" ({detail})" if detail else ""))  # fmt: skip
         todo = [step for step in steps if step.action is not Action.UNCHANGED]

@@ -5,6 +5,7 @@ calendar back, and options that do not go together get one line and exit 2."""
 
 import itertools
 from datetime import UTC, datetime
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import asyncpg
@@ -88,3 +89,26 @@ async def test_calendar_options_that_do_not_go_together_get_one_line(
     code, out, err = await cli(env, "add", "e2e-bad", "http://127.0.0.1:9/", *options)
     assert code == 2 and says in err and len(err.strip().splitlines()) == 1, (code, err)
     assert out == ""
+
+
+async def test_apply_spreads_the_pages_of_one_shop_apart(
+    env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer, tmp_path: Path
+) -> None:
+    """Twenty pages of one host every 24h: the plan says when each first comes due, and
+    their slots are at least PRICEWATCH_SITE_GAP (here 3 s) apart, where `apply` without
+    spreading would start them all within the same second."""
+    pages = [f"  - {{id: shop-{n}, url: '{page_server.url(f'/p{n}')}', every: 24h}}"
+             for n in range(20)]  # fmt: skip
+    targets = tmp_path / "targets.yaml"
+    targets.write_text("targets:\n" + "\n".join(pages) + "\n")
+    spread = {**env, "PRICEWATCH_SITE_GAP": "3s"}
+    async with worker_process(env):
+        code, out, err = await cli(spread, "apply", str(targets))
+        assert code == 0, err
+        assert "+ add shop-0 (every 1d, first check now)" in out
+        assert "+ add shop-19 (every 1d, first check in 5" in out, out  # 57 s
+        await wait_for(pool, "SELECT (count(*) = 20)::int FROM monitor_targets")
+        slots = sorted(r[0] for r in await pool.fetch("SELECT anchor FROM monitor_targets"))
+        assert min(b - a for a, b in itertools.pairwise(slots)).total_seconds() >= 3
+        for n in range(20):
+            assert (await cli(env, "remove", f"shop-{n}"))[0] == 0

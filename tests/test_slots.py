@@ -16,6 +16,7 @@ from pricewatch.slots import (
     next_slot,
     slots_between,
     spread_anchor,
+    spread_out,
     sub_second_offset,
     work_id,
 )
@@ -234,3 +235,29 @@ def test_slots_overdue_when_a_late_pause_took_effect() -> None:
     assert due_before_pause(T0, paused_at, resumed, HOUR, checking=T0) == [T0 + HOUR, T0 + 2 * HOUR]
     assert due_before_pause(T0, None, resumed, HOUR) == []
     assert due_before_pause(T0, T0 - HOUR, T0, HOUR) == []  # paused before the slot came
+
+
+@given(
+    preferred=moments,
+    interval=st.integers(min_value=10, max_value=86_400).map(lambda s: timedelta(seconds=s)),
+    taken=st.lists(st.integers(min_value=-(10**9), max_value=10**9), max_size=40),
+    gap=st.integers(min_value=1, max_value=30).map(lambda s: timedelta(seconds=s)),
+)
+def test_a_new_target_is_spread_from_its_sites_others_as_far_as_the_grid_allows(
+    preferred: datetime, interval: timedelta, taken: list[int], gap: timedelta
+) -> None:
+    """At or after the preferred start, within one interval; clear of every other target of
+    the site by `gap` on the interval's grid, unless there is no room (then unmoved)."""
+    others = [preferred + timedelta(milliseconds=ms) for ms in taken]
+    spread = spread_out(preferred, interval, others, gap)
+    assert preferred <= spread < preferred + interval
+    clear = all(gap <= (spread - other) % interval <= interval - gap for other in others)
+    assert clear or spread == preferred
+
+
+def test_two_hundred_pages_of_one_shop_are_two_seconds_apart() -> None:
+    now, day, gap = datetime(2026, 12, 2, tzinfo=UTC), timedelta(days=1), timedelta(seconds=2)
+    taken: list[datetime] = []
+    for _ in range(200):
+        taken.append(spread_out(now, day, taken, gap))
+    assert taken == [now + k * gap for k in range(200)]

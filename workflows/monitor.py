@@ -171,7 +171,7 @@ class MonitorTarget:
             slot = self._next_slot()
             delay = slot - workflow.now()
             if delay > timedelta(0):
-                self._describe(f"sleeping until {format_slot(slot)}")
+                self._describe(f"sleeping until {format_slot(slot)}; {self.state.config.schedule}")
                 self._woken = False
                 with contextlib.suppress(TimeoutError):  # the slot came: time to check
                     await workflow.wait_condition(
