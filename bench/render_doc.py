@@ -254,7 +254,10 @@ first check is a baseline) and the window, then one more interval for late slots
   over the window, per render. pricewatch's other processes are under the table.
 - **peak PSS MiB**: the tree's peak proportional set size (shared pages counted once),
   sampled every second; **RSS MiB**: RSS summed over the tree (an upper bound);
-  **MiB/render at once**: the PSS peak over the concurrency cap (**at once**).
+  **MiB/render at once**: the PSS peak over the concurrency cap (**at once**). At the
+  default rate renders seldom overlap, so the peak is mostly fixed cost (the browser, its
+  zygotes, GPU and network processes, the Playwright driver, the worker): what one more
+  render at once adds is not measured here.
 - **missed**: slots due in the window with no result one interval after it; **failed**: a
   result that is an error. **late**: done (commit, or the fetch returning) minus due.
 
