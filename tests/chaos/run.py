@@ -253,6 +253,7 @@ class Chaos:
     background: list[asyncio.Task[None]] = field(default_factory=list)
     heavy_peaks: list[tuple[int, int]] = field(default_factory=list)
     """Chromium's PSS as each heavy page was served, and its peak in the 3 s after."""
+    started: float = 0.0  # when the fault schedule began
     relaunches: list[tuple[int, float | None]] = field(default_factory=list)
     """(the render worker, seconds until it ran a new browser) per browser kill."""
 
@@ -743,8 +744,21 @@ class Chaos:
             f"{median / mib:.0f} / {max(pss, default=0) / mib:.0f} MiB"
         )
         r.figures["heavy pages: Chromium PSS as served -> peak 3 s after"] = (
-            ", ".join(f"{a / mib:.0f} -> {b / mib:.0f} MiB" for a, b in self.heavy_peaks) or "none"
+            ", ".join(f"{a / mib:.0f} -> {b / mib:.0f} MiB" if b else "no browser (its worker gone)"
+                      for a, b in self.heavy_peaks) or "none"
+        )  # fmt: skip
+        moments = sorted((at - self.started, kind) for _, at, kind in faulted)
+        moments += sorted((at - self.started, "page leaks memory") for _, at in self.pages.heavy)
+        r.figures["render faults hit (seconds into the run)"] = (
+            ", ".join(f"{kind} {at:.0f}" for at, kind in moments) or "none"
         )
+        caught_up = await self.pool.fetch(CAUGHT_UP, datetime.fromtimestamp(self.started, UTC)
+                                          + timedelta(seconds=self.options.seconds))  # fmt: skip
+        if caught_up:
+            last = caught_up[0]
+            r.figures["last target past the end (first row after it, s into the run)"] = (
+                f"{last['target_id']} at {last['at'].timestamp() - self.started:.0f}"
+            )
         orphans = await asyncio.to_thread(self.workers.orphaned_chromium)
         r.check(
             "no Chromium outlived its browser or render worker",
@@ -952,6 +966,12 @@ SENT_CHANGE_IDS = """
 SELECT d.message_id FROM deliveries d JOIN channels c USING (target_id, channel_id)
  WHERE d.notice = 'changed' AND d.status = 'sent' AND c.kind = 'webhook'
 """
+# Each target's first final row for a slot after the end of the run, latest first.
+CAUGHT_UP = """
+SELECT target_id, min(checked_at) AS at FROM source_checks
+ WHERE scheduled_for > $1 AND status NOT IN ('skipped', 'retrying')
+ GROUP BY target_id ORDER BY at DESC
+"""
 # The slot a faulted render was checking: the target's last row, not a skip, due by then.
 FAULTED_SLOT = """
 SELECT status, attempt_count FROM source_checks
@@ -1060,7 +1080,7 @@ async def _run(
             asyncio.create_task(chaos.watch_hits()),
         ]
         try:
-            start = time.time()
+            start = chaos.started = time.time()
             for at, kind in fault_schedule(options, rng, start):
                 await asyncio.sleep(max(0.0, at - time.time()))
                 try:
