@@ -23,13 +23,15 @@ HEALTHCHECK --interval=10s --timeout=3s --retries=6 \
     CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8081/readyz', timeout=2)"
 CMD ["pricewatch", "worker"]
 
-# The render worker: Debian's Chromium and Playwright (pinned; no browser download at run time).
+# The render worker: Debian's Chromium headless shell and a pinned Playwright (no browser
+# download at run time).
 FROM worker AS render
 USER root
-RUN apt-get update && apt-get install -y --no-install-recommends chromium fonts-liberation \
+RUN apt-get update && apt-get install -y --no-install-recommends chromium-headless-shell \
+    fonts-liberation \
     && rm -rf /var/lib/apt/lists/*
 RUN pip install --no-deps playwright==1.65.2 greenlet==3.5.6
-ENV PRICEWATCH_CHROMIUM=/usr/bin/chromium PRICEWATCH_RENDER=true
+ENV PRICEWATCH_CHROMIUM=/usr/bin/chromium-headless-shell PRICEWATCH_RENDER=true
 USER 10001
 
 # The default build (`docker build .`): the plain worker.

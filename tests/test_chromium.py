@@ -88,17 +88,18 @@ def test_a_chromium_on_path_is_found(nowhere: Path) -> None:
 
 
 def test_playwrights_chromium_comes_before_the_systems(nowhere: Path, tmp_path: Path) -> None:
+    """Its headless shell first: what Playwright launches for headless pages itself."""
     fake_chromium(nowhere / "chromium")
     candidates, incomplete = chromium.playwright_candidates()
     assert not incomplete and len(candidates) == 2
     assert all(c.is_relative_to(tmp_path / "ms-playwright") for c in candidates)
-    shell = fake_chromium(candidates[1])
+    browser = fake_chromium(candidates[1])
     assert chromium.locate()[1] == "system", "a download without its marker is not installed"
-    (shell.parents[1] / "INSTALLATION_COMPLETE").touch()
-    assert chromium.locate() == (shell, "Playwright's")
-    browser = fake_chromium(candidates[0])
     (browser.parents[1] / "INSTALLATION_COMPLETE").touch()
-    assert chromium.locate() == (browser, "Playwright's")  # the full browser over the shell
+    assert chromium.locate() == (browser, "Playwright's")
+    shell = fake_chromium(candidates[0])
+    (shell.parents[1] / "INSTALLATION_COMPLETE").touch()
+    assert chromium.locate() == (shell, "Playwright's")  # the headless shell: half the CPU
 
 
 @pytest.mark.parametrize("browsers_path", [None, "registry", "0"])
@@ -115,7 +116,8 @@ def test_the_cheap_reading_agrees_with_playwrights_driver(
         monkeypatch.setenv("PLAYWRIGHT_BROWSERS_PATH", str(tmp_path / browsers_path))
     candidates, incomplete = chromium.playwright_candidates()
     assert not incomplete
-    assert candidates[0] == chromium.playwright_executable_path()
+    assert candidates[1] == chromium.playwright_executable_path()  # [0]: its headless shell
+    assert candidates[0].name == "chrome-headless-shell"
     started = time.perf_counter()
     for _ in range(10):
         chromium.playwright_candidates()
@@ -166,8 +168,8 @@ def test_ensure_installs_when_root_with_apt(nowhere: Path, monkeypatch: pytest.M
     assert installs == [1]
     assert (code, line) == (
         0,
-        f"pricewatch: installed Debian's chromium; rendering uses {nowhere / 'chromium'} "
-        "(system, Chromium 9.9.9 built on Debian)",
+        "pricewatch: installed Debian's chromium-headless-shell; rendering uses "
+        f"{nowhere / 'chromium'} (system, Chromium 9.9.9 built on Debian)",
     )
     assert chromium.ensure(install)[0] == 0 and installs == [1]  # found: nothing installed
 
@@ -193,7 +195,9 @@ def test_ensure_without_root_or_apt_says_what_to_install(
     monkeypatch.setattr(chromium, "is_root", lambda: True)
     code, line = chromium.ensure(failing)
     assert code == 1 and "\n" not in line
-    assert line.endswith("(apt-get install chromium failed: E: Unable to locate package chromium)")
+    assert line.endswith(
+        "(apt-get install chromium-headless-shell failed: E: Unable to locate package chromium)"
+    )
 
 
 def run_ensure(**env: str) -> subprocess.CompletedProcess[str]:

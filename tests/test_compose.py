@@ -107,7 +107,7 @@ def test_the_image_runs_as_a_user_with_pinned_dependencies() -> None:
 
 
 def test_the_render_worker_is_the_worker_with_a_browser() -> None:
-    """Built from the Dockerfile's `render` stage (the worker plus Debian's Chromium and the
+    """Built from the Dockerfile's `render` stage (the worker plus Debian's headless shell and the
     Playwright the `render` extra allows), polling `<queue>-render` on the same queue."""
     plain, render = SERVICES["worker"], SERVICES["render-worker"]
     assert plain["build"]["target"] == "worker" and render["build"]["target"] == "render"
@@ -117,8 +117,8 @@ def test_the_render_worker_is_the_worker_with_a_browser() -> None:
         == plain["environment"]["PRICEWATCH_TASK_QUEUE"]
     )
     stage = DOCKERFILE.split("FROM worker AS render", 1)[1].split("\nFROM ", 1)[0]
-    assert "apt-get install" in stage and " chromium " in stage
-    assert "PRICEWATCH_CHROMIUM=/usr/bin/chromium" in stage
+    assert "apt-get install" in stage and " chromium-headless-shell " in stage
+    assert "PRICEWATCH_CHROMIUM=/usr/bin/chromium-headless-shell" in stage
     assert re.search(r"^USER (?!root|0\b)\S+", stage, re.M), "it drops root again"
     pinned = re.search(r"playwright==([\d.]+)", stage)
     assert pinned is not None

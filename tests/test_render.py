@@ -412,7 +412,7 @@ def browser_pid() -> int:
     --type= flag)."""
     me = os.getpid()
     for pid, argv in chromium_processes():
-        if not any(a.startswith(b"--type=") for a in argv) and is_descendant(pid, me):
+        if not any(b"--type=" in a for a in argv) and is_descendant(pid, me):
             return pid
     raise AssertionError("no Chromium of this process")
 
@@ -422,8 +422,12 @@ def chromium_under(ancestor: int) -> list[int]:
     return [pid for pid, _ in chromium_processes() if is_descendant(pid, ancestor)]
 
 
+CHROMIUM_NAMES = {b"chromium", b"chromium-headless-shell", b"chrome", b"chrome-headless-shell"}
+
+
 def chromium_processes() -> list[tuple[int, list[bytes]]]:
-    """(pid, argv) of every Chromium process on the machine, from /proc."""
+    """(pid, argv) of every Chromium process on the machine, from /proc (a child process
+    rewrites its command line into argv[0], `chromium --type=renderer ...`)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -433,7 +437,7 @@ def chromium_processes() -> list[tuple[int, list[bytes]]]:
                 argv = cmd.read().split(b"\0")
         except OSError:
             continue
-        if argv[0].endswith(b"/chromium"):
+        if argv[0].split(b" ")[0].rsplit(b"/", 1)[-1] in CHROMIUM_NAMES:
             found.append((int(entry), argv))
     return found
 
