@@ -99,7 +99,7 @@ def targets(rows: Sequence[TargetSummary]) -> None:
             [
                 row.id,
                 ("active" if row.enabled else "paused") + (",unhealthy" if row.unhealthy else ""),
-                row.schedule.removeprefix("every "),
+                row.schedule,
                 format_slot(row.next_slot),
                 row.last_status or "-",
             ]
