@@ -40,6 +40,7 @@ from activities.fetch import (
     read_body,
 )
 from activities.guard import AddressPolicy
+from activities.normalise import ExtractionError
 from pricewatch.steps import Action, Step, parse_steps
 from pricewatch.urls import as_sent
 
@@ -201,9 +202,12 @@ class BrowserFetcher:
                     raise FetchError(
                         f"the rendered page is over {MAX_BODY_BYTES} bytes", transient=False
                     )
-                read = await read_body(
-                    response.status, body, "text/html; charset=utf-8", request.extraction
-                )
+                try:
+                    read = await read_body(
+                        response.status, body, "text/html; charset=utf-8", request.extraction
+                    )
+                except ExtractionError as err:  # as a fetched page's: permanent, one line
+                    raise FetchError(f"extraction rule failed: {err}", transient=False) from err
                 if request.screenshot or read.sha256 != request.previous_hash:  # a new state
                     shot = await page.screenshot(type="png")
                     if len(shot) <= MAX_SCREENSHOT_BYTES:

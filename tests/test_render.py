@@ -322,6 +322,18 @@ def plain_render(url: str, steps: list[str] | None = None) -> CheckInput:
     )  # fmt: skip
 
 
+async def test_a_selector_that_matches_nothing_on_the_rendered_page_is_permanent(
+    fetcher: BrowserFetcher, pages: str
+) -> None:
+    """As on a fetched page: one line, not retried (it was an unclassified error, retried
+    with a traceback in the console)."""
+    request = plain_render(f"{pages}/plans", ["wait p.plan"])
+    request = request.model_copy(update={"price_mode": PriceSettings(selector=".no-such-plan")})
+    with pytest.raises(FetchError, match=r"extraction rule failed: .*\.no-such-plan") as err:
+        await fetcher(request_of(request))
+    assert err.value.transient is False
+
+
 async def test_a_page_that_builds_a_runaway_dom_is_refused(
     fetcher: BrowserFetcher, pages: str
 ) -> None:
