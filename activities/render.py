@@ -52,6 +52,8 @@ MAX_SCREENSHOT_BYTES = 2 * 1024 * 1024
 # A page with more elements than this after its steps is refused (permanent): no pricing
 # page comes near it (a large shop's product page has a few thousand), a runaway script does.
 MAX_DOM_ELEMENTS = 50_000
+# What a rule that found nothing on a page rendered without steps adds: the likely cause.
+READ_AT_LOAD = " (read at load: a script may write it later; wait with --step 'wait CSS')"
 # How long a step waits for its element, at most (and never past the check's budget).
 STEP_WAIT = timedelta(seconds=10)
 VIEWPORT = {"width": 1280, "height": 800}
@@ -207,7 +209,10 @@ class BrowserFetcher:
                         response.status, body, "text/html; charset=utf-8", request.extraction
                     )
                 except ExtractionError as err:  # as a fetched page's: permanent, one line
-                    raise FetchError(f"extraction rule failed: {err}", transient=False) from err
+                    hint = "" if steps else READ_AT_LOAD
+                    raise FetchError(
+                        f"extraction rule failed: {err}{hint}", transient=False
+                    ) from err
                 if request.screenshot or read.sha256 != request.previous_hash:  # a new state
                     shot = await page.screenshot(type="png")
                     if len(shot) <= MAX_SCREENSHOT_BYTES:
