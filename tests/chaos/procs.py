@@ -2,9 +2,11 @@
 
 A render worker launches Chromium through Playwright's driver (a Node.js child), so its
 browser process is a grandchild; the zygotes, renderers and helpers are below that, and
-Chromium's crash handlers are re-parented to init. Every one of them inherits the render
-worker's TMPDIR (the chaos run gives render workers one inside its folder) and most name it in
-their command line (`--user-data-dir`): `mentioning` finds them all, wherever they hang.
+Chromium's crash handlers are re-parented to init. The browser process (and, for the full
+Chromium, its children) names the render worker's TMPDIR in its command line
+(`--user-data-dir`), so `mentioning` finds it wherever it hangs; the headless shell's zygotes
+and renderers name nothing, so the run also keeps every Chromium process it saw below a render
+worker (`Proc.key`: pid and start time, safe from pid reuse).
 """
 
 import os
@@ -17,11 +19,20 @@ class Proc:
     ppid: int
     cmdline: bytes
     """The arguments joined by NUL (a zygote's children rewrite theirs as one string)."""
+    start: int = 0
+    """When it started, in clock ticks since boot."""
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return self.pid, self.start
 
     @property
     def chromium(self) -> bool:
+        """Chromium, its headless shell or its crash handler (not the shell script that
+        Debian's /usr/bin/chromium-headless-shell runs it from)."""
         first = self.cmdline.split(b"\0", 1)[0].split(b" ", 1)[0]
-        return first.endswith((b"/chromium", b"/chrome", b"/proc/self/exe", b"_handler"))
+        name = first.rsplit(b"/", 1)[-1]
+        return b"chrom" in name or name == b"headless_shell" or first == b"/proc/self/exe"
 
     @property
     def browser(self) -> bool:
@@ -47,7 +58,7 @@ def processes() -> list[Proc]:
         except OSError:
             continue
         if fields[0] != "Z" and cmdline:
-            found.append(Proc(int(entry), int(fields[1]), cmdline))
+            found.append(Proc(int(entry), int(fields[1]), cmdline, int(fields[19])))
     return found
 
 

@@ -115,7 +115,8 @@ class Workers:
         self.folder = folder
         self.scratch = render_scratch()
         self.render_env = {**env, "PRICEWATCH_RENDER": "true", "TMPDIR": str(self.scratch)}
-        self.chromium_pss: list[tuple[float, int]] = []  # (when, bytes) of render workers'
+        self.chromium_pss: list[tuple[float, int]] = []  # (when, bytes): their Chromium
+        self.seen: set[tuple[int, int]] = set()  # every Chromium process seen below them
         self.processes: list[subprocess.Popen[bytes]] = []
         self.frozen: set[int] = set()
         self.deaths = 0
@@ -146,27 +147,33 @@ class Workers:
     def rendering(self) -> list[subprocess.Popen[bytes]]:
         return self.processes[self.count :]
 
-    def chromium(self) -> list[procs.Proc]:
+    def chromium(self, listed: list[procs.Proc] | None = None) -> list[procs.Proc]:
         """Every process of the render workers' Chromium (and their Playwright drivers),
-        live or orphaned, by the TMPDIR they inherit; not the render workers themselves."""
+        live or orphaned: by the TMPDIR they name, or seen below a render worker before; not
+        the render workers themselves."""
+        listed = procs.processes() if listed is None else listed
         workers = {p.pid for p in self.processes}
-        return [p for p in procs.mentioning(str(self.scratch)) if p.pid not in workers]
+        named = {p.pid for p in procs.mentioning(str(self.scratch), listed)}
+        return [p for p in listed
+                if p.pid not in workers and (p.pid in named or p.key in self.seen)]  # fmt: skip
 
     def orphaned_chromium(self) -> list[procs.Proc]:
         """Chromium no live render worker owns (crash handlers, re-parented to init by
         design, are left out while a browser of theirs is alive)."""
         listed = procs.processes()
         live = {p.pid for p in self.rendering if p.poll() is None}
-        owned = {p.pid for p in procs.descendants(live, listed)}
-        ours = [p for p in procs.mentioning(str(self.scratch), listed) if p.pid not in owned]
-        browsers = any(p.browser for p in procs.descendants(live, listed))
+        owned = procs.descendants(live, listed)
+        ours = [p for p in self.chromium(listed) if p.pid not in {o.pid for o in owned}]
+        browsers = any(p.browser for p in owned)
         return [p for p in ours if not (p.crash_handler and browsers)]
 
     def sample_chromium(self) -> int:
-        """The render workers' Chromium, in bytes of proportional set size."""
+        """The render workers' Chromium, in bytes of proportional set size (and each of its
+        processes noted as seen)."""
         live = {p.pid for p in self.rendering if p.poll() is None}
-        below = [p.pid for p in procs.descendants(live) if p.pid not in live and p.chromium]
-        return procs.pss(below)
+        below = [p for p in procs.descendants(live) if p.pid not in live and p.chromium]
+        self.seen.update(p.key for p in below)
+        return procs.pss([p.pid for p in below])
 
     async def run_skewed(self, skew: str, seconds: float) -> None:
         """One more worker (plain `pricewatch worker`, no fault hooks) whose clock is off by
@@ -233,6 +240,8 @@ class Workers:
     def stop(self) -> list[procs.Proc]:
         """Stop every worker, then wait for the render workers' Chromium to go with them;
         SIGKILL what is left after `CHROMIUM_GRACE` and return it (the strays)."""
+        if self.rendering:
+            self.sample_chromium()  # what runs now, to know it afterwards
         for process in self.processes:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(process.pid, signal.SIGCONT)
