@@ -331,7 +331,8 @@ class Pages:
     its own phase). While `faulty`, some answers are 429/503 (Retry-After: 1), 503 with no
     Retry-After, a body that trickles for seconds, or a dropped connection. Rendered pages
     (`/render/<target>`) carry the same text, written by a script; their faults are the
-    hang (`hang_next`) and the heavy page (`heavy_next`), each for one request."""
+    hang (`hangs_pending`) and the heavy page (`heavy_pending`), each for the next request
+    of any rendered target (whichever renders first: a stalled one would hold it back)."""
 
     def __init__(self, seed: int, change_every: float) -> None:
         self.random = random.Random(seed)
@@ -340,8 +341,9 @@ class Pages:
         self.faulty = True
         self.frozen_at: float | None = None
         self.answers: Counter[str] = Counter()
-        self.hang_next: dict[str, float] = {}  # target: seconds its next first attempt hangs
-        self.heavy_next: set[str] = set()
+        self.hangs_pending: list[float] = []  # seconds the next regular requests hang
+        self.hang_hit_after = 0.0  # a hang held this long was one: the browser gave up first
+        self.heavy_pending = 0
         self.hung: list[Hung] = []
         self.heavy: list[tuple[str, float]] = []  # (target, when) of each heavy page served
         self._rendered_at: dict[str, float] = {}
@@ -389,15 +391,18 @@ class Pages:
         previous, self._rendered_at[target] = self._rendered_at.get(target), now
         await asyncio.sleep(self.render_random.uniform(0.02, 0.08))
         regular = previous is not None and now - previous < RETRY_GAP  # not a retry
-        if regular and (seconds := self.hang_next.pop(target, None)) is not None:
+        if regular and self.hangs_pending:
+            seconds = self.hangs_pending.pop(0)
             self.answers["rendered: hung"] += 1
             try:
                 await asyncio.sleep(seconds)
             finally:  # cancelled once the browser gives up and the connection closes
                 self.hung.append(Hung(target, now, time.time() - now))
+                if time.time() - now < self.hang_hit_after:  # cut short (its render killed)
+                    self.hangs_pending.append(seconds)  # the next regular one, then
         leak = ""
-        if target in self.heavy_next:
-            self.heavy_next.discard(target)
+        if self.heavy_pending:
+            self.heavy_pending -= 1
             self.heavy.append((target, now))
             self.answers["rendered: heavy"] += 1
             leak = "\n  " + LEAK
