@@ -6,14 +6,17 @@ server, Postgres, page server and worker in a temp dir, drives one target throug
 message (pause, resume, check-now, reconfigure, a permanent failure, a transient one
 retried as a normal activity, continue-as-new, a removal during a backoff) with a
 webhook channel told of its changes, a run started with 1.0's run length (300 checks)
-that 1.1 shortens, a target in price mode whose rises nobody is told (`--notify-on drop`), then
-one retention pass (`PruneChecks`), and
+that 1.1 shortens, a target in price mode whose rises nobody is told (`--notify-on drop`), a
+rendered target checked on the render task queue and a calendar target reconfigured to an
+interval (1.4), then one retention pass (`PruneChecks`), and
 writes each run's history to tests/histories/<version>/, the package's version: from 1.0 on
 every release keeps its histories there and every later release must replay them.
 """
 
 import asyncio
+import contextlib
 import tempfile
+from collections.abc import AsyncIterator
 from importlib.metadata import version
 from pathlib import Path
 
@@ -21,6 +24,7 @@ from aiohttp import web
 from temporalio.client import Client, WorkflowHistory
 
 from client.temporal import DATA_CONVERTER, start_monitor
+from pricewatch.calendar import Calendar
 from pricewatch.models import (
     Channel,
     ChannelKind,
@@ -29,6 +33,7 @@ from pricewatch.models import (
     MonitorStatus,
     NotifyOn,
     PriceSettings,
+    RenderSettings,
     TargetConfig,
 )
 from pricewatch.names import Update
@@ -120,6 +125,39 @@ async def drive(client: Client, activities: Activities, page_url: str) -> list[s
         await started.signal(MonitorTarget.remove)
         await client.get_workflow_handle(started.id).result()
         run_ids.append(f"{started.id}/{started.result_run_id}")
+        # 1.4: a rendered target (every attempt on the render task queue) and a calendar
+        # target (its first slot on the calendar, the next minute), each checked, then a
+        # calendar reconfigured to an interval.
+        async with rendering(client, activities):
+            shown = config.model_copy(
+                update={"target_id": "recorded-rendered", "url": page_url + "app",
+                        "channels": [], "render": RenderSettings(steps=["wait p"]),
+                        "price_mode": PriceSettings(selector="p")}
+            )  # fmt: skip
+            started = await start_monitor(
+                client, MonitorState(config=shown, min_interval_seconds=1), TASK_QUEUE
+            )
+            await asyncio.sleep(6)
+            await started.signal(MonitorTarget.remove)
+            await client.get_workflow_handle(started.id).result()
+            run_ids.append(f"{started.id}/{started.result_run_id}")
+        timed = TargetConfig.model_validate(
+            {**config.model_dump(exclude={"interval_seconds"}), "target_id": "recorded-calendar",
+             "channels": [], "calendar": Calendar.parse("* * * * *", "Europe/Berlin")}
+        )  # fmt: skip
+        started = await start_monitor(
+            client, MonitorState(config=timed, min_interval_seconds=1), TASK_QUEUE
+        )
+        await asyncio.sleep(63)  # the first slot: the next whole minute
+        await started.execute_update(
+            Update.RECONFIGURE,
+            config.model_copy(update={"target_id": "recorded-calendar", "channels": []}),
+            result_type=MonitorStatus,
+        )
+        await asyncio.sleep(3)
+        await started.signal(MonitorTarget.remove)
+        await client.get_workflow_handle(started.id).result()
+        run_ids.append(f"{started.id}/{started.result_run_id}")
         # A retention pass, as the hourly Schedule starts one (nothing expired: a fresh
         # database; the shape of the history is what replay checks).
         prune = await client.start_workflow(
@@ -127,6 +165,17 @@ async def drive(client: Client, activities: Activities, page_url: str) -> list[s
         )
         await prune.result()
     return [r for r in run_ids if r]
+
+
+@contextlib.asynccontextmanager
+async def rendering(client: Client, activities: Activities) -> AsyncIterator[None]:
+    """A render worker beside the workflow worker: a Chromium and the render task queue."""
+    from workers.worker import browser, build_render_worker
+
+    async with browser(Settings(allow_networks="127.0.0.1/32")) as fetcher:
+        checks = activities.checks.fetching_with(fetcher)
+        async with build_render_worker(client, TASK_QUEUE, checks, 2):
+            yield
 
 
 def write(path: Path, history: WorkflowHistory) -> None:
@@ -151,6 +200,9 @@ async def main() -> None:
             if request.path.endswith("busy") and not busy_answered:
                 busy_answered.append(request.path)
                 return web.Response(status=503, headers={"Retry-After": "1"})
+            if request.path.endswith("app"):  # written by a script: needs the browser
+                script = "setTimeout(() => document.body.innerHTML = '<p>$ 7</p>', 100)"
+                return web.Response(text=f"<script>{script}</script>", content_type="text/html")
             if request.path.endswith("plans"):
                 price = 5 + next(counter) % 2
                 return web.Response(text=f"<p>$ {price}</p>", content_type="text/html")
