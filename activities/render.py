@@ -181,6 +181,8 @@ class BrowserFetcher:
                 try:
                     response = await page.goto(as_sent(request.url), wait_until="load")
                 except PlaywrightError as err:
+                    if not browser.is_connected():
+                        raise  # the browser went, not the page (BrowserFetcher.__call__)
                     raise DocumentFailed(_first_line(err), transient=True) from err
                 if response is None:
                     raise DocumentFailed("the page did not load", transient=True)
@@ -244,17 +246,23 @@ class BrowserFetcher:
     async def _launch(self) -> _Launched:
         if self._playwright is None:
             self._playwright = await async_playwright().start()
-            self._tmp = tempfile.mkdtemp(prefix="pricewatch-chromium-")
+            self._tmp = tempfile.mkdtemp(prefix="pwc-", dir=short_temp_root())
         assert self._tmp is not None
         self._launches += 1
         profile = os.path.join(self._tmp, str(self._launches))
         os.makedirs(profile)
-        browser = await self._playwright.chromium.launch(
-            executable_path=self._executable,
-            args=[*self._args, f"{LAUNCH_MARK}{profile}"],
-            proxy={"server": "http://per-context"},  # every context sets its own
-            env={**os.environ, "TMPDIR": profile},
-        )
+        try:
+            browser = await self._playwright.chromium.launch(
+                executable_path=self._executable,
+                args=[*self._args, f"{LAUNCH_MARK}{profile}"],
+                proxy={"server": "http://per-context"},  # every context sets its own
+                env={**os.environ, "TMPDIR": profile},
+            )
+        except PlaywrightError as err:  # this worker's browser, not the page: another may
+            shutil.rmtree(profile, ignore_errors=True)
+            raise FetchError(
+                f"the browser did not start: {_first_line(err)}", transient=True
+            ) from err
         return _Launched(browser, profile)
 
     async def _release(self, launched: _Launched) -> None:
@@ -302,6 +310,20 @@ class BrowserFetcher:
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
         self._playwright = self._proxy = self._tmp = None
+
+
+# Chromium puts a Unix socket in its TMPDIR (`.org.chromium.Chromium.XXXXXX/SingletonSocket`)
+# and aborts at launch when that path is over 107 bytes: a long TMPDIR (macOS's
+# /var/folders/..., a test's) is not a place for the fetcher's directory.
+SOCKET_ROOM = 40
+
+
+def short_temp_root() -> str:
+    """The system's temporary directory if its path is short enough, else /tmp."""
+    default = tempfile.gettempdir()
+    if len(default) <= SOCKET_ROOM or not os.path.isdir("/tmp"):
+        return default
+    return "/tmp"
 
 
 def browser_memory(profile: str) -> int:

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import signal
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -332,6 +333,37 @@ async def test_a_selector_that_matches_nothing_on_the_rendered_page_is_permanent
     with pytest.raises(FetchError, match=r"extraction rule failed: .*\.no-such-plan") as err:
         await fetcher(request_of(request))
     assert err.value.transient is False
+
+
+async def test_a_long_temporary_directory_does_not_stop_the_browser(
+    pages: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chromium's singleton socket lives in its TMPDIR and must fit in 107 bytes: under a
+    long TMPDIR (macOS's /var/folders/...) it would abort at launch, every render failing."""
+    deep = tmp_path / ("x" * 60)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    fetcher = BrowserFetcher(LOOPBACK, find_chromium(), chromium_args(), 1)
+    try:
+        page = await fetcher(request_of(plain_render(f"{pages}/plans", ["wait p.plan"])))
+        assert [p.amount for p in page.prices or []] == [5, 12]
+    finally:
+        await fetcher.close()
+
+
+async def test_a_browser_that_cannot_start_is_a_transient_error_naming_it(
+    pages: str, tmp_path: Path
+) -> None:
+    broken = tmp_path / "chromium"
+    broken.write_text("#!/bin/sh\necho 'cannot start' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    fetcher = BrowserFetcher(LOOPBACK, broken, chromium_args(), 1)
+    try:
+        with pytest.raises(FetchError, match=r"the browser did not start") as err:
+            await fetcher(request_of(plain_render(f"{pages}/plans")))
+        assert err.value.transient is True
+    finally:
+        await fetcher.close()
 
 
 async def test_a_page_that_builds_a_runaway_dom_is_refused(
