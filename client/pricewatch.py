@@ -48,7 +48,7 @@ from pricewatch.models import (
 )
 from pricewatch.names import WORKFLOW_TYPE, Query, Signal, Update
 from pricewatch.settings import Settings
-from pricewatch.slots import spread_anchor, spread_out
+from pricewatch.slots import SiteSpread, spread_anchor
 from pricewatch.urls import as_typed
 from pricewatch.views import (
     ChangeView,
@@ -261,28 +261,30 @@ class Pricewatch:
             skipped_values=page.skipped, refused_requests=page.refused,
         ), page.screenshot  # fmt: skip
 
-    async def site_slots(self) -> dict[tuple[str, timedelta], list[datetime]]:
-        """The next slots of the `--every` targets, by site (URL host) and interval: what a
-        new target of that site is spread apart from."""
-        taken: dict[tuple[str, timedelta], list[datetime]] = {}
+    async def site_slots(self) -> dict[tuple[str, timedelta], SiteSpread]:
+        """Where the `--every` targets fall due, by site (URL host) and interval: what a new
+        target of that site is spread apart from (PRICEWATCH_SITE_GAP)."""
+        due: dict[tuple[str, timedelta], list[datetime]] = {}
         for row in await store.list_targets(await self.pool(), trend=0):
             if row["calendar"] is None:
-                key = (site(str(row["url"])), timedelta(seconds=int(str(row["interval_seconds"]))))
-                taken.setdefault(key, []).append(row["next_slot"])  # type: ignore[arg-type]
-        return taken
+                seconds = int(str(row["interval_seconds"]))
+                key = (site(str(row["url"])), timedelta(seconds=seconds))
+                due.setdefault(key, []).append(row["next_slot"])  # type: ignore[arg-type]
+        gap = self.settings.site_gap
+        return {key: SiteSpread(key[1], gap, slots) for key, slots in due.items()}
 
     def first_slot(
-        self, config: TargetConfig, taken: dict[tuple[str, timedelta], list[datetime]]
+        self, config: TargetConfig, sites: dict[tuple[str, timedelta], SiteSpread]
     ) -> datetime:
         """A new target's anchor: now, spread by its id, and moved on until no target of its
         site on its interval is due within PRICEWATCH_SITE_GAP of it (a calendar target
-        starts on its calendar: the workflow moves it there). Recorded in `taken`."""
+        starts on its calendar: the workflow moves it there). It joins `sites`."""
         anchor = spread_anchor(config.target_id, datetime.now(UTC))
-        if config.calendar is None:
-            others = taken.setdefault((site(config.url), config.interval), [])
-            anchor = spread_out(anchor, config.interval, others, self.settings.site_gap)
-            others.append(anchor)
-        return anchor
+        if config.calendar is not None:
+            return anchor
+        key = (site(config.url), config.interval)
+        spread = sites.setdefault(key, SiteSpread(config.interval, self.settings.site_gap, []))
+        return spread.place(anchor)
 
     async def _start(self, config: TargetConfig, start_at: datetime | None, paused: bool) -> None:
         anchor = start_at or spread_anchor(config.target_id, datetime.now(UTC))

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from pricewatch.durations import format_duration, parse_duration
 from pricewatch.slots import (
+    SiteSpread,
     due_before_first_task,
     due_before_pause,
     first_slot,
@@ -16,7 +17,6 @@ from pricewatch.slots import (
     next_slot,
     slots_between,
     spread_anchor,
-    spread_out,
     sub_second_offset,
     work_id,
 )
@@ -239,25 +239,29 @@ def test_slots_overdue_when_a_late_pause_took_effect() -> None:
 
 @given(
     preferred=moments,
-    interval=st.integers(min_value=10, max_value=86_400).map(lambda s: timedelta(seconds=s)),
+    interval=st.integers(min_value=1, max_value=86_400).map(lambda s: timedelta(seconds=s)),
     taken=st.lists(st.integers(min_value=-(10**9), max_value=10**9), max_size=40),
-    gap=st.integers(min_value=1, max_value=30).map(lambda s: timedelta(seconds=s)),
+    gap=st.integers(min_value=0, max_value=30).map(lambda s: timedelta(seconds=s)),
+    adds=st.integers(min_value=1, max_value=5),
 )
 def test_a_new_target_is_spread_from_its_sites_others_as_far_as_the_grid_allows(
-    preferred: datetime, interval: timedelta, taken: list[int], gap: timedelta
+    preferred: datetime, interval: timedelta, taken: list[int], gap: timedelta, adds: int
 ) -> None:
-    """At or after the preferred start, within one interval; clear of every other target of
-    the site by `gap` on the interval's grid, unless there is no room (then unmoved)."""
+    """Each start at or after the preferred one, within one interval; clear of every other
+    target of the site by `gap` on the interval's grid, unless no place is (then unmoved)."""
     others = [preferred + timedelta(milliseconds=ms) for ms in taken]
-    spread = spread_out(preferred, interval, others, gap)
-    assert preferred <= spread < preferred + interval
-    clear = all(gap <= (spread - other) % interval <= interval - gap for other in others)
-    assert clear or spread == preferred
+    spread = SiteSpread(interval, gap, others)
+    for _ in range(adds):
+        placed = spread.place(preferred)
+        assert preferred <= placed < preferred + interval
+        clear = all(gap <= (placed - other) % interval <= interval - gap for other in others)
+        assert clear or placed == preferred
+        others.append(placed)
 
 
 def test_two_hundred_pages_of_one_shop_are_two_seconds_apart() -> None:
     now, day, gap = datetime(2026, 12, 2, tzinfo=UTC), timedelta(days=1), timedelta(seconds=2)
-    taken: list[datetime] = []
-    for _ in range(200):
-        taken.append(spread_out(now, day, taken, gap))
-    assert taken == [now + k * gap for k in range(200)]
+    spread = SiteSpread(day, gap, [])
+    assert [spread.place(now) for _ in range(200)] == [now + k * gap for k in range(200)]
+    crowded = SiteSpread(timedelta(seconds=3), gap, [now])  # no place 2 s from both sides
+    assert crowded.place(now) == now
