@@ -228,7 +228,9 @@ CronOpt = Annotated[
 ]
 AtOpt = Annotated[
     list[str] | None,
-    typer.Option("--at", help="Slots at this local time, e.g. 08:00 (repeatable)."),
+    typer.Option(
+        "--at", metavar="<HH:MM>", help="Slots at this local time, e.g. 08:00 (repeatable)."
+    ),
 ]
 OnOpt = Annotated[
     str | None,
