@@ -26,6 +26,8 @@ from activities.fetch import FetchError, request_of
 from activities.render import BrowserFetcher, browser_memory
 from client.temporal import DATA_CONVERTER, workflow_id
 from pricewatch.models import CheckInput, CheckResult, PriceSettings, RenderSettings, TargetConfig
+from tests.chaos import procs
+from tests.chaos.procs import alive
 from tests.chaos.stack import serve
 from tests.conftest import LOOPBACK, WebhookReceiver
 from tests.helpers import PRICEWATCH, SLOT, cli, worker_process
@@ -452,59 +454,14 @@ def pages_open(fetcher: BrowserFetcher) -> bool:
 
 
 def browser_pid() -> int:
-    """The Chromium this test process launched (its browser process: the one without a
-    --type= flag)."""
-    me = os.getpid()
-    for pid, argv in chromium_processes():
-        if not any(b"--type=" in a for a in argv) and is_descendant(pid, me):
-            return pid
-    raise AssertionError("no Chromium of this process")
+    """The Chromium this test process launched (its browser process: no --type= flag)."""
+    [pid] = procs.browsers_under(os.getpid())
+    return pid
 
 
 def chromium_under(ancestor: int) -> list[int]:
     """Every Chromium process below `ancestor` (browser, renderers, helpers)."""
-    return [pid for pid, _ in chromium_processes() if is_descendant(pid, ancestor)]
-
-
-CHROMIUM_NAMES = {b"chromium", b"chromium-headless-shell", b"chrome", b"chrome-headless-shell"}
-
-
-def chromium_processes() -> list[tuple[int, list[bytes]]]:
-    """(pid, argv) of every Chromium process on the machine, from /proc (a child process
-    rewrites its command line into argv[0], `chromium --type=renderer ...`)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as cmd:
-                argv = cmd.read().split(b"\0")
-        except OSError:
-            continue
-        if argv[0].split(b" ")[0].rsplit(b"/", 1)[-1] in CHROMIUM_NAMES:
-            found.append((int(entry), argv))
-    return found
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie, exited but not yet reaped by its parent, counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def is_descendant(parent: int, ancestor: int) -> bool:
-    while parent > 1:
-        if parent == ancestor:
-            return True
-        try:
-            with open(f"/proc/{parent}/stat") as stat:
-                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            return False
-    return False
+    return [p.pid for p in procs.descendants({ancestor}) if p.chromium and p.pid != ancestor]
 
 
 async def test_a_rendered_target_is_checked_by_a_render_worker_on_its_own_queue(
