@@ -292,12 +292,29 @@ def _pricewatch_version() -> str:
         return "checkout"
 
 
-def spawn(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """A process whose output goes to `log`; the caller stops it by its PID."""
+def spawn(
+    args: list[str], log: Path, env: dict[str, str] | None = None, group: bool = False
+) -> subprocess.Popen[bytes]:
+    """A process whose output goes to `log`; the caller stops it by its PID (`group`: in a
+    process group of its own, to stop with what it started: Debian's Chromium wrappers are
+    shell scripts whose browser outlives them)."""
     with open(log, "ab") as out:  # the child keeps its own copy
         return subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env
-        )
+            args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+            start_new_session=group,
+        )  # fmt: skip
+
+
+def stop_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the process group `spawn(group=True)` made; after its leader exits (10 s
+    at most), SIGKILL to whatever of the group is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=10)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 def tail(log: Path, whole: bool = False) -> str:
@@ -342,7 +359,9 @@ async def cdp_chromium(root: Path) -> AsyncIterator[tuple[subprocess.Popen[bytes
         f"--remote-debugging-port={port}", "--remote-debugging-address=127.0.0.1",
         f"--user-data-dir={root / 'cdio-chromium'}", "about:blank",
     ]  # fmt: skip
-    process = spawn(args, root / "cdio-chromium.log", {**os.environ, "TMPDIR": str(root)})
+    process = spawn(
+        args, root / "cdio-chromium.log", {**os.environ, "TMPDIR": str(root)}, group=True
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         async with httpx.AsyncClient(trust_env=False) as http:
@@ -357,7 +376,7 @@ async def cdp_chromium(root: Path) -> AsyncIterator[tuple[subprocess.Popen[bytes
                 raise RuntimeError("Chromium for changedetection.io never listened for CDP")
         yield process, url
     finally:
-        await asyncio.to_thread(stop_process, process)
+        await asyncio.to_thread(stop_group, process)
 
 
 async def run_cdio(root: Path, spa: str, python: Path, args: argparse.Namespace) -> RenderResult:
