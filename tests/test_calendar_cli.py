@@ -3,14 +3,18 @@
 reconfigure to `--every` and on to `--at/--on` keeps the pending slot, `export` writes the
 calendar back, and options that do not go together get one line and exit 2."""
 
+import asyncio
 import itertools
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import asyncpg
 import pytest
+from aiohttp import web
 
+from tests.chaos.stack import serve
 from tests.conftest import PageServer
 from tests.helpers import cli, worker_process
 from tests.waits import eventually, wait_for
@@ -112,3 +116,45 @@ async def test_apply_spreads_the_pages_of_one_shop_apart(
         assert min(b - a for a, b in itertools.pairwise(slots)).total_seconds() >= 3
         for n in range(20):
             assert (await cli(env, "remove", f"shop-{n}"))[0] == 0
+
+
+async def test_a_worker_killed_mid_check_of_a_calendar_slot_costs_no_slot(
+    env: dict[str, str], pool: asyncpg.Pool
+) -> None:
+    """SIGKILL of the worker while a calendar slot's check waits on a slow page: another
+    worker records that slot, once, on the calendar (the same claim, lease and one-row commit
+    as an interval grid's)."""
+    hits: list[float] = []
+
+    async def slow_once(request: web.Request) -> web.Response:
+        hits.append(time.monotonic())
+        if len(hits) == 1:
+            await asyncio.sleep(20)  # the worker is killed meanwhile
+        return web.Response(text="price 10")
+
+    async with serve([web.get("/slow", slow_once)]) as url:
+        async with worker_process(env) as doomed:
+            code, _, err = await cli(env, "add", "cal-kill", f"{url}/slow", "--cron", "* * * * *")
+            assert code == 0, err
+
+            async def fetching() -> bool:
+                return bool(hits)
+
+            await eventually(fetching, within=75, what="the slot's check fetching")
+            doomed.kill()
+            await doomed.wait()
+        async with worker_process(env):
+            await eventually(
+                lambda: pool.fetchval(
+                    "SELECT count(*) FROM source_checks WHERE status = 'unchanged'"
+                ),
+                within=150, what="the slot's row",
+            )  # fmt: skip
+            rows = await pool.fetch(
+                "SELECT scheduled_for, count(*) AS n FROM source_checks "
+                "WHERE status <> 'skipped' GROUP BY scheduled_for"
+            )
+            assert len(hits) >= 2, "the second worker fetched the slot again"
+            assert all(r["n"] == 1 for r in rows), rows
+            assert all(r["scheduled_for"].second == 0 for r in rows), "on the calendar"
+            assert (await cli(env, "remove", "cal-kill"))[0] == 0
