@@ -649,7 +649,12 @@ async def test_apply_a_targets_file_plan_prune_dry_run_and_export_round_trip(
         code, out, err = await cli(env, "apply", str(targets), "--prune")
         assert code == 0, err
         assert "applied 4 changes" in out
-        assert await running() == {"pricewatch-apply-a", "pricewatch-apply-b"}
+        kept = {"pricewatch-apply-a", "pricewatch-apply-b"}
+
+        async def pruned() -> bool:  # visibility lists a run a moment after it changes
+            return await running() == kept
+
+        await eventually(pruned, within=10, what="apply-c gone, apply-a and apply-b running")
         await wait_for(
             pool, "SELECT count(*) FROM monitor_targets WHERE id = 'apply-a' AND NOT enabled"
         )
