@@ -705,16 +705,27 @@ class Chaos:
         r.figures["hung pages: seconds each was held (the browser gave up at 5 s)"] = (
             ", ".join(f"{h.held:.1f}" for h in self.pages.hung) or "none"
         )
-        faulted = [(str(h["url"]).rsplit("/", 1)[-1], float(str(h["at"])), str(h["window"]))
-                   for h in self.hits if h["window"] in RENDER_WINDOWS]  # fmt: skip
-        faulted += [(h.target, h.at, "hung page") for h in hung]
+        killed = {int(str(h["pid"])) for h in self.hits if h["window"] == "render worker killed"}
+        faulted = [
+            (
+                str(h["url"]).rsplit("/", 1)[-1],
+                float(str(h["at"])),
+                str(h["window"]),
+                int(str(h["pid"])),
+            )
+            for h in self.hits
+            if h["window"] in RENDER_WINDOWS
+        ]
+        faulted += [(h.target, h.at, "hung page", 0) for h in hung]
         outcomes, bad = Counter[str](), []
-        for target, at, kind in faulted:
+        for target, at, kind, pid in faulted:
             row = await self.pool.fetchrow(FAULTED_SLOT, target, datetime.fromtimestamp(at, UTC))
             outcome = "no row" if row is None else f"{row['status']} x{row['attempt_count']}"
             outcomes[f"{kind}: {outcome}"] += 1
             # A killed worker's attempt records nothing: its row counts the attempts that did.
-            failed_first = kind != "render worker killed"
+            # That holds for a browser kill too when the run then killed the same worker (two
+            # renders at once in one worker can take both windows).
+            failed_first = kind != "render worker killed" and pid not in killed
             retried = row is not None and (row["attempt_count"] >= 2 or not failed_first)
             if row is None or row["status"] == "retrying" or not retried:
                 bad.append(f"{target} {kind} at {datetime.fromtimestamp(at, UTC):%H:%M:%S}: "
@@ -729,7 +740,6 @@ class Chaos:
             not bad,
             f"{len(faulted)} faulted renders; not retried or not final: {bad[:3] or 'none'}",
         )
-        killed = {int(str(h["pid"])) for h in self.hits if h["window"] == "render worker killed"}
         unlaunched = [w for w, seconds in self.relaunches if seconds is None and w not in killed]
         r.figures["browser relaunched after a kill (seconds, at the next render)"] = (
             ", ".join("-" if s is None else f"{s:.1f}" for _, s in self.relaunches) or "none"
@@ -750,7 +760,7 @@ class Chaos:
             ", ".join(f"{a / mib:.0f} -> {b / mib:.0f} MiB" if b else "no browser (its worker gone)"
                       for a, b in self.heavy_peaks) or "none"
         )  # fmt: skip
-        moments = sorted((at - self.started, kind) for _, at, kind in faulted)
+        moments = sorted((at - self.started, kind) for _, at, kind, _ in faulted)
         moments += sorted((at - self.started, "page leaks memory") for _, at in self.pages.heavy)
         r.figures["render faults hit (seconds into the run)"] = (
             ", ".join(f"{kind} {at:.0f}" for at, kind in moments) or "none"
