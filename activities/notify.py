@@ -1,9 +1,11 @@
-"""Notices to a target's channels: signed webhooks (Standard Webhooks) and email.
+"""Notices to a target's channels: signed webhooks (Standard Webhooks), email, and any
+Apprise service (activities/services.py).
 
 One activity call is one notice to one channel. The `deliveries` row keyed on (work id,
 channel, notice) makes every re-execution after a recorded send a no-op. The one window
 that cannot be closed is "sent, then the worker died before recording it": the re-send
-carries the same webhook-id / Message-ID, so the receiver can drop it.
+carries the same webhook-id / Message-ID, so the receiver can drop it; a chat service has
+no such key, so its people see that message twice (docs/notifications.md).
 """
 
 import asyncio
@@ -12,6 +14,7 @@ import hashlib
 import hmac
 import json
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from email.message import EmailMessage
@@ -19,16 +22,21 @@ from email.message import EmailMessage
 import aiosmtplib
 import asyncpg
 import httpx
+from jinja2 import TemplateError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities import services
 from activities.fetch import TRANSIENT_STATUSES
-from activities.guard import BlockedAddress
+from activities.guard import AddressPolicy, BlockedAddress
 from activities.metrics import count
 from activities.outages import SMTP
 from activities.queries import QUERIES
+from pricewatch import notices
 from pricewatch.models import (
     ChannelKind,
+    CheckResult,
+    CheckStatus,
     DeliveryFailureInput,
     DeliveryInput,
     DeliveryResult,
@@ -41,6 +49,7 @@ from pricewatch.policy import (
     expected_failure,
 )
 from pricewatch.prices import move_line
+from pricewatch.settings import Settings
 from pricewatch.slots import format_slot
 
 # Longer than one attempt (10 s): a second execution of the same delivery waits it out.
@@ -60,6 +69,18 @@ class SmtpSettings:
     username: str | None = None
     password: str | None = None
     use_tls: bool = False
+
+    @classmethod
+    def of(cls, settings: Settings) -> "SmtpSettings":
+        password = settings.smtp_password.get_secret_value() if settings.smtp_password else None
+        return cls(
+            host=settings.smtp_host,
+            port=settings.smtp_port,
+            sender=settings.smtp_sender,
+            username=settings.smtp_username,
+            password=password,
+            use_tls=settings.smtp_tls,
+        )
 
 
 class DeliveryError(Exception):
@@ -111,10 +132,18 @@ def notice_body(
 
 
 class NotifyActivities:
-    def __init__(self, pool: asyncpg.Pool, http: httpx.AsyncClient, smtp: SmtpSettings) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        http: httpx.AsyncClient,
+        smtp: SmtpSettings,
+        policy: AddressPolicy | None = None,
+    ) -> None:
         self.pool = pool
         self.http = http
         self.smtp = smtp
+        self.policy = policy or AddressPolicy()
+        """Where Apprise's own requests may connect (`http` carries its own guard)."""
 
     @activity.defn(name=Activity.DELIVER_NOTICE)
     async def deliver_notice(self, delivery: DeliveryInput) -> DeliveryResult:
@@ -144,8 +173,10 @@ class NotifyActivities:
                 await self._post_webhook(
                     delivery, body, row["destination"], row["secret"], row["now"]
                 )
-            else:
+            elif row["kind"] == ChannelKind.EMAIL.value:
                 await self._send_email(delivery, body, row["destination"])
+            else:
+                await self._notify_service(delivery.target_id, delivery.channel_id, body, row)
         except DeliveryError as err:
             count("pricewatch_deliveries", "notices by outcome", notice=delivery.notice.value,
                   kind=row["kind"], outcome="failed")  # fmt: skip
@@ -209,8 +240,10 @@ class NotifyActivities:
         url: str,
         secret: str,
         now: datetime,
+        disable: bool = True,
     ) -> None:
-        """Same webhook-id on every re-send; a fresh timestamp and signature per attempt."""
+        """Same webhook-id on every re-send; a fresh timestamp and signature per attempt.
+        A 410 disables the channel (unless `disable` is off: a test notice)."""
         body = json.dumps(notice, separators=(",", ":")).encode()
         message_id = self.message_id(delivery)
         timestamp = int(now.timestamp())
@@ -237,7 +270,7 @@ class NotifyActivities:
         if response.is_success:
             return
         message = f"webhook answered HTTP {response.status_code}"
-        if response.status_code == 410:
+        if response.status_code == 410 and disable:
             await QUERIES["disable_channel"].execute(
                 self.pool, target_id=delivery.target_id, channel_id=delivery.channel_id,
                 reason="HTTP 410 Gone",
@@ -245,13 +278,93 @@ class NotifyActivities:
             raise DeliveryError(f"{message}: endpoint gone, channel disabled", transient=False)
         raise DeliveryError(message, transient=response.status_code in TRANSIENT_STATUSES)
 
+    async def _notify_service(
+        self, target_id: str, channel_id: str, notice: dict[str, object], row: asyncpg.Record,
+        test: bool = False,
+    ) -> None:  # fmt: skip
+        """One message to an Apprise service, its templates rendered; a refusal of the
+        credentials or of the destination (401, 403, 404, 410) disables the channel."""
+        if row["secret"] is None:
+            raise DeliveryError(
+                "its Apprise URL is not stored in this database: add the channel again with "
+                "its URL", transient=False,
+            )  # fmt: skip
+        try:
+            message = notices.render(
+                row["title_template"], row["body_template"], notices.variables(notice, test)
+            )
+        except (TemplateError, ValueError) as err:
+            raise DeliveryError(f"the message template failed: {err}", transient=False) from err
+        seconds = SEND_DEADLINE.total_seconds()
+        try:
+            async with asyncio.timeout(seconds + 1):  # `send` keeps to `seconds` itself
+                outcome = await asyncio.to_thread(
+                    services.send, row["secret"], message.title, message.body, self.policy,
+                    seconds,
+                )  # fmt: skip
+        except TimeoutError as err:
+            raise DeliveryError("the service did not answer in time", transient=True) from err
+        if outcome.sent:
+            return
+        if outcome.disable and not test:
+            await QUERIES["disable_channel"].execute(
+                self.pool, target_id=target_id, channel_id=channel_id,
+                reason=str(outcome.error).removesuffix("; channel disabled"),
+            )  # fmt: skip
+        error = str(outcome.error)
+        raise DeliveryError(error if not test else error.removesuffix("; channel disabled"),
+                            transient=outcome.transient)  # fmt: skip
+
+    async def send_test(self, target_id: str, channel: asyncpg.Record) -> str | None:
+        """`pricewatch notify-test`: a marked test notice to one channel now (a row of
+        `channels_to_test`); None if it was accepted, else the error. No change, no
+        delivery row, and a refusal disables nothing: the user reads it and decides."""
+        notice: dict[str, object] = {
+            "type": notices.TEST_TYPE, "target_id": target_id, "url": channel["url"],
+            "slot": format_slot(channel["now"]), "work_id": f"{target_id}:test",
+            "status": "test", "previous_hash": None, "new_hash": None,
+            "checked_at": channel["now"].isoformat(), "error": None, "failure_streak": 0,
+            "excerpt": None,
+        }  # fmt: skip
+        test = DeliveryInput(
+            notice=Notice.CHANGED, channel_id=channel["channel_id"], target_id=target_id,
+            url=str(channel["url"]),
+            result=CheckResult(
+                work_id=f"{target_id}:test:{uuid.uuid4().hex[:8]}", slot=channel["now"],
+                status=CheckStatus.UNCHANGED, checked_at=channel["now"], attempt_count=0,
+            ),
+        )  # fmt: skip
+        try:
+            if channel["kind"] == ChannelKind.WEBHOOK.value:
+                await self._post_webhook(
+                    test, notice, channel["destination"], channel["secret"], channel["now"],
+                    disable=False,
+                )  # fmt: skip
+            elif channel["kind"] == ChannelKind.EMAIL.value:
+                await self._send_email(test, notice, channel["destination"], test_notice=True)
+            else:
+                await self._notify_service(
+                    target_id, channel["channel_id"], notice, channel, test=True
+                )
+        except DeliveryError as err:
+            return str(err)
+        return None
+
     async def _send_email(
-        self, delivery: DeliveryInput, notice: dict[str, object], address: str
+        self,
+        delivery: DeliveryInput,
+        notice: dict[str, object],
+        address: str,
+        test_notice: bool = False,
     ) -> None:
         message = EmailMessage()
         message["From"] = self.smtp.sender
         message["To"] = address
-        message["Subject"] = _subject(delivery, price="prices" in notice)
+        message["Subject"] = (
+            f"[pricewatch] test notice for {delivery.target_id}: this channel works"
+            if test_notice
+            else _subject(delivery, price="prices" in notice)
+        )
         # The same Message-ID on every re-send lets mail systems collapse duplicates.
         message["Message-ID"] = f"<{delivery.delivery_id}@pricewatch>"
         text = json.dumps({k: v for k, v in notice.items() if k != "excerpt"}, indent=2)

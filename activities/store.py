@@ -340,6 +340,8 @@ async def _sync_channels(conn: Executor, config: TargetConfig) -> None:
         kinds=[c.kind.value for c in channels],
         destinations=[c.destination for c in channels],
         secrets=[new_webhook_secret() if c.kind is ChannelKind.WEBHOOK else None for c in channels],
+        titles=[c.title for c in channels],
+        bodies=[c.body for c in channels],
     )
 
 
@@ -350,6 +352,28 @@ def new_webhook_secret() -> str:
 
 async def delete_target(pool: asyncpg.Pool, target_id: str) -> None:
     await QUERIES["delete_target"].execute(pool, target_id=target_id)
+    await QUERIES["forget_notify_urls"].execute(pool)
+
+
+async def keep_notify_url(pool: asyncpg.Pool, url: str) -> str:
+    """The ref an Apprise URL is stored under (stored now if it was not)."""
+    ref: str = await QUERIES["keep_notify_url"].fetchval(pool, url=url)
+    return ref
+
+
+async def find_notify_url(pool: asyncpg.Pool, url: str) -> str | None:
+    """The ref of an Apprise URL already stored, without storing it."""
+    ref: str | None = await QUERIES["find_notify_url"].fetchval(pool, url=url)
+    return ref
+
+
+async def stored_notify_url(pool: asyncpg.Pool, ref: str) -> str | None:
+    url: str | None = await QUERIES["stored_notify_url"].fetchval(pool, ref=ref)
+    return url
+
+
+async def channels_to_test(pool: asyncpg.Pool, target_id: str) -> list[asyncpg.Record]:
+    return await QUERIES["channels_to_test"].fetch(pool, target_id=target_id)
 
 
 async def target_configs(pool: asyncpg.Pool) -> dict[str, tuple[TargetConfig | None, bool]]:

@@ -7,6 +7,10 @@ control: one entry per target, in the words of `pricewatch add`'s options.
         every: 24h
         webhooks: [https://hooks.example.com/pricing]
         emails: [ops@example.com]
+        notify:               # Apprise URLs; `export` writes each as its stored ref
+          - slack://T0000/B0000/XXXXXXXX
+          - url: ntfy://ntfy.internal/pricing
+            title: "{{ target }}: {{ headline }}"
         selector: "#pricing"
         timeout: 30s          # a slow page: 5s to 120s (default: 10s per read, 30s in all)
         paused: false
@@ -40,6 +44,7 @@ from pydantic import (
     model_validator,
 )
 
+from client.channels import apprise_channel
 from pricewatch import calendar
 from pricewatch.durations import format_duration, parse_duration
 from pricewatch.models import Channel, ChannelKind, PriceSettings, RenderSettings, TargetConfig
@@ -60,6 +65,19 @@ class PriceEntry(PriceSettings):
     """`prices:` as written: a misspelt rule is an error, not a rule quietly not applied."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NotifyEntry(BaseModel):
+    """One `notify:` channel with templates: `url` is the Apprise URL, or `apprise-<ref>`
+    (a URL stored in this database: what `export` writes, with `masked` for people)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str
+    title: str | None = None
+    body: str | None = None
+    masked: str | None = None
+    """Written by `export`, ignored by `apply`: the service as Apprise masks its URL."""
 
 
 class ManifestError(ValueError):
@@ -88,6 +106,8 @@ class Entry(BaseModel):
     unhealthy_after: int = DEFAULTS["unhealthy_after"]
     webhooks: list[str] = Field(default_factory=list)
     emails: list[str] = Field(default_factory=list)
+    notify: list[str | NotifyEntry] = Field(default_factory=list)
+    """Apprise channels (`--notify`): a URL, or a mapping with templates."""
     selector: str | None = None
     ignore: str | None = None
     json_pointer: str | None = None
@@ -142,7 +162,13 @@ class Entry(BaseModel):
             max_attempts=self.max_attempts,
             unhealthy_after=self.unhealthy_after,
             channels=[Channel(kind=ChannelKind.WEBHOOK, destination=u) for u in self.webhooks]
-            + [Channel(kind=ChannelKind.EMAIL, destination=a) for a in self.emails],
+            + [Channel(kind=ChannelKind.EMAIL, destination=a) for a in self.emails]
+            + [
+                apprise_channel(n)
+                if isinstance(n, str)
+                else apprise_channel(n.url, n.title, n.body)
+                for n in self.notify
+            ],
             selector=self.selector,
             ignore=self.ignore,
             json_pointer=self.json_pointer,
@@ -151,6 +177,12 @@ class Entry(BaseModel):
             timeout_seconds=None if self.timeout is None else int(self.timeout.total_seconds()),
             render=RenderSettings(steps=self.steps) if self.render else None,
         )
+
+
+def _notify_fields(written: "str | NotifyEntry") -> tuple[str, str | None, str | None]:
+    if isinstance(written, str):
+        return written, None, None
+    return written.url, written.title, written.body
 
 
 @dataclass(frozen=True)
@@ -246,12 +278,20 @@ def entry(config: TargetConfig, paused: bool = False) -> dict[str, object]:
             said["jitter"] = format_duration(timedelta(seconds=grid.jitter_seconds))
     webhooks = [c.destination for c in config.channels if c.kind is ChannelKind.WEBHOOK]
     emails = [c.destination for c in config.channels if c.kind is ChannelKind.EMAIL]
+    notify = [
+        {"url": c.channel_id, "masked": c.destination}
+        | ({"title": c.title} if c.title else {})
+        | ({"body": c.body} if c.body else {})
+        for c in config.channels
+        if c.kind is ChannelKind.APPRISE
+    ]
     optional = {
         "paused": paused,
         "max_attempts": _unless_default(config, "max_attempts"),
         "unhealthy_after": _unless_default(config, "unhealthy_after"),
         "webhooks": webhooks,
         "emails": emails,
+        "notify": notify,
         "selector": config.selector,
         "ignore": config.ignore,
         "json_pointer": config.json_pointer,

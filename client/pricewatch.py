@@ -7,6 +7,7 @@ anything is contacted.
 """
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable
@@ -21,21 +22,23 @@ import asyncpg
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities import store
+from activities import services, store
 from activities.checks import Fetcher
 from activities.fetch import fetch_page, new_client, request_of
-from activities.guard import AddressPolicy, BlockedAddress, check_url
+from activities.guard import AddressPolicy, BlockedAddress, check_host, check_url
 from activities.normalise import Extraction, validate_extraction
+from activities.notify import NotifyActivities, SmtpSettings
 from activities.outages import postgres_address
 from activities.price_reader import validate_price_settings
 from activities.retention import Expired, Retention, expired_summary, prune_pass
 from activities.snapshots import decompress, unified_diff
-from client import manifest
+from client import channels, manifest
 from client.manifest import Located, ManifestError
 from client.temporal import connect, start_monitor, workflow_id
 from pricewatch.calendar import Calendar, describe
 from pricewatch.durations import format_duration
 from pricewatch.models import (
+    Channel,
     ChannelKind,
     CheckInput,
     CheckResult,
@@ -206,6 +209,7 @@ class Pricewatch:
         first registration records it and every later start or reset adopts the recorded
         one."""
         await self.validate(config)
+        config = await channels.with_refs(await self.pool(), config, keep=True)
         try:
             handle = await self.workflow(config.target_id)
         except BadInput:
@@ -237,6 +241,23 @@ class Pricewatch:
         webhooks = [c.destination for c in config.channels if c.kind is ChannelKind.WEBHOOK]
         for url in [config.url, *webhooks]:
             await check_url(policy, url)
+        for channel in config.channels:
+            if channel.kind is ChannelKind.APPRISE:
+                await self._validate_service(policy, channel)
+
+    async def _validate_service(self, policy: AddressPolicy, channel: Channel) -> None:
+        """A stored ref must be stored here; a self-hosted service's host must be allowed
+        (if it resolves now: every send checks again, on the address it connects to)."""
+        if channel.url is None:
+            try:
+                await channels.resolved(await self.pool(), channel, keep=False)
+            except ValueError as err:
+                raise BadInput(str(err)) from err
+            return
+        service = services.parse(channel.url)
+        if service.host is not None:
+            with contextlib.suppress(OSError):  # not resolvable here: the send decides
+                await check_host(policy, service.host, 443)
 
     async def try_page(
         self, config: TargetConfig, fetcher: Fetcher | None = None, screenshot: bool = False
@@ -349,7 +370,9 @@ class Pricewatch:
         taken = await self.site_slots()
         steps = []
         for located in entries:
-            config, paused = located.config, located.entry.paused
+            # An Apprise URL already stored compares by its ref; a new one is a change.
+            config = await channels.with_refs(await self.pool(), located.config, keep=False)
+            paused = located.entry.paused
             if config.target_id not in current:
                 start_at = located.entry.start_at or self.first_slot(config, taken)
                 steps.append(Step(Action.ADD, config.target_id, located, start_at=start_at))
@@ -389,13 +412,13 @@ class Pricewatch:
 
     async def _apply(self, step: Step) -> None:
         located = step.located
+        if step.action in (Action.ADD, Action.RECONFIGURE) and located is not None:
+            config = await channels.with_refs(await self.pool(), located.config, keep=True)
         if step.action is Action.ADD and located is not None:
-            await self._start(located.config, step.start_at, located.entry.paused)
+            await self._start(config, step.start_at, located.entry.paused)
         elif step.action is Action.RECONFIGURE and located is not None:
             handle = await self.workflow(step.target_id)
-            await handle.execute_update(
-                Update.RECONFIGURE, located.config, result_type=MonitorStatus
-            )
+            await handle.execute_update(Update.RECONFIGURE, config, result_type=MonitorStatus)
         elif step.action is Action.PAUSE:
             await self.pause(step.target_id)
         elif step.action is Action.RESUME:
@@ -494,6 +517,29 @@ class Pricewatch:
         if not rows:
             await self.known(target_id)
         return [ChannelView(**row) for row in rows]
+
+    async def notify_test(
+        self, target_id: str, channel_id: str | None = None
+    ) -> list[tuple[ChannelView, str | None]]:
+        """A test notice to each channel (or one) now: each with None if it was accepted,
+        else the error. Writes nothing: no change, no delivery row."""
+        rows = await store.channels_to_test(await self.pool(), valid_id(target_id))
+        if not rows:
+            await self.known(target_id)
+            raise BadInput(f"no channels for {target_id!r}: add them with --notify, --webhook "
+                           "or --email")  # fmt: skip
+        if channel_id is not None:
+            rows = [row for row in rows if row["channel_id"] == channel_id]
+            if not rows:
+                raise BadInput(f"{target_id!r} has no channel {channel_id!r} (see: channels)")
+        policy = AddressPolicy.allowing(self.settings.resolved_allow_networks().split(","))
+        async with new_client(policy) as http:
+            sender = NotifyActivities(
+                await self.pool(), http, SmtpSettings.of(self.settings), policy
+            )
+            errors = await asyncio.gather(*(sender.send_test(target_id, row) for row in rows))
+        views = [ChannelView(**{k: row[k] for k in ChannelView.model_fields}) for row in rows]
+        return list(zip(views, errors, strict=True))
 
     async def deliveries(self, target_id: str, limit: int) -> list[DeliveryView]:
         rows = await store.target_deliveries(await self.pool(), valid_id(target_id), limit)

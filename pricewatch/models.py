@@ -66,22 +66,39 @@ class Model(BaseModel):
 class ChannelKind(StrEnum):
     WEBHOOK = "webhook"
     EMAIL = "email"
+    APPRISE = "apprise"
+    """Any Apprise URL (1.5): Slack, Teams, Discord, Telegram, ntfy, Matrix, ..."""
 
 
 EMAIL_PATTERN = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+STORED_PATTERN = re.compile(r"^apprise-([0-9a-f]{12})$")
 
 
 class Channel(Model):
     """Where notices go. Its id is derived from what it is, so re-adding the same channel
-    keeps its id (and its secret, which lives only in Postgres)."""
+    keeps its id (and its secret, which lives only in Postgres).
+
+    An Apprise URL carries its service's credentials, so it never enters a workflow's input:
+    the client stores it in Postgres first (`notify_urls`), and the channel names it by the
+    stored row's `ref`, with the URL as Apprise masks it for people in `destination`."""
 
     kind: ChannelKind
     destination: str
+    ref: str | None = None
+    """Apprise: the stored URL's key (its channel id is `apprise-<ref>`)."""
+    title: str | None = None
+    """Apprise: the title template (pricewatch.notices); None: the default."""
+    body: str | None = None
+    """Apprise: the body template; None: the default."""
+    url: str | None = Field(default=None, exclude=True, repr=False)
+    """Apprise: the URL as given, before the client stores it; never serialized."""
 
     @field_validator("destination")
     @classmethod
     def _destination(cls, value: str, info: ValidationInfo) -> str:
         value = value.strip()
+        if info.data.get("kind") is ChannelKind.APPRISE:
+            return value  # Apprise's own masked form (activities.services)
         if info.data.get("kind") is ChannelKind.EMAIL:
             if not EMAIL_PATTERN.fullmatch(value):
                 raise ValueError(f"not an email address: {value!r}")
@@ -91,8 +108,18 @@ class Channel(Model):
             raise ValueError("webhook must be an absolute http(s) URL")
         return str(parsed)
 
+    @model_validator(mode="after")
+    def _templates_for_apprise(self) -> "Channel":
+        if self.kind is not ChannelKind.APPRISE and (self.title or self.body or self.ref):
+            raise ValueError("title and body templates are for Apprise channels (--notify)")
+        return self
+
     @property
     def channel_id(self) -> str:
+        if self.kind is ChannelKind.APPRISE:
+            if self.ref is None:
+                raise ValueError(f"{self.destination}: its URL is not stored yet")
+            return f"apprise-{self.ref}"
         digest = hashlib.sha256(self.destination.encode()).hexdigest()[:10]
         return f"{self.kind.value}-{digest}"
 

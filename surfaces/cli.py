@@ -28,6 +28,7 @@ from typer.core import TyperOption
 from activities.fetch import FetchError
 from activities.guard import BlockedAddress
 from client import manifest
+from client.channels import apprise_channel
 from client.pricewatch import (
     Action,
     Added,
@@ -256,6 +257,26 @@ WebhookOpt = Annotated[
 EmailOpt = Annotated[
     list[str] | None, typer.Option(metavar="<address>", help="Address to notify (repeatable).")
 ]
+NotifyOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        metavar="<apprise-url>",
+        help="Any Apprise URL to notify: slack://, msteams://, discord://, tgram://, ntfy://, "
+        "matrix://, gotify://, json://, ... (repeatable; stored only in Postgres).",
+    ),
+]
+NotifyTitleOpt = Annotated[
+    str | None,
+    typer.Option(metavar="<template>", help="Title template of the --notify channels (Jinja)."),
+]
+NotifyBodyOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="<template>",
+        help="Body template of the --notify channels, e.g. '{{ target }}: {{ headline }}' "
+        "(variables: docs/notifications.md).",
+    ),
+]
 SelectorOpt = Annotated[
     str | None, typer.Option(help="CSS selector: only the matched text counts (HTML).")
 ]
@@ -348,8 +369,12 @@ def target_config(
     price_name: str | None, price_attr: str | None, notify_on: list[NotifyOn] | None,
     below: str | None, above: str | None, min_change_percent: str | None,
     rendered: bool = False, step: list[str] | None = None, grid: Calendar | None = None,
+    notify: list[str] | None = None, notify_title: str | None = None,
+    notify_body: str | None = None,
 ) -> TargetConfig:  # fmt: skip
     """A target's settings from `add`'s options: any price option turns price mode on."""
+    if (notify_title or notify_body) and not notify:
+        raise BadInput("--notify-title and --notify-body shape the --notify channels: give one")
     price_options = {
         "selector": price_selector, "name": price_name, "attribute": price_attr,
         "notify_on": notify_on or None, "below": below, "above": above,
@@ -372,7 +397,8 @@ def target_config(
         max_attempts=max_attempts,
         unhealthy_after=unhealthy_after,
         channels=[Channel(kind=ChannelKind.WEBHOOK, destination=url) for url in webhook or []]
-        + [Channel(kind=ChannelKind.EMAIL, destination=address) for address in email or []],
+        + [Channel(kind=ChannelKind.EMAIL, destination=address) for address in email or []]
+        + [apprise_channel(url, notify_title, notify_body) for url in notify or []],
         selector=selector,
         ignore=ignore,
         json_pointer=json_pointer,
@@ -396,6 +422,9 @@ async def add(
     unhealthy_after: UnhealthyAfterOpt = 3,
     webhook: WebhookOpt = None,
     email: EmailOpt = None,
+    notify: NotifyOpt = None,
+    notify_title: NotifyTitleOpt = None,
+    notify_body: NotifyBodyOpt = None,
     selector: SelectorOpt = None,
     ignore: IgnoreOpt = None,
     json_pointer: JsonPointerOpt = None,
@@ -425,7 +454,7 @@ async def add(
         target_id, url, every, max_attempts, unhealthy_after, webhook, email, selector, ignore,
         json_pointer, user_agent, fetch_timeout, prices, price_selector, price_name,
         price_attr, notify_on, below, above, min_change_percent, rendered, step,
-        calendar_of(cron, at, on, tz, jitter),
+        calendar_of(cron, at, on, tz, jitter), notify, notify_title, notify_body,
     )  # fmt: skip
     async with pricewatch() as client:
         outcome = await client.add(config, parse_start_at(start_at))
@@ -555,19 +584,43 @@ async def history(
 @command
 async def channels(
     target_id: IdArg,
-    reveal: Annotated[bool, typer.Option(help="Print webhook secrets in full.")] = False,
+    reveal: Annotated[
+        bool, typer.Option(help="Print webhook secrets and Apprise URLs in full.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """A target's notification channels; webhook secrets masked unless --reveal."""
+    """A target's notification channels; secrets (webhook keys, the credentials in an Apprise
+    URL) masked unless --reveal."""
     async with pricewatch() as client:
         rows = await client.channels(target_id)
     shown = rows if reveal else [render.masked(row) for row in rows]
     if as_json:
         return print_json("channels", shown)
     if not rows:
-        typer.echo(f"no channels for {target_id!r}: add them with --webhook / --email")
+        typer.echo(f"no channels for {target_id!r}: add them with --notify, --webhook, --email")
     else:
         render.channels(shown)
+
+
+@app.command("notify-test")
+@command
+async def notify_test(
+    target_id: IdArg,
+    channel: Annotated[
+        str | None, typer.Option(metavar="<channel-id>", help="Only this channel (see: channels).")
+    ] = None,
+) -> None:
+    """Send a marked test notice to each channel now and say what each answered.
+
+    Records nothing (no change, no delivery) and disables no channel. Exit 1 if any failed."""
+    async with pricewatch() as client:
+        answers = await client.notify_test(target_id, channel)
+    for view, error in answers:
+        where = f"{view.channel_id} ({view.kind}, {view.destination})"
+        disabled = f" [disabled: {view.disabled_reason}]" if view.disabled_reason else ""
+        typer.echo(f"{where}{disabled}: " + ("sent" if error is None else f"failed: {error}"))
+    if any(error is not None for _, error in answers):
+        raise typer.Exit(UNAVAILABLE)
 
 
 @app.command()

@@ -228,6 +228,8 @@ def masked(channel: ChannelView) -> ChannelView:
     """The channel as shown without --reveal: the secret's prefix only."""
     if channel.secret is None:
         return channel
+    if channel.kind == "apprise":  # the whole URL: its destination column is Apprise's mask
+        return channel.model_copy(update={"secret": "*" * 8})
     return channel.model_copy(update={"secret": "whsec_" + "*" * 8})
 
 

@@ -130,15 +130,7 @@ class Activities:
 
 
 def smtp_settings(settings: Settings) -> SmtpSettings:
-    password = settings.smtp_password.get_secret_value() if settings.smtp_password else None
-    return SmtpSettings(
-        host=settings.smtp_host,
-        port=settings.smtp_port,
-        sender=settings.smtp_sender,
-        username=settings.smtp_username,
-        password=password,
-        use_tls=settings.smtp_tls,
-    )
+    return SmtpSettings.of(settings)
 
 
 def retention_settings(settings: Settings) -> Retention:
@@ -180,7 +172,7 @@ async def worker_activities(
         ):
             yield Activities(
                 CheckActivities(pool, http, snapshots_kept),
-                NotifyActivities(pool, http, smtp),
+                NotifyActivities(pool, http, smtp, policy),
                 RetentionActivities(pool, retention),
             )
     finally:

@@ -279,18 +279,46 @@ SELECT slot_work_id(:target_id, s), :target_id, s, 'scheduled', now(), 'skipped'
 ON CONFLICT DO NOTHING;
 
 -- name: sync_channels
--- Channels follow the config: new ones are added (keeping the secret of one that exists),
--- dropped ones deleted. Deliveries already recorded stay.
+-- Channels follow the config: new ones are added (keeping the secret of one that exists;
+-- an Apprise channel's is its stored URL), dropped ones deleted, templates follow.
+-- Deliveries already recorded stay.
 WITH wanted AS (
     SELECT * FROM unnest(:channel_ids::text[], :kinds::text[], :destinations::text[],
-                         :secrets::text[]) AS w(channel_id, kind, destination, secret)
+                         :secrets::text[], :titles::text[], :bodies::text[])
+        AS w(channel_id, kind, destination, secret, title_template, body_template)
 ), dropped AS (
     DELETE FROM channels
      WHERE target_id = :target_id AND channel_id NOT IN (SELECT channel_id FROM wanted)
 )
-INSERT INTO channels (target_id, channel_id, kind, destination, secret)
-SELECT :target_id, channel_id, kind, destination, secret FROM wanted
-ON CONFLICT (target_id, channel_id) DO NOTHING;
+INSERT INTO channels AS c
+    (target_id, channel_id, kind, destination, secret, title_template, body_template)
+SELECT :target_id, channel_id, kind, destination,
+       COALESCE(secret, (SELECT n.url FROM notify_urls n
+                          WHERE kind = 'apprise' AND 'apprise-' || n.ref = w.channel_id)),
+       title_template, body_template
+  FROM wanted w
+ON CONFLICT (target_id, channel_id) DO UPDATE
+   SET title_template = excluded.title_template, body_template = excluded.body_template
+ WHERE (c.title_template, c.body_template)
+       IS DISTINCT FROM (excluded.title_template, excluded.body_template);
+
+-- name: keep_notify_url
+-- An Apprise URL's ref: the one it has, or a new one.
+INSERT INTO notify_urls (url) VALUES (:url)
+ON CONFLICT (url) DO UPDATE SET url = excluded.url
+RETURNING ref;
+
+-- name: find_notify_url
+SELECT ref FROM notify_urls WHERE url = :url;
+
+-- name: stored_notify_url
+SELECT url FROM notify_urls WHERE ref = :ref;
+
+-- name: forget_notify_urls
+-- Stored Apprise URLs no channel uses (an hour old: an add may be about to use one).
+DELETE FROM notify_urls n
+ WHERE n.created_at < now() - interval '1 hour'
+   AND NOT EXISTS (SELECT 1 FROM channels c WHERE c.channel_id = 'apprise-' || n.ref);
 
 -- name: unnotified_changes
 -- Changes between two slots with a channel (that existed when the change was recorded) that
@@ -374,6 +402,12 @@ SELECT work_id, scheduled_for AS slot, kind, status, checked_at, attempt_count, 
 SELECT channel_id, kind, destination, secret, disabled_reason FROM channels
  WHERE target_id = :target_id ORDER BY kind, destination;
 
+-- name: channels_to_test
+SELECT c.channel_id, c.kind, c.destination, c.secret, c.disabled_reason, c.title_template,
+       c.body_template, t.url, now() AS now
+  FROM channels c JOIN monitor_targets t ON t.id = c.target_id
+ WHERE c.target_id = :target_id ORDER BY c.kind, c.destination;
+
 -- name: target_deliveries
 SELECT work_id, notice, channel_id, status, attempt_count, last_error, sent_at
   FROM deliveries WHERE target_id = :target_id
@@ -420,7 +454,7 @@ SELECT
     (SELECT excerpt FROM source_checks WHERE work_id = :work_id) AS excerpt,
     (SELECT price_moves FROM source_checks WHERE work_id = :work_id) AS price_moves,
     now() AS now,
-    c.kind, c.destination, c.secret, c.disabled_reason
+    c.kind, c.destination, c.secret, c.disabled_reason, c.title_template, c.body_template
   FROM (SELECT 1) AS one
   LEFT JOIN channels c ON c.target_id = :target_id AND c.channel_id = :channel_id;
 

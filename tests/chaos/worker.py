@@ -116,8 +116,9 @@ def install(faults: Faults) -> None:
         url: str,
         secret: str,
         now: datetime,
+        disable: bool = True,
     ) -> None:
-        await real_post(self, delivery, notice, url, secret, now)
+        await real_post(self, delivery, notice, url, secret, now, disable)
         if taken := faults.take("after_send"):
             faults.fire(*taken, webhook_id=NotifyActivities.message_id(delivery))
 
