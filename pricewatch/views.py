@@ -111,11 +111,13 @@ class PriceMoveView(View):
 
 
 class NoticeBody(View):
-    """The JSON body of every webhook (signed per Standard Webhooks) and of every email."""
+    """The JSON body of every webhook (signed per Standard Webhooks) and of every email; the
+    variables of an Apprise channel's templates (pricewatch/notices.py). `test`: a notice of
+    `pricewatch notify-test` (work id `<target>:test`, status `test`, no hashes)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    type: Literal["page.changed", "price.changed", "page.failing", "page.recovered"]
+    type: Literal["page.changed", "price.changed", "page.failing", "page.recovered", "test"]
     target_id: str
     url: str
     slot: str

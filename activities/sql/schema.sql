@@ -364,20 +364,37 @@ CREATE INDEX source_checks_target_snapshots ON source_checks (target_id, checked
     WHERE snapshot IS NOT NULL;
 
 -- Where a target's changes are told. Secrets live here and only here: the workflow and its
--- history carry the channel id, never the secret.
+-- history carry the channel id, never the secret (for an Apprise channel, its whole URL).
 CREATE TABLE channels (
     target_id       text NOT NULL,
     channel_id      text NOT NULL,
-    kind            text NOT NULL CONSTRAINT channels_kind_check CHECK (kind IN ('webhook', 'email')),
+    kind            text NOT NULL
+                    CONSTRAINT channels_kind_check CHECK (kind IN ('webhook', 'email', 'apprise')),
     destination     text NOT NULL,
     secret          text,
-    -- Set when the endpoint said it is gone for good (HTTP 410): no more attempts.
+    -- Set when the endpoint said it is gone for good (HTTP 410; an Apprise service's 401,
+    -- 403, 404 or 410): no more attempts.
     disabled_reason text,
     created_at      timestamptz NOT NULL DEFAULT now(),
+    -- The channel's message templates (pricewatch/notices.py); NULL: the default.
+    title_template  text,
+    body_template   text,
     PRIMARY KEY (target_id, channel_id),
-    CONSTRAINT channels_check CHECK ((kind = 'webhook') = (secret IS NOT NULL)),
+    -- A webhook always has its signing secret and an email never has one; an Apprise
+    -- channel whose ref is not stored in notify_urls has none, and its deliveries say so.
+    CONSTRAINT channels_check CHECK (
+        CASE kind WHEN 'webhook' THEN secret IS NOT NULL WHEN 'email' THEN secret IS NULL
+                  ELSE true END),
     CONSTRAINT channels_target_fkey
         FOREIGN KEY (target_id) REFERENCES monitor_targets (id) ON DELETE CASCADE
+);
+
+-- Apprise URLs, stored by the client before any workflow hears of their channel: the
+-- workflow names one by `ref` (channel id `apprise-<ref>`), never by its URL.
+CREATE TABLE notify_urls (
+    ref        text PRIMARY KEY DEFAULT substr(md5(gen_random_uuid()::text), 1, 12),
+    url        text NOT NULL CONSTRAINT notify_urls_url_key UNIQUE,
+    created_at timestamptz NOT NULL DEFAULT now()
 );
 
 -- One row per notice per channel: the idempotency guard of every send.
