@@ -20,6 +20,7 @@ when the channel is added: `--email` is pricewatch's mail channel.
 import contextvars
 import ipaddress
 import logging
+import re
 import socket
 import time
 from dataclasses import dataclass, field
@@ -60,7 +61,7 @@ def parse(url: str) -> Service:
     try:
         plugin = apprise.Apprise.instantiate(url.strip(), suppress_exceptions=False)
     except Exception as err:  # Apprise raises TypeError/its own errors, message for people
-        raise ValueError(f"not a usable Apprise URL ({shown}): {err}") from err
+        raise ValueError(f"not a usable Apprise URL ({shown}): {_unsaid(str(err), url)}") from err
     if plugin is None:
         raise ValueError(
             f"not an Apprise URL ({shown}): unknown service or malformed "
@@ -77,6 +78,14 @@ def parse(url: str) -> Service:
     host = str(plugin.host) if names_host and getattr(plugin, "host", None) else None
     masked = str(plugin.url(privacy=True)).split("?", 1)[0]  # type: ignore[no-untyped-call]
     return Service(name=str(plugin.service_name), masked=masked, host=host)
+
+
+def _unsaid(message: str, url: str) -> str:
+    """Apprise's message without the URL's parts (its errors quote the bad token)."""
+    for part in sorted(re.split(r"[/:@?&=#]+", url.split("://", 1)[-1]), key=len, reverse=True):
+        if len(part) >= 3:
+            message = message.replace(part, "***")
+    return message
 
 
 @dataclass

@@ -58,7 +58,7 @@ async def running_worker(
     async with new_client(LOOPBACK) as http:
         activities = Activities(
             CheckActivities(pool, http),
-            NotifyActivities(pool, http, smtp),
+            NotifyActivities(pool, http, smtp, LOOPBACK),
             RetentionActivities(pool, Retention()),
         )
         async with build_worker(client, task_queue, activities, tuning):
