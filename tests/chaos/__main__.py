@@ -11,7 +11,9 @@ from tests.chaos.run import SOAK, ChaosOptions, run_chaos
 
 
 def chaos(
-    targets: int = typer.Option(100, min=1, help="Targets, each with two webhooks and an email."),
+    targets: int = typer.Option(
+        100, min=1, help="Targets, each with two webhooks, two Apprise channels and an email."
+    ),
     minutes: float = typer.Option(5.0, min=0.5, help="Run length; faults in the first half."),
     interval: int = typer.Option(10, min=1, help="Seconds between a target's slots (test-only)."),
     seed: int = typer.Option(1, help="Same seed, same fault moments."),

@@ -7,13 +7,19 @@ its lease, then thawed), the Temporal dev server SIGKILLed and restarted on its 
 Postgres crashed and restarted, duplicate starts, `ResetWorkflowExecution` to before a
 completed check and to the first workflow task (which registers the target again), a worker
 whose clock runs ten minutes ahead or behind (libfaketime), and pause/resume storms. Pages
-answer 429/503, trickle or drop the connection; the receiver sometimes answers 500. The
-workers reach every dependency (Postgres, the Temporal frontend, the pages, the webhook
-receiver, the SMTP server) through a proxy (`proxy.py`) that adds latency, resets
-connections, black-holes them or throttles them at seeded moments; every call a black hole
-swallows must end within its documented bound. At the end of the run pages stop changing and
-faults stop; once everything due is final the run checks Postgres, the receiver's and the
-mail server's logs and Temporal, and prints a table. Any FAIL makes the report fail.
+answer 429/503, trickle or drop the connection; the receiver sometimes answers 500. Every
+`apprise_every`-th target (default: all) also has two Apprise channels (`json://`, added
+through `client.channels` as a user's are: the URLs stored in Postgres, only their refs in
+the workflow): their service hangs (reads the request, never answers) or answers 503 in
+windows the run arms, and a worker can be killed after the service accepted a message,
+before its delivery row was marked sent (`after_apprise_send`). The workers reach every
+other dependency (Postgres, the Temporal frontend, the pages, the webhook receiver, the SMTP
+server) through a proxy (`proxy.py`) that adds latency, resets connections, black-holes them
+or throttles them at seeded moments; every call a black hole swallows (or the hung Apprise
+service holds) must end within its documented bound. At the end of the run pages stop
+changing and faults stop; once everything due is final the run checks Postgres, the
+receivers' and the mail server's logs and Temporal, and prints a table. Any FAIL makes the
+report fail.
 
 One target in ten (`rendered_every`) is rendered: its page (`/render/<target>`) carries the
 same text, written by a script half a second after load, so only a render reads it; a render
@@ -57,6 +63,7 @@ from activities.fetch import FETCH_DEADLINE
 from activities.migrate import migrate
 from activities.notify import SEND_DEADLINE
 from activities.store import STATEMENT_TIMEOUT
+from client import channels
 from client.temporal import DATA_CONVERTER, local_activity_type, start_monitor, workflow_id
 from pricewatch.models import (
     Channel,
@@ -72,6 +79,7 @@ from tests.chaos.proxy import Proxy, postgres_upstream, through
 from tests.chaos.stack import (
     CHROMIUM_GRACE,
     LEAK_MB,
+    AppriseService,
     Mailbox,
     Outages,
     Pages,
@@ -86,12 +94,14 @@ from workflows.monitor import MonitorTarget
 
 TASK_QUEUE = "pricewatch-chaos"
 CHANNELS = ("a", "b")  # two webhooks per target (and one email): each hears each change once
+APPRISE_CHANNELS = ("a", "b")  # and two Apprise channels (`apprise_every`): the same
 # Faults per minute of run time (scaled by --faults-per-minute); every kind at least once.
 FAULT_RATES = {
     "mid_fetch": 1.0,
     "after_fetch": 1.0,
     "after_commit": 1.5,
     "after_send": 1.0,
+    "after_apprise_send": 0.6,
     "zombie": 0.5,
     "temporal restart": 0.4,
     "postgres restart": 0.4,
@@ -104,11 +114,15 @@ FAULT_RATES = {
     "render worker killed": 0.4,
     "hung page": 0.5,
     "page leaks memory": 0.4,
+    "apprise channel hangs": 0.5,
+    "apprise channel refuses": 0.5,
 }
 RENDER_WINDOWS = ("browser killed", "render worker killed")  # tests/chaos/worker.py
-ARMED_WINDOWS = ("mid_fetch", "after_fetch", "after_commit", "after_send", "zombie",
-                 *RENDER_WINDOWS)  # fmt: skip
+ARMED_WINDOWS = ("mid_fetch", "after_fetch", "after_commit", "after_send",
+                 "after_apprise_send", "zombie", *RENDER_WINDOWS)  # fmt: skip
 PAGE_FAULTS = ("hung page", "page leaks memory")  # tests/chaos/stack.py, Pages.render
+# tests/chaos/stack.py, AppriseService: the kind of window each arms.
+APPRISE_FAULTS = {"apprise channel hangs": "hangs", "apprise channel refuses": "refuses"}
 # Windows whose hit kills no worker (the rest kill the one that reached them).
 SPARING = ("zombie", "browser killed")
 # A rendered target's fetch timeout: its render's budget. A hung page hangs past it.
@@ -123,6 +137,7 @@ HANG_BOUNDS = {
     "pages": FETCH_DEADLINE.total_seconds(),
     "webhooks": SEND_DEADLINE.total_seconds(),
     "smtp": SEND_DEADLINE.total_seconds(),
+    "apprise": SEND_DEADLINE.total_seconds(),  # no proxy: the service itself hangs
 }
 HANG_SLACK = 5.0
 MODE_RATES = {"latency": 0.5, "reset": 0.6, "throttle": 0.4, "blackhole": 0.3}
@@ -151,6 +166,10 @@ class ChaosOptions:
     rendered_every: int = 10
     """Every n-th target (the first included) is rendered."""
     render_workers: int = 1
+    apprise_every: int = 1
+    """Every n-th target (the first included) also has the Apprise channels. All by
+    default: in a one-minute run under faults, changes are few, and the Apprise windows
+    need requests to meet."""
 
     @property
     def seconds(self) -> float:
@@ -197,12 +216,14 @@ class Report:
         lines = [
             f"pricewatch chaos: {o.targets} targets every {o.interval_seconds} s, "
             f"{o.minutes:g} min, {o.workers} workers, seed {o.seed}; one target in "
-            f"{o.rendered_every} rendered, {o.render_workers} render worker(s)",
+            f"{o.rendered_every} rendered, {o.render_workers} render worker(s), one in "
+            f"{o.apprise_every} with {len(APPRISE_CHANNELS)} Apprise channels",
             "",
             f"{'fault':<34}{'injected':>9}{'window hit':>12}",
         ]
         for kind in ALL_RATES:
-            counted = kind in ARMED_WINDOWS or kind in PAGE_FAULTS or kind in NETWORK_RATES
+            counted = (kind in ARMED_WINDOWS or kind in PAGE_FAULTS or kind in NETWORK_RATES
+                       or kind in APPRISE_FAULTS)  # fmt: skip
             hit = str(self.hit[kind]) if counted else "-"
             lines.append(f"{kind:<34}{self.injected[kind]:>9}{hit:>12}")
         kinds = sum(1 for kind in ALL_RATES if self.injected[kind])
@@ -227,6 +248,10 @@ class Target:
     def rendered(self) -> bool:
         return self.config.render is not None
 
+    @property
+    def apprise(self) -> bool:
+        return any(c.kind is ChannelKind.APPRISE for c in self.config.channels)
+
 
 @dataclass
 class Chaos:
@@ -241,6 +266,7 @@ class Chaos:
     workers: Workers
     pages: Pages
     receiver: Receiver
+    apprise: AppriseService
     mailbox: Mailbox
     proxies: dict[str, Proxy]
     targets: list[Target]
@@ -414,6 +440,19 @@ class Chaos:
                 await handle.signal("resume")
             target.paused_spans.append((start - 1, time.time() + 1))
 
+    async def apprise_fault(self, kind: str) -> None:
+        """A window of 6-12 s in which the Apprise service hangs or answers 503, from its
+        first request on (in a short run, at most a tenth of it: its retries must still be
+        sent, and an `after_apprise_send` reached, before the windows are disarmed)."""
+        seconds = min(self.random.uniform(6, 12), max(5.0, self.options.seconds / 10))
+        self.apprise.arm(APPRISE_FAULTS[kind], seconds)
+
+    async def apprise_hangs(self) -> None:
+        await self.apprise_fault("apprise channel hangs")
+
+    async def apprise_refuses(self) -> None:
+        await self.apprise_fault("apprise channel refuses")
+
     async def hung_page(self) -> None:
         """A rendered target's page hangs, once, past its render's budget."""
         self.pages.hangs_pending.append(RENDER_BUDGET + HANG_PAST_BUDGET)
@@ -483,14 +522,16 @@ class Chaos:
 
     async def disarm(self, deadline: float) -> None:
         """Give windows still armed until `deadline` to be reached (a stalled run may not
-        have sent a webhook yet), then remove the rest: none fires while settling."""
+        have sent a webhook yet), then remove the rest: none fires while settling. The
+        Apprise service's armed windows too (one open then runs its course)."""
         armed = self.folder / "faults" / "armed"
         for _ in range(int(max(0.0, deadline - time.time()) * 2)):
-            if not any(armed.iterdir()):
+            if not any(armed.iterdir()) and not self.apprise.pending:
                 break
             await asyncio.sleep(0.5)
         for arm in armed.iterdir():
             arm.unlink(missing_ok=True)
+        self.apprise.pending.clear()
 
     async def settle(self, fault_window_end: float, patience: float) -> bool:
         """Wait until every slot of the fault window is final, every notice delivered and
@@ -549,6 +590,7 @@ class Chaos:
         )
 
         await self.check_deliveries()
+        await self.check_apprise()
         await self.check_mail()
         await self.check_workflows()
         await self.check_leases()
@@ -562,7 +604,7 @@ class Chaos:
         self.check_hangs()
         self.check_restarts()
         self.check_memory(end.timestamp())
-        unreached = [k for k in ARMED_WINDOWS if r.injected[k] and not r.hit[k]]
+        unreached = [k for k in (*ARMED_WINDOWS, *APPRISE_FAULTS) if r.injected[k] and not r.hit[k]]
         r.check(
             "run valid: every armed window was hit",
             not unreached,
@@ -687,6 +729,80 @@ class Chaos:
             f"{resent} re-sends, unexplained: {unexplained[:3] or 'none'}",
         )
 
+    async def check_apprise(self) -> None:
+        """The Apprise channels: each change of a target with them sent once to each; the
+        service's distinct (channel, work id) pairs are those changes x channels; a message
+        received twice only across a crash between the service's acceptance and the `sent`
+        row."""
+        r = self.report
+        ids = [t.config.target_id for t in self.targets if t.apprise]
+        rows = await self.pool.fetch(APPRISE_CHANGES, ids)
+        expected = {(c, row["work_id"]) for row in rows for c in APPRISE_CHANNELS}
+        unsent = [row["work_id"] for row in rows if row["sent"] != len(APPRISE_CHANNELS)]
+        stored = await self.pool.fetch(APPRISE_CHANNEL_ROWS)
+        disabled = [f"{c['target_id']}: {c['disabled_reason']}" for c in stored
+                    if c["disabled_reason"]]  # fmt: skip
+        synced = Counter(c["target_id"] for c in stored)
+        unsynced = [t for t in ids if synced[t] != len(APPRISE_CHANNELS)]
+        service = self.apprise
+        for kind, mode in APPRISE_FAULTS.items():  # a window is hit once a request opens it
+            r.hit[kind] = sum(1 for w in service.windows if w.kind == mode)
+        messages = [m for m in service.accepted if m.title.endswith(" changed")]
+        times: dict[tuple[str, str], list[float]] = {}
+        for message in messages:
+            times.setdefault((message.channel, message.work_id), []).append(message.at)
+        misrouted = [m.work_id for m in messages if not m.work_id.startswith(f"{m.target}:")]
+        r.figures["Apprise channels stored and synced (targets x channels)"] = (
+            f"{len(stored)} = {len(ids)} x {len(APPRISE_CHANNELS)}"
+        )
+        r.figures["Apprise messages accepted (all / changes; distinct)"] = (
+            f"{len(service.accepted)} / {len(messages)} ({len(times)})"
+        )
+        r.figures["Apprise windows opened: requests hung / refused 503"] = (
+            f"{len(service.windows)}: {len(service.hung)} / {service.refused}"
+        )
+        r.check(
+            "every changed row of an Apprise target: one sent delivery per Apprise channel",
+            not unsent and not disabled and not unsynced,
+            f"{len(rows) - len(unsent)}/{len(rows)} rows sent to all {len(APPRISE_CHANNELS)}; "
+            f"unsynced {unsynced[:2] or 'none'}, disabled {disabled[:2] or 'none'}, not sent "
+            f"{unsent[:3] or 'none'}",
+        )
+        r.check(
+            "the Apprise service's distinct work ids = those changed rows x channels",
+            set(times) == expected and not misrouted and not service.malformed,
+            f"{len(times)} = {len(rows)} x {len(APPRISE_CHANNELS)}; misrouted "
+            f"{len(misrouted)}, malformed {service.malformed}; missing "
+            f"{sorted(expected - set(times))[:2] or 'none'}, extra "
+            f"{sorted(set(times) - expected)[:2] or 'none'}",
+        )
+        # As for webhooks: a kill in any window takes the sends in flight down with it, and
+        # a Postgres restart fails the `sent` row's write; so does a black hole or a reset
+        # on Postgres's proxy (the activity fails and its retry sends again).
+        kills = [float(str(h["at"])) for h in self.hits if h["window"] not in SPARING]
+        crashes = [(k, k) for k in kills] + self.outages.spans.get("postgres", [])
+        crashes += self.outages.spans.get("network postgres", []) + self.zombie_spans
+        resent, unexplained = 0, []
+        for key, moments in times.items():
+            for first, again in itertools.pairwise(moments):
+                resent += 1
+                if not any(s <= again and e >= first for s, e in crashes):
+                    unexplained.append(key)
+        urls = await self.pool.fetch("SELECT ref, url FROM notify_urls")
+        letters = {f"apprise-{u['ref']}": str(u["url"]).rsplit("/", 2)[-2] for u in urls}
+        killed_after = [(letters.get(str(h["channel_id"]), "?"), str(h["work_id"]))
+                        for h in self.hits if h["window"] == "after_apprise_send"]  # fmt: skip
+        r.figures["raw Apprise re-sends (same message accepted twice)"] = resent
+        r.figures["  after_apprise_send hits: accepted 1 / 2 / 3+ times"] = " / ".join(
+            str(sum(1 for k in killed_after if len(times.get(k, [])) in n))
+            for n in ((0, 1), (2,), range(3, 99))
+        )
+        r.check(
+            "every Apprise re-send explained by a crash between acceptance and record",
+            not unexplained,
+            f"{resent} re-sends, unexplained: {unexplained[:3] or 'none'}",
+        )
+
     async def check_rendering(self, rows: list[asyncpg.Record]) -> None:
         """The rendered targets' faults: each faulted render's slot retried and recorded (a
         browser kill and a hang: a failed attempt on its row, then a final one); each killed
@@ -799,13 +915,14 @@ class Chaos:
     def check_hangs(self) -> None:
         """Every call a black hole swallowed ended within its dependency's bound."""
         hangs = [hang for proxy in self.proxies.values() for hang in proxy.hangs]
+        hangs += self.apprise.hung  # the service itself hung: until the client closed
         over = [
             f"{h.dependency} {h.waited:.1f}s{'' if h.ended else ' (still waiting)'} "
             f"after {h.first_bytes[:24]!r}"
             for h in hangs
             if h.waited > HANG_BOUNDS[h.dependency] + HANG_SLACK
         ]
-        for dependency in DEPENDENCIES:
+        for dependency in (*DEPENDENCIES, "apprise"):
             waited = [h.waited for h in hangs if h.dependency == dependency]
             self.report.figures[f"hung calls into {dependency} (longest; bound)"] = (
                 f"{len(waited)} ({max(waited, default=0):.1f} s; {HANG_BOUNDS[dependency]:g} s)"
@@ -813,7 +930,8 @@ class Chaos:
         self.report.check(
             "every hung call ended within its bound",
             not over,
-            f"{len(hangs)} calls swallowed by black holes; over the bound: {over[:3] or 'none'}",
+            f"{len(hangs)} calls swallowed by black holes or a hung Apprise service; over the "
+            f"bound: {over[:3] or 'none'}",
         )
 
     def check_restarts(self) -> None:
@@ -943,6 +1061,8 @@ FAULTS: dict[str, Callable[[Chaos], Awaitable[None]]] = {
     "pause storm": Chaos.pause_storm,
     "hung page": Chaos.hung_page,
     "page leaks memory": Chaos.leaky_page,
+    "apprise channel hangs": Chaos.apprise_hangs,
+    "apprise channel refuses": Chaos.apprise_refuses,
 }
 
 # Slots of the fault window not yet final, and changes whose notices are not settled.
@@ -990,6 +1110,18 @@ FAULTED_SLOT = """
 SELECT status, attempt_count FROM source_checks
  WHERE target_id = $1 AND kind = 'scheduled' AND status <> 'skipped' AND scheduled_for <= $2
  ORDER BY scheduled_for DESC LIMIT 1
+"""
+# Each changed row of the targets named, and how many Apprise channels it was sent to.
+APPRISE_CHANGES = """
+SELECT c.work_id,
+       (SELECT count(*) FROM deliveries d JOIN channels ch USING (target_id, channel_id)
+         WHERE d.work_id = c.work_id AND d.target_id = c.target_id AND ch.kind = 'apprise'
+           AND d.notice = 'changed' AND d.status = 'sent') AS sent
+  FROM source_checks c
+ WHERE c.status = 'changed' AND c.target_id = ANY($1::text[])
+"""
+APPRISE_CHANNEL_ROWS = """
+SELECT target_id, disabled_reason FROM channels WHERE kind = 'apprise'
 """
 LEASES = """
 SELECT count(*) FILTER (WHERE lease_token IS NOT NULL), count(*) FILTER (WHERE enabled)
@@ -1057,6 +1189,7 @@ async def _run(
     pages = Pages(options.seed, change_every=3 * options.interval_seconds)
     pages.hang_hit_after = RENDER_BUDGET - 0.5
     receiver = Receiver(options.seed, pool)
+    apprise = AppriseService()
     mailbox = Mailbox(free_port())
     mailbox.controller.start()
     async with (
@@ -1064,6 +1197,7 @@ async def _run(
             [web.get("/page/{target}", pages.handle), web.get("/render/{target}", pages.render)]
         ) as page_url,  # fmt: skip
         serve([web.post("/hook/{channel}/{target}", receiver.handle)]) as hook_url,
+        serve([web.post("/apprise/{channel}/{target}", apprise.handle)]) as apprise_url,
         _proxies(temporal, postgres, page_url, hook_url, mailbox) as proxies,
     ):
         client = await Client.connect(temporal.address, data_converter=DATA_CONVERTER)
@@ -1075,19 +1209,21 @@ async def _run(
             "PRICEWATCH_SMTP_PORT": str(proxies["smtp"].port),
             "PRICEWATCH_TASK_QUEUE": TASK_QUEUE,
             "PRICEWATCH_MIN_INTERVAL": "1s",  # test-only: seconds, not the 15 min minimum
-            "PRICEWATCH_ALLOW_NETWORKS": "127.0.0.1/32",  # the run's pages and receiver
+            # The run's pages and receivers (the Apprise guard holds its sends to it too).
+            "PRICEWATCH_ALLOW_NETWORKS": "127.0.0.1/32",
             "PRICEWATCH_LOG_FORMAT": "json",
             "PRICEWATCH_SHUTDOWN_GRACE_SECONDS": "2",
             "PRICEWATCH_CHAOS_DIR": str(folder / "faults"),
         }
         workers = Workers(options.workers, env, folder, render=options.render_workers)
         targets = await _register(
-            options, client, f"http://{proxies['pages'].address}",
+            options, client, pool, f"http://{proxies['pages'].address}",
             f"http://{proxies['webhooks'].address}",
+            apprise_url.replace("http://", "json://", 1),
         )  # fmt: skip
         chaos = Chaos(
             options, folder, client, pool, temporal, postgres, workers, pages, receiver,
-            mailbox, proxies, targets=targets, report=report, random=rng,
+            apprise, mailbox, proxies, targets=targets, report=report, random=rng,
         )  # fmt: skip
         background = [
             asyncio.create_task(workers.supervise()),
@@ -1155,9 +1291,16 @@ async def _proxies(
 
 
 async def _register(
-    options: ChaosOptions, client: Client, page_url: str, hook_url: str
+    options: ChaosOptions,
+    client: Client,
+    pool: asyncpg.Pool,
+    page_url: str,
+    hook_url: str,
+    apprise_url: str,
 ) -> list[Target]:
-    """Targets due at staggered milliseconds (many due on one instant queue up)."""
+    """Targets due at staggered milliseconds (many due on one instant queue up). An Apprise
+    channel goes the client's way (`client.channels`): its URL stored, its ref in the
+    config the workflow gets."""
     base = datetime.fromtimestamp(int(time.time()) + 3, UTC)
     spread = timedelta(seconds=options.interval_seconds) / options.targets
     targets = []
@@ -1174,8 +1317,14 @@ async def _register(
                 Channel(kind=ChannelKind.WEBHOOK, destination=f"{hook_url}/hook/{c}/{target_id}")
                 for c in CHANNELS
             ]
-            + [Channel(kind=ChannelKind.EMAIL, destination=f"{target_id}@chaos.test")],
+            + [Channel(kind=ChannelKind.EMAIL, destination=f"{target_id}@chaos.test")]
+            + [
+                channels.apprise_channel(f"{apprise_url}/apprise/{c}/{target_id}")
+                for c in APPRISE_CHANNELS
+                if index % options.apprise_every == 0
+            ],
         )
+        config = await channels.with_refs(pool, config, keep=True)
         anchor = base + index * spread
         anchor = anchor.replace(microsecond=anchor.microsecond // 1000 * 1000)
         state = MonitorState(config=config, start_at=anchor, min_interval_seconds=1)

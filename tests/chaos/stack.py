@@ -5,8 +5,9 @@ Postgres (stopped in immediate mode, i.e. a crash, then started on the same data
 processes (kept running by a supervisor, whatever kills them; render workers among them, with
 their Chromium), a page server whose pages change on a known schedule and misbehave on
 purpose (rendered pages: written by a script after load; one may hang, or be heavy), a
-webhook receiver that verifies every signature and logs every delivery it accepts, and an
-SMTP server that logs every message.
+webhook receiver that verifies every signature and logs every delivery it accepts, an
+Apprise service (`json://`) that logs every message it accepts and hangs or refuses in the
+windows the run arms, and an SMTP server that logs every message.
 """
 
 import asyncio
@@ -14,6 +15,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -33,6 +35,7 @@ from aiosmtpd.smtp import Envelope
 from standardwebhooks import Webhook
 
 from tests.chaos import procs
+from tests.chaos.proxy import Hang
 from workers.dev import DEV_SQLITE_PRAGMAS
 from workers.embedded import start_embedded_postgres, start_temporal_dev_server, stop_process
 
@@ -466,6 +469,88 @@ class Receiver:
         assert isinstance(secret, str), f"no channel for {destination}"
         self._secrets[destination] = secret
         return secret
+
+
+@dataclass
+class AppriseMessage:
+    channel: str  # `/apprise/<channel>/<target>`: the channel's path names both
+    target: str
+    title: str
+    work_id: str  # from the body's last line (pricewatch.notices.DEFAULT_BODY)
+    at: float
+
+
+@dataclass
+class AppriseWindow:
+    kind: str  # "hangs" or "refuses"
+    seconds: float
+    opened: float = 0.0
+    met: int = 0  # requests it hung or refused
+
+
+# The default body's last line names the change's work id.
+WORK_ID = re.compile(r"work id (\S+)\s*$")
+
+
+class AppriseService:
+    """What an Apprise `json://` channel posts to (`{"version", "title", "message",
+    "attachments", "type"}`): each message accepted is logged with the work id its body ends
+    with. Its faults are windows the run arms (`arm`): the first request after one opens it,
+    and for its seconds every request is read and then hangs (never answered: the send's own
+    deadline must end it; each hang is measured until the client closes, at most
+    `HANG_CAP`) or gets a 503. After a window, messages are accepted again."""
+
+    HANG_CAP = 60.0
+
+    def __init__(self) -> None:
+        self.pending: list[AppriseWindow] = []
+        self.windows: list[AppriseWindow] = []  # opened, in order
+        self.accepted: list[AppriseMessage] = []
+        self.hung: list[Hang] = []
+        self.refused = 0
+        self.malformed = 0
+
+    def arm(self, kind: str, seconds: float) -> None:
+        self.pending.append(AppriseWindow(kind, seconds))
+
+    def window(self, now: float) -> AppriseWindow | None:
+        """The window open now (opening the next armed one, if none is)."""
+        if self.windows and now < self.windows[-1].opened + self.windows[-1].seconds:
+            return self.windows[-1]
+        if self.pending:
+            opened = self.pending.pop(0)
+            opened.opened = now
+            self.windows.append(opened)
+            return opened
+        return None
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        now = time.time()
+        if (window := self.window(now)) is not None:
+            window.met += 1
+            if window.kind == "refuses":
+                self.refused += 1
+                return web.Response(status=503, text="chaos: try again later")
+            hang = Hang("apprise", now, None, now + self.HANG_CAP, request.path.encode())
+            self.hung.append(hang)
+            try:
+                await asyncio.sleep(self.HANG_CAP)
+            except asyncio.CancelledError:  # the client closed: its send gave up
+                hang.ended = time.time()
+                raise
+            return web.Response(status=503)
+        try:
+            payload = json.loads(body)
+            title, message = str(payload["title"]), str(payload["message"])
+        except (ValueError, KeyError, TypeError):
+            payload, title, message = None, "", ""
+        if payload is None or (found := WORK_ID.search(message)) is None:
+            self.malformed += 1
+            return web.Response(status=400)
+        info = request.match_info
+        self.accepted.append(AppriseMessage(info["channel"], info["target"], title, found[1], now))
+        return web.Response(status=200)
 
 
 @contextlib.asynccontextmanager

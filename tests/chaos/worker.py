@@ -33,9 +33,11 @@ from tests.chaos.procs import browsers_under
 
 # mid_fetch: the page request is in flight. after_fetch: the page is in hand, nothing
 # committed. after_commit: the row is committed, Temporal has not heard. after_send: the
-# receiver took the webhook, the delivery row is not marked sent. zombie: frozen between
+# receiver took the webhook, the delivery row is not marked sent. after_apprise_send: the
+# same for an Apprise channel (the service accepted the message). zombie: frozen between
 # fetch and commit, past the heartbeat timeout, then let go.
-WINDOWS = ("mid_fetch", "after_fetch", "after_commit", "after_send", "zombie")
+WINDOWS = ("mid_fetch", "after_fetch", "after_commit", "after_send", "after_apprise_send",
+           "zombie")  # fmt: skip
 # A render worker's: a page is loading or waiting on its step (the chaos pages write their
 # content a while after load).
 RENDER_WINDOWS = ("render worker killed", "browser killed")
@@ -88,10 +90,11 @@ class Faults:
 
 
 def install(faults: Faults) -> None:
-    """Wrap the real fetch, commit and webhook post with the window hooks."""
+    """Wrap the real fetch, commit, webhook post and Apprise send with the window hooks."""
     real_fetch = checks.fetch_page  # type: ignore[attr-defined]
     real_commit = store.commit
     real_post = NotifyActivities._post_webhook
+    real_notify = NotifyActivities._notify_service
 
     async def fetch_page(client: httpx.AsyncClient, request: Request | str) -> Page:
         fetch = asyncio.create_task(real_fetch(client, request))
@@ -122,9 +125,22 @@ def install(faults: Faults) -> None:
         if taken := faults.take("after_send"):
             faults.fire(*taken, webhook_id=NotifyActivities.message_id(delivery))
 
+    async def notify_service(
+        self: NotifyActivities,
+        target_id: str,
+        channel_id: str,
+        notice: dict[str, object],
+        row: Any,
+        test: bool = False,
+    ) -> None:
+        await real_notify(self, target_id, channel_id, notice, row, test)  # returns: sent
+        if not test and (taken := faults.take("after_apprise_send")):
+            faults.fire(*taken, work_id=str(notice["work_id"]), channel_id=channel_id)
+
     checks.fetch_page = fetch_page  # type: ignore[attr-defined]
     store.commit = commit
     NotifyActivities._post_webhook = post_webhook  # type: ignore[method-assign]
+    NotifyActivities._notify_service = notify_service  # type: ignore[method-assign]
 
 
 def install_render(faults: Faults) -> None:
