@@ -8,8 +8,9 @@ calling thread. While `send` runs, two hooks hold them to pricewatch's rules:
   through `urllib3.util.connection.create_connection`; the hook resolves the host once,
   refuses it if any address is outside the policy, and connects to the address it checked
   (no DNS rebinding between the check and the connection). TLS still verifies the name.
-- **One deadline.** Each request gets at most the time left of `SEND_DEADLINE` (connect and
-  read), and none starts after it, so a send never outlives the delivery's lease.
+- **One deadline.** Each request gets at most the time left (connect and read), none starts
+  after it, and at the deadline a watchdog shuts the call's sockets (a read timeout bounds
+  each read, not a response that trickles in), so a send never outlives the delivery's lease.
 
 The hooks act only inside `send` (a context variable says which call is running), so other
 users of `requests` in the process are untouched. Plugins that do not speak HTTP (mail,
@@ -17,11 +18,13 @@ MQTT, syslog, IRC, desktop notifications, ...) cannot be held to the policy and 
 when the channel is added: `--email` is pricewatch's mail channel.
 """
 
+import contextlib
 import contextvars
 import ipaddress
 import logging
 import re
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,6 +102,16 @@ class Call:
     answer: str = ""
     transport_error: str | None = None
     logged: list[str] = field(default_factory=list)
+    sockets: list[socket.socket] = field(default_factory=list)
+    expired: bool = False
+
+    def expire(self) -> None:
+        """The deadline passed: cut every connection of this call (a read timeout bounds
+        each read, not a response that trickles in), so the send ends now."""
+        self.expired = True
+        for sock in self.sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
 
 CALL: contextvars.ContextVar[Call | None] = contextvars.ContextVar("apprise_call", default=None)
@@ -122,11 +135,14 @@ def send(url: str, title: str, body: str, policy: AddressPolicy, seconds: float)
     plugin.socket_read_timeout = READ_SECONDS
     call = Call(policy=policy, deadline=time.monotonic() + seconds)
     token = CALL.set(call)
+    watchdog = threading.Timer(seconds, call.expire)
+    watchdog.start()
     try:
         sent = plugin.notify(body=body, title=title, body_format=apprise.NotifyFormat.MARKDOWN)
     except Exception as err:  # a plugin's own bug: say so, do not retry it forever
         return Outcome(sent=False, error=f"{plugin.service_name} failed: {err!r}"[:300])
     finally:
+        watchdog.cancel()
         CALL.reset(token)
     if sent:
         return Outcome(sent=True)
@@ -137,6 +153,10 @@ def judged(service: str, call: Call) -> Outcome:
     """A failed send, classified: permanent unless it is the network or a "later"."""
     if call.blocked:
         return Outcome(sent=False, error=call.blocked)
+    if call.expired:
+        return Outcome(
+            sent=False, error=f"{service} unreachable: no answer in time", transient=True
+        )
     if call.status is not None and call.status >= 300:
         error = f"{service} answered HTTP {call.status}"
         if call.answer:
@@ -174,7 +194,12 @@ def guarded_connection(address: tuple[str, int], *args: Any, **kwargs: Any) -> s
         if (reason := call.policy.refusal(checked)) is not None:
             call.blocked = f"refused {host}: it resolves to {checked}, {reason}"
             raise Refused(call.blocked)
-    return _create_connection((str(addresses[0]), port), *args, **kwargs)
+    sock = _create_connection((str(addresses[0]), port), *args, **kwargs)
+    call.sockets.append(sock)
+    if call.expired:  # the watchdog ran while this connection was being made
+        sock.close()
+        raise Refused("no time left for another connection")
+    return sock
 
 
 def timed_send(
@@ -218,4 +243,7 @@ class _Noted(logging.Handler):
 
 urllib3.util.connection.create_connection = guarded_connection
 requests.adapters.HTTPAdapter.send = timed_send  # type: ignore[method-assign]
+# Apprise's log lines stay out of the worker's console (one per send at INFO; its warnings
+# may quote a URL): `_Noted` keeps what a failure needs for its error.
 logging.getLogger("apprise").addHandler(_Noted())
+logging.getLogger("apprise").propagate = False

@@ -274,6 +274,29 @@ async def test_a_service_that_hangs_is_given_up_within_the_deadline(
     services_app.hold.set()
 
 
+async def test_a_service_that_trickles_its_answer_is_cut_at_the_deadline() -> None:
+    """A read timeout bounds each read, not the answer: 200 and its headers, then a byte
+    every 2 s would hold a send for half a minute. The watchdog ends it at the deadline."""
+
+    async def trickle(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Length": "20"})
+        await response.prepare(request)
+        for _ in range(20):
+            await response.write(b"x")
+            await asyncio.sleep(2)
+        return response
+
+    async with serve([web.post("/json", trickle)]) as base:
+        url = f"json://{base.removeprefix('http://')}/json"
+        started = asyncio.get_running_loop().time()
+        outcome = await asyncio.to_thread(services.send, url, "t", "b", LOOPBACK, 4.0)
+        took = asyncio.get_running_loop().time() - started
+    assert (outcome.sent, outcome.transient) == (False, True), outcome
+    assert outcome.error == "JSON unreachable: no answer in time"
+    assert took < 5.5, took
+
+
 async def test_a_crash_after_the_service_accepted_sends_it_once_more_and_no_more(
     pool: asyncpg.Pool, http: httpx.AsyncClient, services_app: Services
 ) -> None:
