@@ -716,6 +716,8 @@ class Chaos:
         # A kill in any window takes the whole worker down, sends in flight included.
         kills = [float(str(h["at"])) for h in self.hits if h["window"] not in SPARING]
         crashes = [(k, k) for k in kills] + self.outages.spans.get("postgres", [])
+        # A black hole or a reset on Postgres's proxy fails the `sent` row's write too.
+        crashes += self.outages.spans.get("network postgres", [])
         resent, unexplained = 0, []
         for webhook_id, moments in times.items():
             for first, again in itertools.pairwise(moments):
