@@ -319,11 +319,12 @@ class NotifyActivities:
         """`pricewatch notify-test`: a marked test notice to one channel now (a row of
         `channels_to_test`); None if it was accepted, else the error. No change, no
         delivery row, and a refusal disables nothing: the user reads it and decides."""
+        now = channel["now"].replace(microsecond=0)
         notice: dict[str, object] = {
             "type": notices.TEST_TYPE, "target_id": target_id, "url": channel["url"],
-            "slot": format_slot(channel["now"]), "work_id": f"{target_id}:test",
+            "slot": format_slot(now), "work_id": f"{target_id}:test",
             "status": "test", "previous_hash": None, "new_hash": None,
-            "checked_at": channel["now"].isoformat(), "error": None, "failure_streak": 0,
+            "checked_at": now.isoformat(), "error": None, "failure_streak": 0,
             "excerpt": None,
         }  # fmt: skip
         test = DeliveryInput(
