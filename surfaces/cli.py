@@ -589,8 +589,10 @@ async def channels(
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """A target's notification channels; secrets (webhook keys, the credentials in an Apprise
-    URL) masked unless --reveal."""
+    """A target's notification channels; secrets masked unless --reveal.
+
+    Masked: webhook signing keys, and the credentials inside an Apprise URL (shown as Apprise
+    masks them)."""
     async with pricewatch() as client:
         rows = await client.channels(target_id)
     shown = rows if reveal else [render.masked(row) for row in rows]

@@ -26,6 +26,7 @@ COMMANDS = [
     "remove",
     "migrate",
     "worker",
+    "notify-test",
     "dev",
 ]
 
