@@ -22,7 +22,6 @@ from email.message import EmailMessage
 import aiosmtplib
 import asyncpg
 import httpx
-from jinja2 import TemplateError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -293,7 +292,7 @@ class NotifyActivities:
             message = notices.render(
                 row["title_template"], row["body_template"], notices.variables(notice, test)
             )
-        except (TemplateError, ValueError) as err:
+        except Exception as err:  # TemplateError, or what its expressions raise
             raise DeliveryError(f"the message template failed: {err}", transient=False) from err
         seconds = SEND_DEADLINE.total_seconds()
         try:

@@ -38,7 +38,7 @@ from activities.guard import AddressPolicy
 # Apprise plugin modules that do not send over HTTP(S), so the guard cannot see them.
 NOT_HTTP = {
     "amqp", "aprs", "blink1", "dbus", "deltachat", "email", "glib", "gnome", "growl", "irc",
-    "macosx", "mqtt", "rsyslog", "smpp", "syslog", "windows", "xmpp",
+    "macosx", "mqtt", "nostr", "rsyslog", "smpp", "syslog", "windows", "xmpp",
 }  # fmt: skip
 # A service's answer that says this channel will never work: bad credentials, gone.
 DISABLING = {401, 403, 404, 410}

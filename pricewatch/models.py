@@ -112,6 +112,8 @@ class Channel(Model):
     def _templates_for_apprise(self) -> "Channel":
         if self.kind is not ChannelKind.APPRISE and (self.title or self.body or self.ref):
             raise ValueError("title and body templates are for Apprise channels (--notify)")
+        if self.ref is not None and not STORED_PATTERN.fullmatch(f"apprise-{self.ref}"):
+            raise ValueError(f"not a stored Apprise URL's ref: {self.ref!r} (12 hex digits)")
         return self
 
     @property

@@ -19,7 +19,7 @@ Teams or Matrix, Markdown for Slack or Discord, plain text for SMS).
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from jinja2 import StrictUndefined, TemplateError
+from jinja2 import StrictUndefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from pricewatch.prices import move_line
@@ -141,7 +141,9 @@ def check(title: str | None, body: str | None) -> None:
         for test in (False, True):
             try:
                 render(title, body, variables(sample, test))
-            except TemplateError as err:
+            except ValueError:
+                raise
+            except Exception as err:  # TemplateError, and what an expression raises (1/0)
                 which = "title" if title and _fails(title, sample) else "body"
                 lineno = getattr(err, "lineno", None)
                 line = f" (line {lineno})" if lineno else ""
@@ -151,6 +153,6 @@ def check(title: str | None, body: str | None) -> None:
 def _fails(template: str, sample: Mapping[str, object]) -> bool:
     try:
         ENVIRONMENT.from_string(template).render(variables(sample))
-    except TemplateError:
+    except Exception:
         return True
     return False

@@ -122,6 +122,7 @@ def target(page_server: PageServer, urls: list[str], **config: Any) -> TargetCon
         ("slack://only-one-token", "not a usable Apprise URL (slack://...)"),
         ("mailto://user:pw@example.com", "E-Mail does not send over HTTP"),
         ("rsyslog://127.0.0.1", "does not send over HTTP"),
+        ("nostr://" + "a" * 64 + "/npub1abc", "does not send over HTTP"),
         ("not a url", "not an Apprise URL (it)"),
     ],
 )
@@ -148,6 +149,7 @@ def test_a_service_is_shown_as_apprise_masks_it() -> None:
         (None, "{% for move in prices %}", "the body template does not render (line 1)"),
         (None, "{{ ''.__class__.__mro__ }}", "the body template does not render"),
         (None, "{{ url.__class__ }}", "the body template does not render"),
+        (None, "{{ 1 / 0 }}", "the body template does not render: division by zero"),
     ],
 )
 def test_a_template_that_does_not_render_is_refused(
