@@ -305,14 +305,13 @@ class NotifyActivities:
             raise DeliveryError("the service did not answer in time", transient=True) from err
         if outcome.sent:
             return
+        error = str(outcome.error)
         if outcome.disable and not test:
             await QUERIES["disable_channel"].execute(
-                self.pool, target_id=target_id, channel_id=channel_id,
-                reason=str(outcome.error).removesuffix("; channel disabled"),
-            )  # fmt: skip
-        error = str(outcome.error)
-        raise DeliveryError(error if not test else error.removesuffix("; channel disabled"),
-                            transient=outcome.transient)  # fmt: skip
+                self.pool, target_id=target_id, channel_id=channel_id, reason=error
+            )
+            error += "; channel disabled"
+        raise DeliveryError(error, transient=outcome.transient)
 
     async def send_test(self, target_id: str, channel: asyncpg.Record) -> str | None:
         """`pricewatch notify-test`: a marked test notice to one channel now (a row of
@@ -330,15 +329,14 @@ class NotifyActivities:
             notice=Notice.CHANGED, channel_id=channel["channel_id"], target_id=target_id,
             url=str(channel["url"]),
             result=CheckResult(
-                work_id=f"{target_id}:test:{uuid.uuid4().hex[:8]}", slot=channel["now"],
-                status=CheckStatus.UNCHANGED, checked_at=channel["now"], attempt_count=0,
+                work_id=f"{target_id}:test:{uuid.uuid4().hex[:8]}", slot=now,
+                status=CheckStatus.UNCHANGED, checked_at=now, attempt_count=0,
             ),
         )  # fmt: skip
         try:
             if channel["kind"] == ChannelKind.WEBHOOK.value:
                 await self._post_webhook(
-                    test, notice, channel["destination"], channel["secret"], channel["now"],
-                    disable=False,
+                    test, notice, channel["destination"], channel["secret"], now, disable=False,
                 )  # fmt: skip
             elif channel["kind"] == ChannelKind.EMAIL.value:
                 await self._send_email(test, notice, channel["destination"], test_notice=True)

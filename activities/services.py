@@ -162,7 +162,7 @@ def judged(service: str, call: Call) -> Outcome:
         if call.answer:
             error += f": {call.answer}"
         if call.status in DISABLING:
-            return Outcome(sent=False, error=f"{error}; channel disabled", disable=True)
+            return Outcome(sent=False, error=error, disable=True)
         return Outcome(sent=False, error=error, transient=call.status in TRANSIENT)
     if call.transport_error:
         return Outcome(sent=False, error=f"{service} unreachable: {call.transport_error}",
