@@ -406,8 +406,18 @@ async def check_target(pool: asyncpg.Pool, work_id: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-async def list_targets(pool: asyncpg.Pool, trend: int = 20) -> list[dict[str, object]]:
-    rows = await QUERIES["list_targets"].fetch(pool, trend=trend)
+async def list_targets(
+    pool: asyncpg.Pool,
+    trend: int = 20,
+    search: str | None = None,
+    state: str | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+) -> list[dict[str, object]]:
+    """Targets by id, each with `total`: how many match `search` and `state`."""
+    rows = await QUERIES["list_targets"].fetch(
+        pool, trend=trend, search=search, state=state, limit=limit, offset=offset
+    )
     return [_decoded(row, "prices", "trend", "calendar") for row in rows]
 
 
@@ -430,8 +440,13 @@ async def screenshot(pool: asyncpg.Pool, work_id: str) -> tuple[bool, bytes | No
     return row["found"], row["screenshot"]
 
 
-async def check_history(pool: asyncpg.Pool, target_id: str, limit: int) -> list[CheckResult]:
-    rows = await QUERIES["check_history"].fetch(pool, target_id=target_id, limit=limit)
+async def check_history(
+    pool: asyncpg.Pool, target_id: str, limit: int, before: datetime | None = None
+) -> list[CheckResult]:
+    """Newest slot first; `before`: the page after a slot (keyset, so deep pages stay fast)."""
+    rows = await QUERIES["check_history"].fetch(
+        pool, target_id=target_id, limit=limit, before=before
+    )
     return [_result(row) for row in rows]
 
 

@@ -58,6 +58,9 @@ from pricewatch.views import (
     ChannelView,
     DeliveryView,
     PricesRow,
+    StatusView,
+    TargetsPage,
+    TargetState,
     TargetSummary,
     TriedPrice,
     TryView,
@@ -79,6 +82,10 @@ def unreachable_database(url: str, err: OSError | TimeoutError) -> ConnectionErr
 
 class BadInput(Exception):
     """The caller asked for something invalid or unknown: nothing was changed."""
+
+
+class Unknown(BadInput):
+    """No such target, work id or recorded check (the API's 404)."""
 
 
 class Action(StrEnum):
@@ -150,10 +157,14 @@ class Pricewatch:
     environment unless given; the Temporal client from Temporal's own convention unless
     given (`temporalio.envconfig`, with pricewatch's data converter)."""
 
-    def __init__(self, settings: Settings | None = None, temporal: Client | None = None) -> None:
+    def __init__(
+        self, settings: Settings | None = None, temporal: Client | None = None, pool_size: int = 1
+    ) -> None:
         self.settings = settings or Settings()
         self._temporal = temporal
         self._pool: asyncpg.Pool | None = None
+        self._pool_size = pool_size  # a server's: requests at once
+        self._opening = asyncio.Lock()
 
     async def __aenter__(self) -> "Pricewatch":
         return self
@@ -167,19 +178,23 @@ class Pricewatch:
     # Connections -------------------------------------------------------------------------
 
     async def temporal(self) -> Client:
-        if self._temporal is None:
-            self._temporal = await connect(tracing=self.settings.tracing)
+        async with self._opening:  # requests at once share one connection
+            if self._temporal is None:
+                self._temporal = await connect(tracing=self.settings.tracing)
         return self._temporal
 
     async def pool(self) -> asyncpg.Pool:
-        if self._pool is None:
-            url = self.settings.resolved_database_url()
-            try:
-                self._pool = await store.create_pool(
-                    url, max_size=1, statement_timeout=store.CLI_STATEMENT_TIMEOUT
-                )
-            except (OSError, TimeoutError) as err:
-                raise unreachable_database(url, err) from err
+        async with self._opening:
+            if self._pool is None:
+                url = self.settings.resolved_database_url()
+                try:
+                    self._pool = await store.create_pool(
+                        url,
+                        max_size=self._pool_size,
+                        statement_timeout=store.CLI_STATEMENT_TIMEOUT,
+                    )
+                except (OSError, TimeoutError) as err:
+                    raise unreachable_database(url, err) from err
         return self._pool
 
     async def workflow(self, target_id: str) -> WorkflowHandle[Any, Any]:
@@ -190,10 +205,10 @@ class Pricewatch:
             description = await handle.describe()
         except RPCError as err:
             if err.status is RPCStatusCode.NOT_FOUND:
-                raise BadInput(f"unknown target {target_id!r}") from err
+                raise Unknown(f"unknown target {target_id!r}") from err
             raise
         if description.status is not WorkflowExecutionStatus.RUNNING:
-            raise BadInput(f"unknown target {target_id!r} (its workflow is no longer running)")
+            raise Unknown(f"unknown target {target_id!r} (its workflow is no longer running)")
         return handle
 
     def ui_link(self, target_id: str) -> str:
@@ -431,6 +446,24 @@ class Pricewatch:
         status: MonitorStatus = await handle.query(Query.STATUS, result_type=MonitorStatus)
         return status
 
+    async def status_view(self, target_id: str) -> StatusView:
+        """`status`: the workflow's view, the slots being retried, its Temporal UI link."""
+        status = await self.status(target_id)
+        retrying = await self.retrying(target_id)
+        return StatusView(status=status, retrying=retrying, history_url=self.ui_link(target_id))
+
+    async def put(self, entry: manifest.Entry, where: str) -> list[Step]:
+        """One targets-file entry made true, as `apply` does for it (never a removal): what
+        was done, or `unchanged`. `where` names the entry in errors."""
+        try:
+            located = Located(entry, entry.config(), where)
+        except ValueError as err:  # a ValidationError too: both name what is wrong
+            raise BadInput(f"{where}: {entry.id}: {str(err).splitlines()[0]}") from err
+        steps = await self.plan([located], prune=False)
+        todo = [step for step in steps if step.action is not Action.UNCHANGED]
+        await self.apply(todo, lambda _: None)
+        return steps
+
     async def pause(self, target_id: str) -> None:
         await (await self.workflow(target_id)).signal(Signal.PAUSE)
 
@@ -448,7 +481,7 @@ class Pricewatch:
         stored = await store.stored_check(pool, work_id)
         target_id = await store.check_target(pool, work_id)
         if stored is None or target_id is None:
-            raise BadInput(f"unknown work id {work_id!r}")
+            raise Unknown(f"unknown work id {work_id!r}")
         handle = await self.workflow(target_id)
         request = RetryRequest(slot=stored.slot, kind=stored.kind)
         result: CheckResult = await handle.execute_update(
@@ -470,17 +503,31 @@ class Pricewatch:
 
     # Reading the record (Postgres) ---------------------------------------------------------
 
-    async def targets(self) -> list[TargetSummary]:
+    async def targets(
+        self,
+        search: str | None = None,
+        state: TargetState | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> TargetsPage:
+        """Targets by id: those whose id or URL holds `search`, in `state`; `limit` of them
+        from `offset` on, and how many match in all."""
+        rows = await store.list_targets(
+            await self.pool(), search=search or None, state=state, limit=limit, offset=offset
+        )
         # as_typed: a row mirrored before 1.2 holds the URL percent-encoded.
-        rows = await store.list_targets(await self.pool())
-        return [
+        targets = [
             TargetSummary(
-                **{key: value for key, value in row.items() if key not in ("calendar", "url")},
+                **{k: v for k, v in row.items() if k not in ("calendar", "url", "total")},
                 url=as_typed(str(row["url"])),
                 schedule=schedule(row),
             )
             for row in rows
         ]
+        total = int(str(rows[0]["total"])) if rows else 0
+        if not rows and offset:  # past the end: the count is still wanted
+            total = len(await store.list_targets(await self.pool(), 0, search or None, state))
+        return TargetsPage(targets=targets, total=total)
 
     async def known(self, target_id: str) -> None:
         """BadInput (`unknown target`, as every command words it) unless the target exists:
@@ -491,10 +538,14 @@ class Pricewatch:
         try:
             await self.workflow(target_id)
         except (ConnectionError, RPCError):  # Temporal away: the record is all there is
-            raise BadInput(f"unknown target {target_id!r}") from None
+            raise Unknown(f"unknown target {target_id!r}") from None
 
-    async def history(self, target_id: str, limit: int) -> list[CheckResult]:
-        results = await store.check_history(await self.pool(), valid_id(target_id), limit)
+    async def history(
+        self, target_id: str, limit: int, before: datetime | None = None
+    ) -> list[CheckResult]:
+        """Newest slot first; `before`: the slots before that one (the next page)."""
+        pool = await self.pool()
+        results = await store.check_history(pool, valid_id(target_id), limit, before)
         if not results:
             await self.known(target_id)
         return results
@@ -563,7 +614,7 @@ class Pricewatch:
         and pruned with its snapshot."""
         found, shot = await store.screenshot(await self.pool(), work_id)
         if not found:
-            raise BadInput(f"no recorded check {work_id!r}")
+            raise Unknown(f"no recorded check {work_id!r}")
         if shot is None:
             raise BadInput(
                 f"{work_id} has no screenshot: only a rendered page's baseline and changes "

@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     """`add` and `apply` start a new `--every` target where no other target of its site (its
     URL's host) on the same interval comes due within this much of it (0: off)."""
     ui_url: str = "http://localhost:8233"
+    api_token: SecretStr | None = None
+    """`pricewatch serve`: the API's bearer token and the dashboard's sign-in; needed to
+    listen anywhere but loopback."""
     smtp_host: str = "localhost"
     smtp_port: int = 25
     smtp_sender: str = "pricewatch@localhost"

@@ -47,6 +47,17 @@ class TargetSummary(View):
     """Price mode: the first price's amount at each of the last checks, oldest first."""
 
 
+TargetState = Literal["unhealthy", "paused", "retrying", "prices"]
+"""What the targets page and `/api/v1/targets?state=` filter by: prices is price mode."""
+
+
+class TargetsPage(View):
+    """One page of `list`: the dashboard's and the API's (its `X-Total-Count`: `total`)."""
+
+    targets: list[TargetSummary]
+    total: int
+
+
 class StatusView(View):
     """`status`: the workflow's own view, slots being retried now, and its history link."""
 

@@ -16,17 +16,12 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import Progress
-from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.envconfig import ClientConfig
-from temporalio.exceptions import FailureError
-from temporalio.service import RPCError
 from typer.core import TyperOption
 
 from activities.fetch import FetchError
-from activities.guard import BlockedAddress
 from client import manifest
 from client.channels import apprise_channel
 from client.pricewatch import (
@@ -54,7 +49,7 @@ from pricewatch.policy import MAX_FETCH_TIMEOUT, MIN_FETCH_TIMEOUT, check_timeou
 from pricewatch.settings import Settings
 from pricewatch.slots import format_slot, work_id
 from surfaces import render
-from workers.chromium import ChromiumMissing
+from surfaces.errors import Fault, failure
 
 
 def _flag_type(option: TyperOption, ctx: Any) -> str | None:
@@ -92,6 +87,7 @@ def main_options(
 
 
 BAD_INPUT = 2
+DASHBOARD_PORT = 8090
 UNAVAILABLE = 1
 
 
@@ -104,16 +100,11 @@ def user_errors() -> Iterator[None]:
     except BrokenPipeError:
         # The reader left (`pricewatch failures | head`): click ends quietly (status 1).
         raise
-    except (BadInput, ValidationError, ValueError, BlockedAddress) as err:
-        fail(_one_line(err), BAD_INPUT)
-    except (
-        RPCError, OSError, LookupError, TimeoutError, asyncpg.PostgresError, ChromiumMissing
-    ) as err:  # fmt: skip
-        fail(_unavailable(err), UNAVAILABLE)
-    except WorkflowFailureError as err:
-        fail(f"the workflow failed: {_one_line(err.cause)}", UNAVAILABLE)
-    except WorkflowUpdateFailedError as err:  # the workflow's validator refused the request
-        fail(f"refused by the workflow: {_one_line(err.cause)}", BAD_INPUT)
+    except Exception as err:
+        said = failure(err)
+        if said is None:
+            raise
+        fail(said.line, UNAVAILABLE if said.fault is Fault.SERVICE else BAD_INPUT)
 
 
 def command(fn: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
@@ -130,29 +121,6 @@ def command(fn: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
 def fail(message: str, code: int) -> None:
     typer.echo(f"pricewatch: {message}", err=True)
     raise typer.Exit(code)
-
-
-def _one_line(err: BaseException | None) -> str:
-    if isinstance(err, ValidationError):
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        message = first["msg"].removeprefix("Value error, ")
-        return f"{where}: {message}" if where else message
-    # A Temporal failure's own message: its str() begins with the error type.
-    text = "" if err is None else err.message if isinstance(err, FailureError) else str(err)
-    if not text:
-        return "timed out" if isinstance(err, TimeoutError) else "failed without a message"
-    return text.splitlines()[0]
-
-
-def _unavailable(err: BaseException) -> str:
-    """What an unreachable or failing service said, with which service it was (our own
-    errors say so already): never the exception's class name."""
-    if isinstance(err, RPCError):
-        return f"Temporal: {_one_line(err)}"
-    if isinstance(err, asyncpg.PostgresError):
-        return f"Postgres: {_one_line(err)}"
-    return _one_line(err)
 
 
 def settings() -> Settings:
@@ -539,7 +507,7 @@ async def try_page(
 async def list_targets(as_json: JsonOpt = False) -> None:
     """List targets with their state, next slot and last result."""
     async with pricewatch() as client:
-        rows = await client.targets()
+        rows = (await client.targets()).targets
     if as_json:
         return print_json("list", rows)
     if not rows:
@@ -553,14 +521,10 @@ async def list_targets(as_json: JsonOpt = False) -> None:
 async def status(target_id: IdArg, as_json: JsonOpt = False) -> None:
     """Show paused/active, the next slot, the last result and the Temporal UI link."""
     async with pricewatch() as client:
-        result = await client.status(target_id)
-        retrying = await client.retrying(target_id)
-        link = client.ui_link(target_id)
+        view = await client.status_view(target_id)
     if as_json:
-        return print_json(
-            "status", views.StatusView(status=result, retrying=retrying, history_url=link)
-        )
-    typer.echo("\n".join(render.status(result, retrying, link)))
+        return print_json("status", view)
+    typer.echo("\n".join(render.status(view.status, view.retrying, view.history_url)))
 
 
 @app.command()
@@ -944,6 +908,23 @@ async def worker(
 
 
 @app.command()
+def serve(
+    host: Annotated[
+        str, typer.Option(help="Address to listen on; beyond loopback needs PRICEWATCH_API_TOKEN.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = DASHBOARD_PORT,
+) -> None:
+    """Serve the dashboard and the HTTP API (/api/v1) over this deployment's targets."""
+    from surfaces import web
+
+    with user_errors():
+        server = web.server(settings(), host, port)
+        bound = web.listen(host, port)
+        typer.echo(f"dashboard: http://{host}:{port}/ (HTTP API: /api/v1, /api/v1/openapi.json)")
+        server.run(sockets=[bound])
+
+
+@app.command()
 def dev(
     demo: Annotated[
         bool, typer.Option(help="Also serve a local pricing page and watch it.")
@@ -951,16 +932,31 @@ def dev(
     temporal_port: Annotated[int, typer.Option(help="Temporal dev server port.")] = 7233,
     ui_port: Annotated[int, typer.Option(help="Temporal UI port.")] = 8233,
     demo_port: Annotated[int, typer.Option(help="Demo pricing page port.")] = 8099,
+    dashboard_port: Annotated[
+        int, typer.Option(help="Dashboard and HTTP API port (on 127.0.0.1).")
+    ] = DASHBOARD_PORT,
     verbose: Annotated[
         bool, typer.Option("--verbose", help="Every log line, not just one per check.")
     ] = False,
 ) -> None:
     """Run the whole embedded stack in the foreground: Temporal, Postgres, a worker."""
-    from workers.dev import DevPorts, run_dev
+    from surfaces import web
+    from workers.dev import DevPorts, Sidecar, run_dev
+
+    async def dashboard(effective: Settings, stop: asyncio.Event) -> None:
+        server = web.server(effective, "127.0.0.1", dashboard_port, embedded=True)
+        serving = asyncio.create_task(server.serve(sockets=[bound]))
+        await stop.wait()
+        server.should_exit = True
+        await serving
 
     with user_errors():
+        bound = web.listen("127.0.0.1", dashboard_port)
         ports = DevPorts(temporal=temporal_port, ui=ui_port, demo=demo_port)
-        run_dev(settings(), demo=demo, ports=ports, verbose=verbose)
+        url = f"http://127.0.0.1:{dashboard_port}/"
+        run_dev(
+            settings(), demo=demo, ports=ports, verbose=verbose, sidecar=Sidecar(url, dashboard)
+        )
 
 
 def main() -> None:

@@ -30,7 +30,8 @@ from activities.guard import AddressPolicy, BlockedAddress
 from client.temporal import DATA_CONVERTER
 from pricewatch.models import MonitorState, TargetConfig
 from pricewatch.urls import as_sent
-from surfaces.cli import _one_line, app
+from surfaces.cli import app
+from surfaces.errors import one_line
 from tests.chaos.stack import serve
 from tests.conftest import PageServer, Start
 from tests.helpers import HOUR, cli, new_target, rows, running_worker, worker_process
@@ -126,7 +127,7 @@ def test_a_refusal_from_the_workflow_reads_as_its_message() -> None:
     with `ValueError: `: the line shows the message alone."""
     refused = ApplicationError("only slots that already fell due can be retried", type="ValueError")
 
-    assert _one_line(refused) == "only slots that already fell due can be retried"
+    assert one_line(refused) == "only slots that already fell due can be retried"
 
 
 def test_config_prints_durations_as_they_are_typed(tmp_path: Path) -> None:

@@ -10,11 +10,12 @@ import contextlib
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from client.temporal import ensure_retention_schedule, start_monitor
 from pricewatch.models import MonitorState, PriceSettings, RenderSettings, TargetConfig
@@ -54,6 +55,15 @@ class DevPorts:
     temporal: int = 7233
     ui: int = 8233
     demo: int = 8099
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    """A server the stack runs beside its worker (the dashboard, from the CLI above us):
+    `run(settings, stop)` serves until `stop` is set."""
+
+    url: str
+    run: Callable[[Settings, asyncio.Event], Coroutine[Any, Any, None]]
 
 
 DEV_SQLITE_PRAGMAS = (
@@ -159,7 +169,13 @@ def demo_page(port: int) -> Iterator[str]:
         server.server_close()
 
 
-async def serve(settings: Settings, database_url: str, demo_url: str | None, verbose: bool) -> None:
+async def serve(
+    settings: Settings,
+    database_url: str,
+    demo_url: str | None,
+    verbose: bool,
+    sidecar: Sidecar | None = None,
+) -> None:
     configure_dev_console(verbose)
     if settings.tracing:
         configure_tracing()
@@ -232,6 +248,10 @@ async def serve(settings: Settings, database_url: str, demo_url: str | None, ver
                 ),
                 flush=True,
             )
+        served: asyncio.Task[None] | None = None
+        if sidecar is not None:
+            served = asyncio.create_task(sidecar.run(settings, stop))
+            print(f"dashboard: {sidecar.url} (HTTP API: {sidecar.url}api/v1)", flush=True)
         print(
             "worker:    running; one line per check below"
             + ("" if verbose else " (--verbose: every log line)")
@@ -239,11 +259,18 @@ async def serve(settings: Settings, database_url: str, demo_url: str | None, ver
             flush=True,
         )
         await stop.wait()
+        if served is not None:
+            await served
     print("stopping...", flush=True)
 
 
 def run_dev(
-    settings: Settings, *, demo: bool, ports: DevPorts = DevPorts(), verbose: bool = False
+    settings: Settings,
+    *,
+    demo: bool,
+    ports: DevPorts = DevPorts(),
+    verbose: bool = False,
+    sidecar: Sidecar | None = None,
 ) -> None:
     if not settings.allow_networks:
         settings = settings.model_copy(update={"allow_networks": DEV_ALLOW_NETWORKS})
@@ -290,4 +317,4 @@ def run_dev(
         stack.callback(ui_file.unlink, missing_ok=True)
         print(f"ui:        {ui_url}", flush=True)
         demo_url = stack.enter_context(demo_page(ports.demo)) if demo else None
-        asyncio.run(serve(settings, database_url, demo_url, verbose))
+        asyncio.run(serve(settings, database_url, demo_url, verbose, sidecar))

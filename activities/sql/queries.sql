@@ -357,15 +357,31 @@ SELECT work_id, scheduled_for AS slot, kind, status, checked_at, attempt_count, 
 SELECT target_id FROM source_checks WHERE work_id = :work_id;
 
 -- name: list_targets
--- With, in price mode, the newest prices and the first price's last :trend amounts.
+-- With, in price mode, the newest prices and the first price's last :trend amounts. Paged
+-- (the dashboard, the API): targets whose id or URL holds :search, in :state (unhealthy,
+-- paused, retrying, prices), :limit from :offset on by id; `total` counts every match. The
+-- page is chosen before the lateral reads, so they run for its rows only.
+WITH chosen AS (
+    SELECT t.*, count(*) OVER () AS total FROM monitor_targets t
+     WHERE (:search::text IS NULL
+            OR strpos(t.id, lower(:search)) > 0 OR strpos(lower(t.url), lower(:search)) > 0)
+       AND CASE :state::text
+             WHEN 'unhealthy' THEN t.failure_streak >= t.unhealthy_after
+             WHEN 'paused' THEN NOT t.enabled
+             WHEN 'retrying' THEN t.id IN (
+                 SELECT target_id FROM source_checks WHERE status = 'retrying')
+             WHEN 'prices' THEN jsonb_typeof(t.config -> 'prices') = 'object'
+             ELSE true END
+     ORDER BY t.id LIMIT :limit::integer OFFSET :offset::integer
+)
 SELECT t.id, t.url, t.interval_seconds, t.config -> 'calendar' AS calendar, t.enabled,
-       t.next_slot, t.failure_streak >= t.unhealthy_after AS unhealthy,
+       t.next_slot, t.failure_streak >= t.unhealthy_after AS unhealthy, t.total,
        c.status AS last_status, p.prices,
        (SELECT COALESCE(jsonb_agg(r.amount ORDER BY r.checked_at), '[]') FROM (
             SELECT checked_at, prices -> 0 ->> 'amount' AS amount FROM source_checks
              WHERE target_id = t.id AND prices IS NOT NULL
              ORDER BY checked_at DESC LIMIT :trend) r) AS trend
-  FROM monitor_targets t
+  FROM chosen t
   LEFT JOIN LATERAL (
       SELECT status FROM source_checks
        WHERE target_id = t.id AND status <> 'skipped' ORDER BY checked_at DESC LIMIT 1
@@ -388,7 +404,8 @@ SELECT work_id, slot, status, prices FROM (
 SELECT work_id, scheduled_for AS slot, kind, status, checked_at, attempt_count, result_hash,
        previous_hash, error_message, next_attempt_at, skipped_values
   FROM source_checks
- WHERE target_id = :target_id ORDER BY scheduled_for DESC LIMIT :limit;
+ WHERE target_id = :target_id AND (:before::timestamptz IS NULL OR scheduled_for < :before)
+ ORDER BY scheduled_for DESC LIMIT :limit;
 
 -- name: failed_checks
 -- Dead letters and slots still being retried, newest first.
