@@ -6,7 +6,9 @@ so a script moves from the CLI to HTTP unchanged; the document's schemas are the
 request, 404 an unknown target or check, 503 Temporal or Postgres away.
 """
 
+import json
 from datetime import UTC, datetime
+from pathlib import Path as FilePath
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
@@ -23,6 +25,10 @@ REF = "#/components/schemas/{model}"
 ID_PATTERN = "^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 WORK_ID_PATTERN = "^[a-z0-9-]{1,63}:[0-9T:.Z-]{1,40}$"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# The document's version: the API's, not the package's (a release that adds nothing to the
+# API leaves docs/openapi.json as it is).
+API_VERSION = "1"
+DOCUMENT = FilePath(__file__).resolve().parent.parent / "docs" / "openapi.json"
 
 
 class ErrorView(BaseModel):
@@ -241,12 +247,21 @@ async def screenshot(pricewatch: Client, work_id: WorkId) -> Response:
     return Response(await pricewatch.screenshot(work_id), media_type="image/png")
 
 
-def openapi(routes: list[Any], version: str) -> dict[str, Any]:
+def openapi(routes: list[Any]) -> dict[str, Any]:
     """The API's document: FastAPI's, with the `--json` views' schemas as the CLI names
     their fields (`slot`, not the wire's `scheduled_for`)."""
-    document = get_openapi(title="pricewatch", version=version, routes=routes)
+    document = get_openapi(title="pricewatch", version=API_VERSION, routes=routes)
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
     for shape in OUTPUTS.values():
         written = shape.json_schema(mode="serialization", by_alias=False, ref_template=REF)
         schemas.update(written.get("$defs", {}))
     return document
+
+
+def document() -> str:
+    return json.dumps(openapi(router.routes), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":  # `python -m surfaces.api`: after a change to the API
+    DOCUMENT.write_text(document())
+    print(f"wrote {DOCUMENT}")

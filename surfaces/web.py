@@ -16,7 +16,6 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from decimal import Decimal
-from importlib.metadata import version
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -111,14 +110,14 @@ def create_app(settings: Settings, host: str = "127.0.0.1") -> FastAPI:
 
     app = FastAPI(
         title="pricewatch",
-        version=version("pricewatch"),
+        version=api.API_VERSION,
         lifespan=lifespan,
         docs_url=None,  # Swagger UI and ReDoc load from a CDN
         redoc_url=None,
         openapi_url="/api/v1/openapi.json",
     )
     app.include_router(api.router)
-    app.openapi = lambda: api.openapi(app.routes, app.version)  # type: ignore[method-assign]
+    app.openapi = lambda: api.openapi(app.routes)  # type: ignore[method-assign]
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     pages = templates()
 
@@ -150,12 +149,14 @@ def create_app(settings: Settings, host: str = "127.0.0.1") -> FastAPI:
     async def malformed(request: Request, err: RequestValidationError) -> Response:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"] if p not in ("body", "query", "path"))
-        line = f"{where}: {first['msg']}" if where else str(first["msg"])
+        said = str(first["msg"]).removeprefix("Value error, ")
+        line = f"{where}: {said}" if where else said
         return error(request, 422 if request.url.path.startswith("/api/") else 400, line)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, err: HTTPException) -> Response:
-        return error(request, err.status_code, str(err.detail).lower())
+        line = f"no such page: {request.url.path}" if err.status_code == 404 else str(err.detail)
+        return error(request, err.status_code, line)
 
     @app.middleware("http")
     async def guarded(

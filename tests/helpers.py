@@ -36,6 +36,7 @@ from pricewatch.models import (
     TargetConfig,
 )
 from tests.conftest import LOOPBACK, PageServer, WebhookReceiver
+from workers.embedded import free_port
 from workers.worker import Activities, WorkerTuning, build_worker
 
 HOUR = timedelta(hours=1)
@@ -245,3 +246,33 @@ async def built(server: str, build: Build) -> AsyncIterator[asyncpg.Connection]:
     finally:
         await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         await admin.close()
+
+
+@asynccontextmanager
+async def serve_process(env: dict[str, str], *args: str) -> AsyncIterator[str]:
+    """`pricewatch serve` as its own process on a free loopback port: its base URL once it
+    answers. SIGTERM on the way out."""
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        PRICEWATCH, "serve", "--port", str(port), *args, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    assert process.stdout is not None
+    base = f"http://127.0.0.1:{port}"
+    drain = None
+    try:
+        async with asyncio.timeout(60):
+            line = await process.stdout.readline()
+            assert line.startswith(b"dashboard:"), line + await process.stdout.read()
+        drain = asyncio.create_task(process.stdout.read())
+        yield base
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), timeout=20)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        logged = b"" if drain is None else await drain
+    assert b"Traceback" not in logged, logged.decode()  # every failure was an answer
