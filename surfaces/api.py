@@ -23,7 +23,7 @@ from surfaces.render import masked
 
 REF = "#/components/schemas/{model}"
 ID_PATTERN = "^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
-WORK_ID_PATTERN = "^[a-z0-9-]{1,63}:[0-9T:.Z-]{1,40}$"
+WORK_ID_PATTERN = "^[a-z0-9-]{1,63}:(manual:)?[0-9T:.Z-]{1,40}$"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # The document's version: the API's, not the package's (a release that adds nothing to the
 # API leaves docs/openapi.json as it is).
