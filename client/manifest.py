@@ -194,7 +194,8 @@ class Located:
     where: str
 
     def error(self, message: str) -> ManifestError:
-        return ManifestError(f"{self.where}: {self.entry.id}: {message}")
+        where = f"{self.where}: " if self.where else ""  # a form's entry is all there is
+        return ManifestError(f"{where}{self.entry.id}: {message}")
 
 
 def load(path: Path) -> list[Located]:

@@ -454,11 +454,12 @@ class Pricewatch:
 
     async def put(self, entry: manifest.Entry, where: str) -> list[Step]:
         """One targets-file entry made true, as `apply` does for it (never a removal): what
-        was done, or `unchanged`. `where` names the entry in errors."""
+        was done, or `unchanged`. `where` names the entry in errors (a form's: nothing)."""
         try:
             located = Located(entry, entry.config(), where)
         except ValueError as err:  # a ValidationError too: both name what is wrong
-            raise BadInput(f"{where}: {entry.id}: {str(err).splitlines()[0]}") from err
+            prefix = f"{where}: " if where else ""
+            raise BadInput(f"{prefix}{entry.id}: {str(err).splitlines()[0]}") from err
         steps = await self.plan([located], prune=False)
         todo = [step for step in steps if step.action is not Action.UNCHANGED]
         await self.apply(todo, lambda _: None)

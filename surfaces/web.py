@@ -306,7 +306,7 @@ def create_app(settings: Settings, host: str = "127.0.0.1") -> FastAPI:
             selector=None if prices else selector.strip() or None,
             prices={"selector": selector.strip() or None} if prices else None,
         )  # fmt: skip
-        steps = await api.client(request).put(entry, where="form")
+        steps = await api.client(request).put(entry, where="")
         request.session["said"] = f"{', '.join(s.action.value for s in steps)} {entry.id}"
         return RedirectResponse(f"/targets/{entry.id}", status_code=303)
 

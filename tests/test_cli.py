@@ -28,6 +28,7 @@ COMMANDS = [
     "worker",
     "notify-test",
     "dev",
+    "serve",
 ]
 
 

@@ -238,7 +238,9 @@ async def serve(
                 f"demo:      watching {demo_url} as {DEMO_TARGET!r} and its plan table "
                 f"(price mode) as {DEMO_PLANS_TARGET!r}, every {DEMO_INTERVAL_SECONDS}s; a "
                 f"price moves every {DEMO_PRICE_PERIOD_SECONDS // 60} min. Try `pricewatch "
-                f"prices {DEMO_PLANS_TARGET}`. Pages that fail, to add yourself: "
+                f"prices {DEMO_PLANS_TARGET}`"
+                + (f" or {sidecar.url}targets/{DEMO_PLANS_TARGET}" if sidecar else "")
+                + ". Pages that fail, to add yourself: "
                 f"{demo_url}busy (503, transient), {demo_url}gone (404, permanent)."
                 + (
                     f" The same plans written by a script ({demo_url}app) are rendered as "
