@@ -20,11 +20,13 @@ COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text
 SERVICES: dict[str, Any] = COMPOSE["services"]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 WORKERS = ("worker", "render-worker")
+# Every service that runs pricewatch: the same settings, the same services by name.
+PRICEWATCH = (*WORKERS, "dashboard")
 
 
 def test_the_stack_has_every_service() -> None:
     assert set(SERVICES) == {
-        "postgres", "temporal", "temporal-ui", "setup", "worker", "render-worker"
+        "postgres", "temporal", "temporal-ui", "setup", "worker", "render-worker", "dashboard"
     }  # fmt: skip
 
 
@@ -35,7 +37,7 @@ def test_every_image_tag_is_pinned() -> None:
     assert re.search(r"^FROM python:\d+\.\d+\.\d+-slim", DOCKERFILE, re.M)
 
 
-@pytest.mark.parametrize("worker", WORKERS)
+@pytest.mark.parametrize("worker", PRICEWATCH)
 def test_the_worker_reads_only_settings_that_exist(worker: str) -> None:
     known = {f"PRICEWATCH_{name.upper()}" for name in Settings.model_fields}
     environment = SERVICES[worker]["environment"]
@@ -47,7 +49,7 @@ def test_the_worker_reads_only_settings_that_exist(worker: str) -> None:
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("worker", WORKERS)
+@pytest.mark.parametrize("worker", PRICEWATCH)
 def test_the_worker_reaches_the_services_by_their_names(worker: str) -> None:
     environment = SERVICES[worker]["environment"]
     assert environment["TEMPORAL_ADDRESS"] == "temporal:7233"
@@ -126,3 +128,16 @@ def test_the_render_worker_is_the_worker_with_a_browser() -> None:
     [allowed] = project["project"]["optional-dependencies"]["render"]
     assert Version(pinned[1]) in SpecifierSet(allowed.removeprefix("playwright"))
     assert DOCKERFILE.rstrip().endswith("FROM worker"), "a plain `docker build .` is the worker"
+
+
+def test_the_dashboard_is_served_beyond_loopback_only_with_a_token() -> None:
+    dashboard = SERVICES["dashboard"]
+    assert dashboard["image"] == SERVICES["worker"]["image"]
+    assert dashboard["command"][:2] == ["pricewatch", "serve"]
+    assert dashboard["command"][dashboard["command"].index("--host") + 1] == "0.0.0.0"
+    token = dashboard["environment"]["PRICEWATCH_API_TOKEN"]
+    assert re.fullmatch(r"\$\{PRICEWATCH_API_TOKEN:\?[^}]+\}", token), "compose refuses without one"
+    assert (
+        dashboard["environment"]["PRICEWATCH_TASK_QUEUE"]
+        == (SERVICES["worker"]["environment"]["PRICEWATCH_TASK_QUEUE"])
+    )
