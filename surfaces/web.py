@@ -1,4 +1,5 @@
-"""`pricewatch serve`: the dashboard and the HTTP API, one ASGI app over the typed client.
+"""`pricewatch serve`: the dashboard (dashboard.py) and the HTTP API (api.py), one ASGI app
+over the typed client, and what guards both.
 
 FastAPI (on Starlette) because the views are pydantic models: it validates every parameter
 with them and writes the API's OpenAPI document from them. Pages are rendered on the server
@@ -11,42 +12,30 @@ Every form carries the session's CSRF token.
 import contextlib
 import hmac
 import ipaddress
+import os
 import secrets
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import UTC, datetime
-from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any
-from urllib.parse import quote, urlencode, urlsplit
+from typing import Any
+from urllib.parse import urlencode, urlsplit
 
 import uvicorn
-from fastapi import FastAPI, Form, Query, Request, Response
+from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
-from fastapi.templating import Jinja2Templates
-from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.exceptions import HTTPException
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from client import manifest
-from client.manifest import Entry
 from client.pricewatch import BadInput, Pricewatch
-from pricewatch.durations import parse_duration
-from pricewatch.models import CheckStatus
 from pricewatch.settings import Settings
-from pricewatch.slots import format_slot
-from pricewatch.views import PricesRow, TargetState
-from surfaces import api, charts
-from surfaces.errors import EXPECTED, Fault, failure, one_line
-from surfaces.render import masked
+from surfaces import api, dashboard
+from surfaces.errors import EXPECTED, Fault, failure
 
 HERE = Path(__file__).parent
 STATUS = {Fault.INPUT: 400, Fault.UNKNOWN: 404, Fault.SERVICE: 503}
-PAGE_SIZE = 50
-CHART_POINTS = 500
 # No script at all; styles and images from this server only; forms post here only.
 CSP = (
     "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
@@ -59,7 +48,6 @@ HEADERS = {
     "X-Frame-Options": "DENY",
 }
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
-STATES: list[TargetState] = ["unhealthy", "paused", "retrying", "prices"]
 
 
 def loopback(host: str) -> bool:
@@ -79,21 +67,6 @@ def refuse_open_bind(host: str, settings: Settings) -> None:
             f"listening on {host} lets other machines in: set PRICEWATCH_API_TOKEN "
             "(or listen on 127.0.0.1)"
         )
-
-
-def _when(moment: datetime | None) -> str:
-    return "-" if moment is None else f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
-
-
-def templates() -> Jinja2Templates:
-    env = Environment(
-        loader=PackageLoader("surfaces", "templates"), autoescape=True, undefined=StrictUndefined
-    )
-    env.filters["when"] = _when
-    env.filters["slot"] = format_slot
-    env.filters["quote"] = lambda text: quote(str(text), safe="")
-    env.globals["sparkline"] = charts.sparkline
-    return Jinja2Templates(env=env)
 
 
 def create_app(settings: Settings, host: str = "127.0.0.1") -> FastAPI:
@@ -119,22 +92,14 @@ def create_app(settings: Settings, host: str = "127.0.0.1") -> FastAPI:
     app.include_router(api.router)
     app.openapi = lambda: api.openapi(app.routes)  # type: ignore[method-assign]
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
-    pages = templates()
-
-    def page(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
-        said = request.session.pop("said", None)
-        return pages.TemplateResponse(
-            request,
-            name,
-            {"said": said, "csrf": csrf_token(request), "signed_in": token is not None,
-             "ui_url": settings.resolved_ui_url(), **context},
-            status_code=status,
-        )  # fmt: skip
+    app.include_router(dashboard.router)
+    app.state.served = dashboard.Served(settings, token, dashboard.templates())
 
     def error(request: Request, status: int, line: str) -> Response:
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": line}, status_code=status)
-        return page(request, "error.html", status, line=line)
+        shown: Response = dashboard.page(request, "error.html", status, line=line)
+        return shown
 
     async def expected(request: Request, err: Exception) -> Response:
         said = failure(err)
@@ -196,159 +161,6 @@ def create_app(settings: Settings, host: str = "127.0.0.1") -> FastAPI:
         TrustedHostMiddleware, allowed_hosts=LOOPBACK_HOSTS if loopback(host) else ["*"]
     )
 
-    # Pages -------------------------------------------------------------------------------
-
-    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
-    async def targets_page(
-        request: Request,
-        q: Annotated[str | None, Query(max_length=200)] = None,
-        state: TargetState | None = None,
-        page_number: Annotated[int, Query(alias="page", ge=1, le=100_000)] = 1,
-    ) -> Response:
-        pricewatch = api.client(request)
-        found = await pricewatch.targets(q, state, PAGE_SIZE, (page_number - 1) * PAGE_SIZE)
-        pages_in_all = max(1, -(-found.total // PAGE_SIZE))
-
-        def link(**changed: object) -> str:
-            query = {"q": q, "state": state, "page": page_number, **changed}
-            return "/?" + urlencode({k: v for k, v in query.items() if v not in (None, "", 1)})
-
-        return page(
-            request, "targets.html", targets=found.targets, total=found.total, q=q or "",
-            state=state, states=STATES, page=page_number, pages=pages_in_all, link=link,
-        )  # fmt: skip
-
-    @app.get("/targets/{target_id}", response_class=HTMLResponse, include_in_schema=False)
-    async def target_page(
-        request: Request,
-        target_id: api.TargetId,
-        before: datetime | None = None,
-        change: Annotated[str | None, Query(pattern=api.WORK_ID_PATTERN)] = None,
-    ) -> Response:
-        pricewatch = api.client(request)
-        view = await pricewatch.status_view(target_id)
-        config = view.status.config
-        history = await pricewatch.history(target_id, PAGE_SIZE, before)
-        rows: list[PricesRow] = []
-        if config.price_mode is not None:
-            with contextlib.suppress(BadInput):  # none recorded yet
-                rows = await pricewatch.prices(target_id, api.EPOCH, CHART_POINTS)
-        diff, no_diff = None, None
-        try:
-            shown = await pricewatch.change(target_id, change)
-            diff = (shown, charts.side_by_side(shown.diff))
-        except BadInput as err:
-            no_diff = one_line(err)
-        deliveries = await pricewatch.deliveries(target_id, PAGE_SIZE)
-        by_channel: dict[str, list[Any]] = {}
-        for delivery in deliveries:
-            by_channel.setdefault(delivery.channel_id, []).append(delivery)
-        older = history[-1].slot if len(history) == PAGE_SIZE else None
-        return page(
-            request, "target.html", target_id=target_id, view=view, config=config,
-            history=history, older=older, before=before, charts=_charts(rows),
-            diff=diff, no_diff=no_diff, deliveries=by_channel,
-            channels=[masked(c) for c in await pricewatch.channels(target_id)],
-            screenshots=config.render is not None, changed=CheckStatus.CHANGED,
-            as_written=manifest.dump([(config, view.status.paused)]),
-        )  # fmt: skip
-
-    @app.get("/failures", response_class=HTMLResponse, include_in_schema=False)
-    async def failures_page(request: Request) -> Response:
-        failed = await api.client(request).failures(None, PAGE_SIZE * 2)
-        return page(request, "failures.html", failures=failed)
-
-    @app.get("/screenshots/{work_id}", include_in_schema=False)
-    async def screenshot(request: Request, work_id: api.WorkId) -> Response:
-        shot = await api.client(request).screenshot(work_id)
-        return Response(shot, media_type="image/png")
-
-    @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
-    async def login_page(request: Request, next: str = "/") -> Response:
-        return page(request, "login.html", next=_local(next))
-
-    # Actions: each a POST with the session's CSRF token, answered with a redirect to the
-    # page it came from, or the error's one line.
-
-    @app.post("/login", include_in_schema=False)
-    async def login(
-        request: Request,
-        csrf: Annotated[str, Form()] = "",
-        api_token: Annotated[str, Form(alias="token")] = "",
-        next: Annotated[str, Form()] = "/",
-    ) -> Response:
-        check_csrf(request, csrf)
-        if token is None or not hmac.compare_digest(api_token.encode(), token.encode()):
-            return page(request, "login.html", 401, next=_local(next), line="wrong token")
-        request.session.clear()  # a fresh session: a new CSRF token too
-        request.session["signed_in"] = True
-        return RedirectResponse(_local(next), status_code=303)
-
-    @app.post("/logout", include_in_schema=False)
-    async def logout(request: Request, csrf: Annotated[str, Form()] = "") -> Response:
-        check_csrf(request, csrf)
-        request.session.clear()
-        return RedirectResponse("/login" if token else "/", status_code=303)
-
-    @app.post("/targets", include_in_schema=False)
-    async def add(
-        request: Request,
-        target_id: Annotated[str, Form(alias="id", max_length=63)],
-        url: Annotated[str, Form(max_length=2000)],
-        every: Annotated[str, Form(max_length=20)] = "24h",
-        selector: Annotated[str, Form(max_length=500)] = "",
-        prices: Annotated[bool, Form()] = False,
-        csrf: Annotated[str, Form()] = "",
-    ) -> Response:
-        check_csrf(request, csrf)
-        entry = Entry(
-            id=target_id.strip(), url=url.strip(), every=parse_duration(every.strip() or "24h"),
-            selector=None if prices else selector.strip() or None,
-            prices={"selector": selector.strip() or None} if prices else None,
-        )  # fmt: skip
-        steps = await api.client(request).put(entry, where="")
-        request.session["said"] = f"{', '.join(s.action.value for s in steps)} {entry.id}"
-        return RedirectResponse(f"/targets/{entry.id}", status_code=303)
-
-    @app.post("/targets/{target_id}/{action}", include_in_schema=False)
-    async def act(
-        request: Request,
-        target_id: api.TargetId,
-        action: str,
-        csrf: Annotated[str, Form()] = "",
-    ) -> Response:
-        check_csrf(request, csrf)
-        pricewatch = api.client(request)
-        if action == "pause":
-            await pricewatch.pause(target_id)
-            said = f"paused {target_id}: no more slots fall due until it is resumed"
-        elif action == "resume":
-            await pricewatch.resume(target_id)
-            said = f"resuming {target_id}"
-        elif action == "check":
-            result = await pricewatch.check_now(target_id)
-            said = f"checked {result.work_id}: {result.status.value}"
-            if result.error_message:
-                said += f" ({result.error_message})"
-        elif action == "remove":
-            await pricewatch.remove(target_id)
-            request.session["said"] = f"removed {target_id}"
-            return RedirectResponse("/", status_code=303)
-        else:
-            raise HTTPException(404, "Not Found")
-        request.session["said"] = said
-        return RedirectResponse(f"/targets/{target_id}", status_code=303)
-
-    @app.post("/checks/{work_id}/retry", include_in_schema=False)
-    async def retry(
-        request: Request, work_id: api.WorkId, csrf: Annotated[str, Form()] = ""
-    ) -> Response:
-        check_csrf(request, csrf)
-        result = await api.client(request).retry(work_id)
-        said = "already recorded, not fetched again: " if result.already_recorded else ""
-        request.session["said"] = f"{said}{result.work_id}: {result.status.value}"
-        return RedirectResponse("/failures", status_code=303)
-
     return app
 
 
@@ -373,41 +185,13 @@ def _private(path: str) -> bool:
     return path != "/login" and not path.startswith("/static/")
 
 
-def csrf_token(request: Request) -> str:
-    if "csrf" not in request.session:
-        request.session["csrf"] = secrets.token_urlsafe(32)
-    token: str = request.session["csrf"]
-    return token
-
-
-def check_csrf(request: Request, given: str) -> None:
-    expected = request.session.get("csrf")
-    if not expected or not hmac.compare_digest(given.encode(), str(expected).encode()):
-        raise HTTPException(403, "the form's CSRF token is wrong or missing: reload the page")
-
-
-def _local(path: str) -> str:
-    """A path on this server to go back to, never another site (`//evil`, `https://`)."""
-    return path if path.startswith("/") and not path.startswith("//") and "\\" not in path else "/"
-
-
-def _charts(rows: list[PricesRow]) -> list[tuple[str, Any, int]]:
-    """One chart per named price, in the order the page lists them: (name, svg, points)."""
-    series: dict[str, list[tuple[datetime, Decimal]]] = {}
-    for row in rows:
-        for price in row.prices:
-            series.setdefault(price.name, []).append((row.slot, price.amount))
-    return [
-        (name, charts.price_chart(name, points), len(points)) for name, points in series.items()
-    ]
-
-
 def listen(host: str, port: int) -> socket.socket:
     """The server's socket, bound before anything starts: a port in use is one line."""
     try:
         return socket.create_server((host, port), family=_family(host), reuse_port=False)
     except OSError as err:
-        raise OSError(f"cannot listen on {host}:{port}: {err.strerror or err}") from err
+        why = os.strerror(err.errno) if err.errno else str(err)
+        raise OSError(f"cannot listen on {host}:{port}: {why}") from err
 
 
 def _family(host: str) -> socket.AddressFamily:

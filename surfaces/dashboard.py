@@ -1,0 +1,265 @@
+"""The dashboard's pages and forms: what `--json` shows, for people. Every action is a POST
+form carrying the session's CSRF token; it answers with a redirect to the page it came from
+(which says what was done, once) or with the CLI's one line."""
+
+import contextlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Annotated, Any
+from urllib.parse import quote, urlencode
+
+from fastapi import APIRouter, Form, Query, Request, Response
+from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.templating import Jinja2Templates
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from starlette.exceptions import HTTPException
+
+from client import manifest
+from client.manifest import Entry
+from client.pricewatch import BadInput
+from pricewatch.durations import parse_duration
+from pricewatch.models import CheckStatus
+from pricewatch.settings import Settings
+from pricewatch.slots import format_slot
+from pricewatch.views import PricesRow, TargetState
+from surfaces import api, charts
+from surfaces.errors import one_line
+from surfaces.render import masked
+
+PAGE_SIZE = 50
+CHART_POINTS = 500
+STATES: list[TargetState] = ["unhealthy", "paused", "retrying", "prices"]
+router = APIRouter(include_in_schema=False)
+
+
+@dataclass(frozen=True)
+class Served:
+    """What the pages need of the app (`app.state.served`)."""
+
+    settings: Settings
+    token: str | None
+    pages: Jinja2Templates
+
+
+def served(request: Request) -> Served:
+    found: Served = request.app.state.served
+    return found
+
+
+def _when(moment: datetime | None) -> str:
+    return "-" if moment is None else f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+
+
+def templates() -> Jinja2Templates:
+    env = Environment(
+        loader=PackageLoader("surfaces", "templates"), autoescape=True, undefined=StrictUndefined
+    )
+    env.filters["when"] = _when
+    env.filters["slot"] = format_slot
+    env.filters["quote"] = lambda text: quote(str(text), safe="")
+    env.globals["sparkline"] = charts.sparkline
+    return Jinja2Templates(env=env)
+
+
+def page(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    shared = {
+        "said": request.session.pop("said", None),  # what the last action did, once
+        "csrf": csrf_token(request),
+        "signed_in": bool(request.session.get("signed_in")),
+        "ui_url": served(request).settings.resolved_ui_url(),
+    }
+    return served(request).pages.TemplateResponse(
+        request, name, {**shared, **context}, status_code=status
+    )
+
+
+def csrf_token(request: Request) -> str:
+    if "csrf" not in request.session:
+        request.session["csrf"] = secrets.token_urlsafe(32)
+    token: str = request.session["csrf"]
+    return token
+
+
+def check_csrf(request: Request, given: str) -> None:
+    expected = request.session.get("csrf")
+    if not expected or not hmac.compare_digest(given.encode(), str(expected).encode()):
+        raise HTTPException(403, "the form's CSRF token is wrong or missing: reload the page")
+
+
+def _local(path: str) -> str:
+    """A path on this server to go back to, never another site (`//evil`, `https://`)."""
+    return path if path.startswith("/") and not path.startswith("//") and "\\" not in path else "/"
+
+
+def _charts(rows: list[PricesRow]) -> list[tuple[str, Any, int]]:
+    """One chart per named price, in the order the page lists them: (name, svg, points)."""
+    series: dict[str, list[tuple[datetime, Decimal]]] = {}
+    for row in rows:
+        for price in row.prices:
+            series.setdefault(price.name, []).append((row.slot, price.amount))
+    return [(name, charts.price_chart(name, dots), len(dots)) for name, dots in series.items()]
+
+
+@router.get("/", response_class=HTMLResponse)
+async def targets_page(
+    request: Request,
+    q: Annotated[str | None, Query(max_length=200)] = None,
+    state: TargetState | None = None,
+    page_number: Annotated[int, Query(alias="page", ge=1, le=100_000)] = 1,
+) -> Response:
+    pricewatch = api.client(request)
+    found = await pricewatch.targets(q, state, PAGE_SIZE, (page_number - 1) * PAGE_SIZE)
+    pages_in_all = max(1, -(-found.total // PAGE_SIZE))
+
+    def link(**changed: object) -> str:
+        query = {"q": q, "state": state, "page": page_number, **changed}
+        return "/?" + urlencode({k: v for k, v in query.items() if v not in (None, "", 1)})
+
+    return page(
+        request, "targets.html", targets=found.targets, total=found.total, q=q or "",
+        state=state, states=STATES, page=page_number, pages=pages_in_all, link=link,
+    )  # fmt: skip
+
+
+@router.get("/targets/{target_id}", response_class=HTMLResponse)
+async def target_page(
+    request: Request,
+    target_id: api.TargetId,
+    before: datetime | None = None,
+    change: Annotated[str | None, Query(pattern=api.WORK_ID_PATTERN)] = None,
+) -> Response:
+    pricewatch = api.client(request)
+    view = await pricewatch.status_view(target_id)
+    config = view.status.config
+    history = await pricewatch.history(target_id, PAGE_SIZE, before)
+    rows: list[PricesRow] = []
+    if config.price_mode is not None:
+        with contextlib.suppress(BadInput):  # none recorded yet
+            rows = await pricewatch.prices(target_id, api.EPOCH, CHART_POINTS)
+    diff, no_diff = None, None
+    try:
+        shown = await pricewatch.change(target_id, change)
+        diff = (shown, charts.side_by_side(shown.diff))
+    except BadInput as err:
+        no_diff = one_line(err)
+    deliveries = await pricewatch.deliveries(target_id, PAGE_SIZE)
+    by_channel: dict[str, list[Any]] = {}
+    for delivery in deliveries:
+        by_channel.setdefault(delivery.channel_id, []).append(delivery)
+    older = history[-1].slot if len(history) == PAGE_SIZE else None
+    return page(
+        request, "target.html", target_id=target_id, view=view, config=config,
+        history=history, older=older, before=before, charts=_charts(rows),
+        diff=diff, no_diff=no_diff, deliveries=by_channel,
+        channels=[masked(c) for c in await pricewatch.channels(target_id)],
+        screenshots=config.render is not None, changed=CheckStatus.CHANGED,
+        as_written=manifest.dump([(config, view.status.paused)]),
+    )  # fmt: skip
+
+
+@router.get("/failures", response_class=HTMLResponse)
+async def failures_page(request: Request) -> Response:
+    failed = await api.client(request).failures(None, PAGE_SIZE * 2)
+    return page(request, "failures.html", failures=failed)
+
+
+@router.get("/screenshots/{work_id}")
+async def screenshot(request: Request, work_id: api.WorkId) -> Response:
+    shot = await api.client(request).screenshot(work_id)
+    return Response(shot, media_type="image/png")
+
+
+@router.get("/login", response_class=HTMLResponse)
+async def login_page(request: Request, next: str = "/") -> Response:
+    return page(request, "login.html", next=_local(next))
+
+
+# Actions ---------------------------------------------------------------------------------
+
+
+@router.post("/login")
+async def login(
+    request: Request,
+    csrf: Annotated[str, Form()] = "",
+    api_token: Annotated[str, Form(alias="token")] = "",
+    next: Annotated[str, Form()] = "/",
+) -> Response:
+    check_csrf(request, csrf)
+    token = served(request).token
+    if token is None or not hmac.compare_digest(api_token.encode(), token.encode()):
+        return page(request, "login.html", 401, next=_local(next), line="wrong token")
+    request.session.clear()  # a fresh session: a new CSRF token too
+    request.session["signed_in"] = True
+    return RedirectResponse(_local(next), status_code=303)
+
+
+@router.post("/logout")
+async def logout(request: Request, csrf: Annotated[str, Form()] = "") -> Response:
+    check_csrf(request, csrf)
+    request.session.clear()
+    return RedirectResponse("/login" if served(request).token else "/", status_code=303)
+
+
+@router.post("/targets")
+async def add(
+    request: Request,
+    target_id: Annotated[str, Form(alias="id", max_length=63)],
+    url: Annotated[str, Form(max_length=2000)],
+    every: Annotated[str, Form(max_length=20)] = "24h",
+    selector: Annotated[str, Form(max_length=500)] = "",
+    prices: Annotated[bool, Form()] = False,
+    csrf: Annotated[str, Form()] = "",
+) -> Response:
+    check_csrf(request, csrf)
+    entry = Entry(
+        id=target_id.strip(), url=url.strip(), every=parse_duration(every.strip() or "24h"),
+        selector=None if prices else selector.strip() or None,
+        prices={"selector": selector.strip() or None} if prices else None,
+    )  # fmt: skip
+    steps = await api.client(request).put(entry, where="")
+    request.session["said"] = f"{', '.join(s.action.value for s in steps)} {entry.id}"
+    return RedirectResponse(f"/targets/{entry.id}", status_code=303)
+
+
+@router.post("/targets/{target_id}/{action}")
+async def act(
+    request: Request,
+    target_id: api.TargetId,
+    action: str,
+    csrf: Annotated[str, Form()] = "",
+) -> Response:
+    check_csrf(request, csrf)
+    pricewatch = api.client(request)
+    if action == "pause":
+        await pricewatch.pause(target_id)
+        said = f"paused {target_id}: no more slots fall due until it is resumed"
+    elif action == "resume":
+        await pricewatch.resume(target_id)
+        said = f"resuming {target_id}"
+    elif action == "check":
+        result = await pricewatch.check_now(target_id)
+        said = f"checked {result.work_id}: {result.status.value}"
+        if result.error_message:
+            said += f" ({result.error_message})"
+    elif action == "remove":
+        await pricewatch.remove(target_id)
+        request.session["said"] = f"removed {target_id}"
+        return RedirectResponse("/", status_code=303)
+    else:
+        raise HTTPException(404, "Not Found")
+    request.session["said"] = said
+    return RedirectResponse(f"/targets/{target_id}", status_code=303)
+
+
+@router.post("/checks/{work_id}/retry")
+async def retry(
+    request: Request, work_id: api.WorkId, csrf: Annotated[str, Form()] = ""
+) -> Response:
+    check_csrf(request, csrf)
+    result = await api.client(request).retry(work_id)
+    said = "already recorded, not fetched again: " if result.already_recorded else ""
+    request.session["said"] = f"{said}{result.work_id}: {result.status.value}"
+    return RedirectResponse("/failures", status_code=303)
