@@ -117,12 +117,22 @@ async def demo_plan_prices(data_dir: Path, temporal_port: int) -> str:
 
 
 async def test_dev_runs_the_demo_stops_cleanly_and_resumes(tmp_path: Path) -> None:
-    ports = {"temporal": free_port(), "ui": free_port(), "demo": free_port()}
-    async with dev_stack(tmp_path, ports):
+    ports = {name: free_port() for name in ("temporal", "ui", "demo", "dashboard")}
+    start_up: list[str] = []
+    async with dev_stack(tmp_path, ports, start_up=start_up):
         first_rows = await until_rows(tmp_path, 0)
         plans = await demo_plan_prices(tmp_path, ports["temporal"])
         assert all(plan in plans for plan in ("Small", "Medium", "Large")), plans
         assert "EUR" in plans, plans
+        # The dashboard it printed shows the demo's prices as charts, a plan each.
+        dashboard = f"http://127.0.0.1:{ports['dashboard']}/"
+        assert any(line.startswith(f"dashboard: {dashboard} ") for line in start_up), start_up
+        async with httpx.AsyncClient(base_url=dashboard) as http:
+            page = (await http.get("/targets/demo-plans")).text
+        for plan in ("Small", "Medium", "Large"):
+            assert re.search(rf'<figure class="price" data-points="[1-9]\d*">\s*'
+                             rf"<figcaption>{plan} ", page), page  # fmt: skip
+        assert page.count('<circle class="point"') >= 3
         # From a second terminal with no settings: a local page the dev worker can watch can
         # be added (the dev stack says which networks it allows, in the data dir).
         add = await asyncio.create_subprocess_exec(
@@ -179,7 +189,7 @@ async def test_the_dev_console_prints_one_line_per_check_and_no_tracebacks(
     """Working and failing pages for half a minute: each check is one readable line, an
     expected failure says what happened without a traceback, and nothing else is printed
     (nor any library's warning at start-up)."""
-    ports = {"temporal": free_port(), "ui": free_port(), "demo": free_port()}
+    ports = {name: free_port() for name in ("temporal", "ui", "demo", "dashboard")}
     pages = await failing_and_working_pages()
     page_port = free_port()
     await web.TCPSite(pages, "127.0.0.1", page_port).start()

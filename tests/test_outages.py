@@ -48,7 +48,7 @@ RESUME_WITHIN = timedelta(seconds=8)
 async def dev_console(env: dict[str, str], console: list[str]) -> AsyncIterator[None]:
     """`pricewatch dev` (no demo) until the block ends, then Ctrl-C; its whole output, read
     as it comes (a pipe: not a terminal), goes to `console`."""
-    ports = [f"--{name}-port={free_port()}" for name in ("temporal", "ui", "demo")]
+    ports = [f"--{name}-port={free_port()}" for name in ("temporal", "ui", "demo", "dashboard")]
     process = await asyncio.create_subprocess_exec(
         PRICEWATCH, "dev", *ports, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
