@@ -525,9 +525,9 @@ class Pricewatch:
             )
             for row in rows
         ]
-        total = int(str(rows[0]["total"])) if rows else 0
         if not rows and offset:  # past the end: the count is still wanted
-            total = len(await store.list_targets(await self.pool(), 0, search or None, state))
+            rows = await store.list_targets(await self.pool(), 0, search or None, state, limit=1)
+        total = int(str(rows[0]["total"])) if rows else 0
         return TargetsPage(targets=targets, total=total)
 
     async def known(self, target_id: str) -> None:
