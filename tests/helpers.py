@@ -124,17 +124,22 @@ async def worker_process(
         drain = asyncio.create_task(process.stdout.read())
         yield process
     finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), timeout=40)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        await terminated(process, grace=40)
         if drain is not None:
             logged = await drain
             if output is not None:
                 output.append(logged)
+
+
+async def terminated(process: asyncio.subprocess.Process, grace: float) -> None:
+    """SIGTERM (a graceful stop) unless it exited; SIGKILL after `grace` seconds."""
+    if process.returncode is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), timeout=grace)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
 
 
 CHANGED = CheckResult(
@@ -267,12 +272,6 @@ async def serve_process(env: dict[str, str], *args: str) -> AsyncIterator[str]:
         drain = asyncio.create_task(process.stdout.read())
         yield base
     finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), timeout=20)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        await terminated(process, grace=20)
         logged = b"" if drain is None else await drain
     assert b"Traceback" not in logged, logged.decode()  # every failure was an answer
