@@ -360,9 +360,11 @@ SELECT target_id FROM source_checks WHERE work_id = :work_id;
 -- With, in price mode, the newest prices and the first price's last :trend amounts. Paged
 -- (the dashboard, the API): targets whose id or URL holds :search, in :state (unhealthy,
 -- paused, retrying, prices), :limit from :offset on by id; `total` counts every match. The
--- page is chosen before the lateral reads, so they run for its rows only.
-WITH chosen AS (
-    SELECT t.*, count(*) OVER () AS total FROM monitor_targets t
+-- page is chosen before the lateral reads, so they run for its rows only; it is chosen, and
+-- counted, by id alone (the count's window holds every match: whole rows spilled it to disk),
+-- and only its rows are read whole.
+WITH page AS (
+    SELECT t.id, count(*) OVER () AS total FROM monitor_targets t
      WHERE (:search::text IS NULL
             OR strpos(t.id, lower(:search)) > 0 OR strpos(lower(t.url), lower(:search)) > 0)
        AND CASE :state::text
@@ -373,6 +375,8 @@ WITH chosen AS (
              WHEN 'prices' THEN jsonb_typeof(t.config -> 'prices') = 'object'
              ELSE true END
      ORDER BY t.id LIMIT :limit::integer OFFSET :offset::integer
+), chosen AS (
+    SELECT t.*, page.total FROM page JOIN monitor_targets t USING (id)
 )
 SELECT t.id, t.url, t.interval_seconds, t.config -> 'calendar' AS calendar, t.enabled,
        t.next_slot, t.failure_streak >= t.unhealthy_after AS unhealthy, t.total,
