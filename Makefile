@@ -41,6 +41,8 @@ chaos: $(BIN)/python
 # The benchmark: pricewatch beside the bare Temporal loop, Temporal Schedules and a plain poller
 # on one workload, on its own stack (docs/performance.md). E.g. ARGS="--targets 1000
 # --interval 20 --seconds 60", with --cache N, --checks-per-run K, --aged K for the 1.1 regimes.
+# The dashboard and HTTP API (`pricewatch serve`) with 10,000 targets under 20 concurrent
+# clients, on a stack of its own: $(BIN)/python -m bench.web [--requests N] [--json].
 bench: $(BIN)/python
 	$(BIN)/python -m pip install --quiet --editable '.[test]'
 	$(BIN)/python -m bench $(ARGS)
