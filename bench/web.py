@@ -38,6 +38,7 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -138,6 +139,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=60, help="at most this long per path")
     parser.add_argument("--warmup", type=int, default=40, help="requests per path first")
     parser.add_argument("--json", action="store_true", help="JSON on stdout (the table: stderr)")
+    parser.add_argument(
+        "--markdown", type=Path, metavar="RUN.json",
+        help="print a saved `--json` run as docs/performance.md's table, and run nothing",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if min(args.targets, args.history, args.clients, args.requests) < 1 or args.seconds <= 0:
         parser.error("--targets, --history, --clients, --requests and --seconds must be positive")
@@ -444,8 +449,30 @@ def table(results: list[PathResult], workload: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
+def markdown(document: dict[str, Any]) -> str:
+    """A saved run as the docs show it: one row per path."""
+    lines = [
+        "| path | clients | requests | errors | p50 / p95 / p99 / max ms | req/s "
+        f"| p99 <= {GOAL_MS:g} ms | CPU ms/req: serve / Postgres / Temporal / clients |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in document["results"]:
+        cpu = r["cpu_ms_per_request"]
+        lines.append(
+            f"| `{r['path']}` | {r['clients']} | {r['requests']} | {r['errors']} "
+            f"| {r['p50_ms']:.0f} / {r['p95_ms']:.0f} / {r['p99_ms']:.0f} / {r['max_ms']:.0f} "
+            f"| {r['requests_per_s']:.0f} | {'yes' if r['meets_goal'] else '**no**'} "
+            f"| {cpu['serve']:.1f} / {cpu['postgres']:.1f} / {cpu['temporal']:.1f} / "
+            f"{cpu['clients']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
 async def main(argv: list[str]) -> None:
     args = parse(argv)
+    if args.markdown is not None:
+        print(markdown(json.loads(args.markdown.read_text())))
+        return
     task = asyncio.current_task()
     assert task is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
