@@ -5,6 +5,7 @@ token closes both; user-written strings render inert."""
 
 import json
 import re
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -95,7 +96,7 @@ async def test_api_errors_are_the_cli_s_one_line(
     env: dict[str, str], page_server: PageServer
 ) -> None:
     async with serve_process(env) as base, httpx.AsyncClient(base_url=f"{base}/api/v1") as http:
-        cases = [
+        cases: list[tuple[Callable[[], Awaitable[httpx.Response]], int, str]] = [
             (lambda: http.get("/targets/nope/history"), 404, "unknown target 'nope'"),
             (lambda: http.post("/checks/nope:2026-01-01T00:00:00Z/retry"), 404, "unknown work id"),
             (
