@@ -10,6 +10,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import asyncpg
 
@@ -426,6 +427,19 @@ async def price_history(
 ) -> list[dict[str, object]]:
     rows = await QUERIES["price_history"].fetch(pool, target_id=target_id, since=since, limit=limit)
     return [_decoded(row, "prices") for row in rows]
+
+
+async def price_points(
+    pool: asyncpg.Pool, target_id: str, limit: int
+) -> dict[str, list[tuple[datetime, Decimal]]]:
+    """Each named price's (slot, amount) over the newest `limit` slots, oldest first, names in
+    the order the slots list them."""
+    series: dict[str, list[tuple[datetime, Decimal]]] = {}
+    for name, slot, amount in await QUERIES["price_points"].fetch(
+        pool, target_id=target_id, limit=limit
+    ):
+        series.setdefault(name, []).append((slot, amount))
+    return series
 
 
 def _decoded(row: asyncpg.Record, *columns: str) -> dict[str, object]:

@@ -13,6 +13,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from enum import StrEnum
 from types import TracebackType
 from typing import Any
@@ -609,6 +610,13 @@ class Pricewatch:
                 "(price mode is on with --prices or --price-selector)"
             )
         return [PricesRow(**row) for row in rows]
+
+    async def price_points(
+        self, target_id: str, limit: int
+    ) -> dict[str, list[tuple[datetime, Decimal]]]:
+        """The charts' data: each named price's (slot, amount) over the newest `limit` slots
+        that read prices, oldest first (empty before the first)."""
+        return await store.price_points(await self.pool(), valid_id(target_id), limit)
 
     async def screenshot(self, work_id: str) -> bytes:
         """A rendered check's screenshot (PNG): kept for a new state (the baseline, a change)

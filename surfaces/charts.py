@@ -11,21 +11,21 @@ from markupsafe import Markup
 WIDTH, HEIGHT, PAD = 640, 180, 28
 
 
-def _scale(values: Sequence[Decimal], size: float, pad: float) -> list[float]:
+def _scale(values: Sequence[float], size: float, pad: float) -> list[float]:
     """Each value's place on an axis of `size`, low values at the far end (SVG's y grows
     downwards); a flat series sits in the middle."""
     low, high = min(values), max(values)
     if low == high:
         return [size / 2 for _ in values]
-    span = float(high - low)
-    return [pad + (size - 2 * pad) * (1 - float(v - low) / span) for v in values]
+    stretch = (size - 2 * pad) / (high - low)
+    return [pad + stretch * (high - v) for v in values]
 
 
 def sparkline(values: Sequence[Decimal], width: int = 96, height: int = 20) -> Markup:
     """The first price's last amounts, oldest first, as a line."""
     if len(values) < 2:
         return Markup("")
-    ys = _scale(values, height, 2)
+    ys = _scale([float(v) for v in values], height, 2)
     step = (width - 4) / (len(values) - 1)
     points = " ".join(f"{2 + i * step:.1f},{y:.1f}" for i, y in enumerate(ys))
     return Markup(
@@ -44,11 +44,11 @@ def price_chart(name: str, points: Sequence[tuple[datetime, Decimal]]) -> Markup
     span = (last - first) or 1.0
     xs = [PAD + (WIDTH - 2 * PAD) * ((t - first) / span if last > first else 0.5) for t in times]
     amounts = [amount for _, amount in points]
-    ys = _scale(amounts, HEIGHT, PAD)
+    ys = _scale([float(a) for a in amounts], HEIGHT, PAD)
     line = " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs, ys, strict=True))
-    dots = "".join(
+    dots = "".join(  # a slot and a Decimal: nothing to escape
         f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="3">'
-        f"<title>{escape(f'{slot:%Y-%m-%d %H:%M} UTC: {amount}')}</title></circle>"
+        f"<title>{slot.isoformat(' ', 'minutes')[:16]} UTC: {amount}</title></circle>"
         for (slot, amount), x, y in zip(points, xs, ys, strict=True)
     )
     low, high = min(amounts), max(amounts)

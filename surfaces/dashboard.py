@@ -2,7 +2,7 @@
 form carrying the session's CSRF token; it answers with a redirect to the page it came from
 (which says what was done, once) or with the CLI's one line."""
 
-import contextlib
+import asyncio
 import hmac
 import secrets
 from dataclasses import dataclass
@@ -24,7 +24,7 @@ from pricewatch.durations import parse_duration
 from pricewatch.models import CheckStatus
 from pricewatch.settings import Settings
 from pricewatch.slots import format_slot
-from pricewatch.views import PricesRow, TargetState
+from pricewatch.views import ChangeView, TargetState
 from surfaces import api, charts
 from surfaces.errors import one_line
 from surfaces.render import masked
@@ -94,12 +94,8 @@ def _local(path: str) -> str:
     return path if path.startswith("/") and not path.startswith("//") and "\\" not in path else "/"
 
 
-def _charts(rows: list[PricesRow]) -> list[tuple[str, Any, int]]:
+def _charts(series: dict[str, list[tuple[datetime, Decimal]]]) -> list[tuple[str, Any, int]]:
     """One chart per named price, in the order the page lists them: (name, svg, points)."""
-    series: dict[str, list[tuple[datetime, Decimal]]] = {}
-    for row in rows:
-        for price in row.prices:
-            series.setdefault(price.name, []).append((row.slot, price.amount))
     return [(name, charts.price_chart(name, dots), len(dots)) for name, dots in series.items()]
 
 
@@ -132,20 +128,25 @@ async def target_page(
     change: Annotated[str | None, Query(pattern=api.WORK_ID_PATTERN)] = None,
 ) -> Response:
     pricewatch = api.client(request)
-    view = await pricewatch.status_view(target_id)
+    view = await pricewatch.status_view(target_id)  # first: it says if the target exists
     config = view.status.config
-    history = await pricewatch.history(target_id, PAGE_SIZE, before)
-    rows: list[PricesRow] = []
-    if config.price_mode is not None:
-        with contextlib.suppress(BadInput):  # none recorded yet
-            rows = await pricewatch.prices(target_id, api.EPOCH, CHART_POINTS)
-    diff, no_diff = None, None
-    try:
-        shown = await pricewatch.change(target_id, change)
-        diff = (shown, charts.side_by_side(shown.diff))
-    except BadInput as err:
-        no_diff = one_line(err)
-    deliveries = await pricewatch.deliveries(target_id, PAGE_SIZE)
+
+    async def prices() -> dict[str, list[tuple[datetime, Decimal]]]:
+        if config.price_mode is None:
+            return {}
+        return await pricewatch.price_points(target_id, CHART_POINTS)
+
+    async def shown_change() -> tuple[ChangeView | None, str | None]:
+        try:
+            return await pricewatch.change(target_id, change), None
+        except BadInput as err:
+            return None, one_line(err)
+
+    history, rows, (shown, no_diff), deliveries, channels = await asyncio.gather(
+        pricewatch.history(target_id, PAGE_SIZE, before), prices(), shown_change(),
+        pricewatch.deliveries(target_id, PAGE_SIZE), pricewatch.channels(target_id),
+    )  # fmt: skip
+    diff = None if shown is None else (shown, charts.side_by_side(shown.diff))
     by_channel: dict[str, list[Any]] = {}
     for delivery in deliveries:
         by_channel.setdefault(delivery.channel_id, []).append(delivery)
@@ -154,7 +155,7 @@ async def target_page(
         request, "target.html", target_id=target_id, view=view, config=config,
         history=history, older=older, before=before, charts=_charts(rows),
         diff=diff, no_diff=no_diff, deliveries=by_channel,
-        channels=[masked(c) for c in await pricewatch.channels(target_id)],
+        channels=[masked(c) for c in channels],
         screenshots=config.render is not None, changed=CheckStatus.CHANGED,
         as_written=manifest.dump([(config, view.status.paused)]),
     )  # fmt: skip

@@ -15,7 +15,7 @@ import ipaddress
 import os
 import secrets
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -25,9 +25,11 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from client.pricewatch import BadInput, Pricewatch
 from pricewatch.settings import Settings
@@ -123,29 +125,7 @@ def create_app(settings: Settings, host: str = "127.0.0.1") -> FastAPI:
         line = f"no such page: {request.url.path}" if err.status_code == 404 else str(err.detail)
         return error(request, err.status_code, line)
 
-    @app.middleware("http")
-    async def guarded(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        path = request.url.path
-        refused = None
-        if path.startswith("/api/"):
-            refused = _api_refusal(request, token)
-        elif token is not None and not request.session.get("signed_in") and _private(path):
-            where = urlencode({"next": str(request.url.path)})
-            response: Response = RedirectResponse(f"/login?{where}", status_code=303)
-            response.headers.update(HEADERS)
-            return response
-        if refused is not None:
-            status, line = refused
-            response = JSONResponse({"error": line}, status_code=status)
-        else:
-            response = await call_next(request)
-        response.headers.update(HEADERS)
-        if not path.startswith("/static/"):
-            response.headers["Cache-Control"] = "no-store"
-        return response
-
+    app.add_middleware(Guard, token=token)
     secret = (
         hmac.new(token.encode(), b"pricewatch session", "sha256").hexdigest() if token else None
     )
@@ -162,6 +142,38 @@ def create_app(settings: Settings, host: str = "127.0.0.1") -> FastAPI:
     )
 
     return app
+
+
+class Guard:
+    """Who may in, and the headers every answer gets (plain ASGI: Starlette's
+    BaseHTTPMiddleware costs a task and a stream per request)."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        request = Request(scope)
+        path = request.url.path
+        refused: Response | None = None
+        if path.startswith("/api/"):
+            if (why := _api_refusal(request, self.token)) is not None:
+                refused = JSONResponse({"error": why[1]}, status_code=why[0])
+        elif self.token and not request.session.get("signed_in") and _private(path):
+            where = urlencode({"next": path})
+            refused = RedirectResponse(f"/login?{where}", status_code=303)
+
+        async def headed(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers.update(HEADERS)
+                if not path.startswith("/static/"):
+                    headers["Cache-Control"] = "no-store"
+            await send(message)
+
+        await (refused or self.app)(scope, receive, headed)
 
 
 def _api_refusal(request: Request, token: str | None) -> tuple[int, str] | None:

@@ -404,6 +404,16 @@ SELECT work_id, slot, status, prices FROM (
      ORDER BY scheduled_for DESC LIMIT :limit) newest
  ORDER BY slot;
 
+-- name: price_points
+-- Each named price of the newest :limit slots that read prices, oldest first: the charts'
+-- points, unnested here so a chart of hundreds of slots decodes no JSON in Python.
+SELECT p ->> 'name' AS name, newest.slot, (p ->> 'amount')::numeric AS amount
+  FROM (SELECT scheduled_for AS slot, prices FROM source_checks
+         WHERE target_id = :target_id AND prices IS NOT NULL
+         ORDER BY scheduled_for DESC LIMIT :limit) newest,
+       jsonb_array_elements(newest.prices) WITH ORDINALITY AS listed(p, place)
+ ORDER BY newest.slot, listed.place;
+
 -- name: check_history
 SELECT work_id, scheduled_for AS slot, kind, status, checked_at, attempt_count, result_hash,
        previous_hash, error_message, next_attempt_at, skipped_values
