@@ -360,6 +360,12 @@ CREATE TABLE source_checks (
 CREATE UNIQUE INDEX source_checks_target_slot ON source_checks (target_id, scheduled_for)
     WHERE kind = 'scheduled';
 CREATE INDEX source_checks_target_checked ON source_checks (target_id, checked_at DESC);
+-- A target's checks in slot order, of every kind: the history's pages, the price charts and
+-- the slots being retried, newest first (1.6).
+CREATE INDEX source_checks_target_slot_order ON source_checks (target_id, scheduled_for DESC);
+-- Dead letters and slots being retried, newest first (the failures page, `retrying`).
+CREATE INDEX source_checks_unsettled ON source_checks (scheduled_for DESC)
+    WHERE status IN ('retrying', 'failed');
 CREATE INDEX source_checks_target_snapshots ON source_checks (target_id, checked_at DESC)
     WHERE snapshot IS NOT NULL;
 
