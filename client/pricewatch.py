@@ -165,7 +165,8 @@ class Pricewatch:
         self._temporal = temporal
         self._pool: asyncpg.Pool | None = None
         self._pool_size = pool_size  # a server's: requests at once
-        self._opening = asyncio.Lock()
+        self._connecting = asyncio.Lock()  # each connection opened once, by one request
+        self._pooling = asyncio.Lock()
 
     async def __aenter__(self) -> "Pricewatch":
         return self
@@ -179,13 +180,17 @@ class Pricewatch:
     # Connections -------------------------------------------------------------------------
 
     async def temporal(self) -> Client:
-        async with self._opening:  # requests at once share one connection
+        if self._temporal is not None:
+            return self._temporal
+        async with self._connecting:  # requests at once share one connection
             if self._temporal is None:
                 self._temporal = await connect(tracing=self.settings.tracing)
         return self._temporal
 
     async def pool(self) -> asyncpg.Pool:
-        async with self._opening:
+        if self._pool is not None:
+            return self._pool
+        async with self._pooling:  # Postgres answers while Temporal is away, and so on
             if self._pool is None:
                 url = self.settings.resolved_database_url()
                 try:
@@ -636,8 +641,9 @@ class Pricewatch:
         row = await store.snapshots_for_diff(await self.pool(), valid_id(target_id), work_id)
         if row is None:
             await self.known(target_id)
-            which = f"change {work_id!r}" if work_id else "change"
-            raise BadInput(f"no recorded {which} with a snapshot for {target_id!r}")
+            if work_id:  # a check asked for by name and not found: the API's 404
+                raise Unknown(f"no recorded change {work_id!r} with a snapshot for {target_id!r}")
+            raise BadInput(f"no recorded change with a snapshot for {target_id!r}")
         if row["previous_snapshot"] is None:
             raise BadInput(f"no snapshot before {row['work_id']} (pruned by the retention setting)")
         diff = unified_diff(

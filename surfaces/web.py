@@ -133,7 +133,7 @@ def create_app(settings: Settings, host: str = "127.0.0.1") -> FastAPI:
         SessionMiddleware,
         secret_key=secret or secrets.token_hex(32),
         session_cookie="pricewatch_session",
-        same_site="strict",
+        same_site="lax",  # a link from a notice keeps the session; forms carry CSRF tokens
         https_only=False,
         max_age=7 * 24 * 3600,
     )

@@ -412,6 +412,7 @@ SELECT p ->> 'name' AS name, newest.slot, (p ->> 'amount')::numeric AS amount
          WHERE target_id = :target_id AND prices IS NOT NULL
          ORDER BY scheduled_for DESC LIMIT :limit) newest,
        jsonb_array_elements(newest.prices) WITH ORDINALITY AS listed(p, place)
+ WHERE p ->> 'name' IS NOT NULL AND jsonb_typeof(p -> 'amount') IN ('string', 'number')
  ORDER BY newest.slot, listed.place;
 
 -- name: check_history
