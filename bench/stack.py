@@ -115,7 +115,7 @@ class Stack:
     ) -> AsyncIterator[subprocess.Popen[bytes]]:
         """A design's worker: started, waited for until it says it polls, stopped by PID."""
         log_path = self.root / f"{name}.log"
-        process = _spawn(args, env, log_path)
+        process = spawn(args, env, log_path)
         try:
             deadline = time.monotonic() + READY_TIMEOUT
             while b"polling" not in log_path.read_bytes():
@@ -168,7 +168,7 @@ async def open_stack() -> AsyncIterator[Stack]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _spawn(args: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+def spawn(args: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
     with open(log_path, "ab") as log:  # the child keeps its own copy
         return subprocess.Popen(
             args, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,

@@ -31,7 +31,6 @@ import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -48,7 +47,7 @@ from activities.snapshots import compress
 from bench.designs import PRICEWATCH
 from bench.procs import cpu_seconds
 from bench.report import commit_name
-from bench.stack import REPO, TASK_QUEUE, Stack, open_stack
+from bench.stack import REPO, TASK_QUEUE, Stack, open_stack, spawn
 from client.pricewatch import Pricewatch
 from client.temporal import DATA_CONVERTER
 from pricewatch.models import PriceSettings, TargetConfig
@@ -246,7 +245,7 @@ async def serving(stack: Stack, env: dict[str, str]) -> AsyncIterator[tuple[str,
     """`pricewatch serve` on a free loopback port: its base URL and PID once it answers."""
     port = free_port()
     log_path = stack.root / "serve.log"
-    process = _spawn(
+    process = spawn(
         [PRICEWATCH, "serve", "--host", "127.0.0.1", "--port", str(port)], env, log_path
     )
     base = f"http://127.0.0.1:{port}"
@@ -264,14 +263,6 @@ async def serving(stack: Stack, env: dict[str, str]) -> AsyncIterator[tuple[str,
         yield base, process.pid
     finally:
         await asyncio.to_thread(stop_process, process, 20)
-
-
-def _spawn(args: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
-    with open(log_path, "ab") as log:  # the child keeps its own copy
-        return subprocess.Popen(
-            args, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )  # fmt: skip
 
 
 async def drive(
