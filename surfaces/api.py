@@ -59,11 +59,16 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def returns(command: str, description: str) -> dict[int | str, dict[str, Any]]:
-    """The 200 answer of a route that prints `command --json`: its view's schema."""
+def returns(command: str, description: str) -> dict[str, Any]:
+    """A route's answer when it prints `command --json` (`answer`): documented with that
+    view's schema, since the route returns a Response FastAPI does not look into."""
     shape = OUTPUTS[command].json_schema(mode="serialization", by_alias=False, ref_template=REF)
     shape.pop("$defs", None)
-    return {200: {"description": description, "content": {"application/json": {"schema": shape}}}}
+    content = {"application/json": {"schema": shape}}
+    return {
+        "response_class": Response,
+        "responses": {200: {"description": description, "content": content}},
+    }
 
 
 OUTPUTS = views.OUTPUTS
@@ -85,7 +90,7 @@ def answer(command: str, value: object) -> Response:
     return Response(views.dump(command, value), media_type="application/json")
 
 
-@router.get("/targets", response_class=Response, responses=returns("list", "Targets by id."))
+@router.get("/targets", **returns("list", "Targets by id."))
 async def targets(
     pricewatch: Client,
     search: Annotated[str | None, Query(max_length=200)] = None,
@@ -100,9 +105,7 @@ async def targets(
     return response
 
 
-@router.get(
-    "/targets/{target_id}", response_class=Response, responses=returns("status", "Its status.")
-)
+@router.get("/targets/{target_id}", **returns("status", "Its status."))
 async def status(pricewatch: Client, target_id: TargetId) -> Response:
     """`status --json`: the workflow's view, slots being retried, its Temporal UI link."""
     return answer("status", await pricewatch.status_view(target_id))
@@ -147,8 +150,7 @@ async def resume(pricewatch: Client, target_id: TargetId) -> Response:
 
 @router.post(
     "/targets/{target_id}/check",
-    response_class=Response,
-    responses=returns("history", "A list of the one result."),
+    **returns("history", "A list of the one result."),
 )
 async def check_now(pricewatch: Client, target_id: TargetId) -> Response:
     """`check-now`: one extra check now; answers when it is recorded."""
@@ -157,8 +159,7 @@ async def check_now(pricewatch: Client, target_id: TargetId) -> Response:
 
 @router.get(
     "/targets/{target_id}/history",
-    response_class=Response,
-    responses=returns("history", "Newest slot first."),
+    **returns("history", "Newest slot first."),
 )
 async def history(
     pricewatch: Client, target_id: TargetId, limit: Limit = 50, before: datetime | None = None
@@ -169,8 +170,7 @@ async def history(
 
 @router.get(
     "/targets/{target_id}/prices",
-    response_class=Response,
-    responses=returns("prices", "Oldest slot first."),
+    **returns("prices", "Oldest slot first."),
 )
 async def prices(
     pricewatch: Client,
@@ -184,8 +184,7 @@ async def prices(
 
 @router.get(
     "/targets/{target_id}/channels",
-    response_class=Response,
-    responses=returns("channels", "Secrets masked."),
+    **returns("channels", "Secrets masked."),
 )
 async def channels(pricewatch: Client, target_id: TargetId) -> Response:
     """`channels --json`, always masked: the API never hands out a secret."""
@@ -194,8 +193,7 @@ async def channels(pricewatch: Client, target_id: TargetId) -> Response:
 
 @router.get(
     "/targets/{target_id}/deliveries",
-    response_class=Response,
-    responses=returns("deliveries", "Newest first."),
+    **returns("deliveries", "Newest first."),
 )
 async def deliveries(pricewatch: Client, target_id: TargetId, limit: Limit = 50) -> Response:
     return answer("deliveries", await pricewatch.deliveries(target_id, limit))
@@ -203,8 +201,7 @@ async def deliveries(pricewatch: Client, target_id: TargetId, limit: Limit = 50)
 
 @router.get(
     "/targets/{target_id}/diff",
-    response_class=Response,
-    responses=returns("diff", "A unified diff."),
+    **returns("diff", "A unified diff."),
 )
 async def diff(
     pricewatch: Client,
@@ -215,9 +212,7 @@ async def diff(
     return answer("diff", await pricewatch.change(target_id, work_id))
 
 
-@router.get(
-    "/failures", response_class=Response, responses=returns("failures", "Newest slot first.")
-)
+@router.get("/failures", **returns("failures", "Newest slot first."))
 async def failures(
     pricewatch: Client,
     target_id: Annotated[str | None, Query(pattern=ID_PATTERN, max_length=63)] = None,
@@ -229,8 +224,7 @@ async def failures(
 
 @router.post(
     "/checks/{work_id}/retry",
-    response_class=Response,
-    responses=returns("history", "A list of the one result."),
+    **returns("history", "A list of the one result."),
 )
 async def retry(pricewatch: Client, work_id: WorkId) -> Response:
     """`retry`: re-run one failed slot through its workflow, on its own row."""
