@@ -1,8 +1,14 @@
-"""The worker's JSON log lines and health endpoints (metrics are checked end to end)."""
+"""The worker's JSON log lines, the dev console's lines and the health endpoints (metrics
+are checked end to end)."""
 
+import asyncio
 import gc
 import json
 import logging
+import os
+import re
+import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -65,3 +71,86 @@ def test_a_long_garbage_collection_is_a_warning(
     finally:
         gc.callbacks[:] = before
     assert "garbage collection (generation 2) paused the worker for" in caplog.text
+
+
+# A workflow whose one delivery gives up, on a time-skipping server, in a process of its own
+# configured as `pricewatch dev`'s console is. The workflow is a module of its own: the
+# sandbox imports it again, which it cannot do for `__main__`.
+GIVES_UP_WORKFLOW = """
+from temporalio import workflow
+with workflow.unsafe.imports_passed_through():
+    from pricewatch.models import DeliveryInput
+from workflows import calls
+
+@workflow.defn
+class GivesUp:
+    @workflow.run
+    async def run(self, delivery: DeliveryInput) -> None:
+        await calls.deliver(delivery)
+"""
+GIVES_UP = """
+import asyncio, uuid
+from gives_up import GivesUp
+from temporalio import activity
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+from client.temporal import DATA_CONVERTER
+from pricewatch.models import DeliveryFailureInput, DeliveryInput, Notice
+from pricewatch.names import Activity
+from pricewatch.policy import PERMANENT_DELIVERY_ERROR, expected_failure
+from tests.helpers import CHANGED
+from workers.embedded import find_binary
+from workers.observability import configure_dev_console
+
+@activity.defn(name=Activity.DELIVER_NOTICE)
+async def deliver_notice(delivery: DeliveryInput) -> None:
+    raise expected_failure("HTTP 500 from the webhook", PERMANENT_DELIVERY_ERROR,
+                           non_retryable=True)
+
+@activity.defn(name=Activity.RECORD_DELIVERY_FAILED)
+async def record_delivery_failed(failure: DeliveryFailureInput) -> None: ...
+
+async def main() -> None:
+    configure_dev_console(verbose=False)
+    env = await WorkflowEnvironment.start_time_skipping(
+        data_converter=DATA_CONVERTER,
+        test_server_existing_path=find_binary("temporal-test-server"),
+    )
+    delivery = DeliveryInput(notice=Notice.CHANGED, channel_id="webhook-1",
+                             target_id="acme", url="http://127.0.0.1/", result=CHANGED)
+    try:
+        async with Worker(env.client, task_queue="q", workflows=[GivesUp],
+                          activities=[deliver_notice, record_delivery_failed]):
+            await env.client.execute_workflow(GivesUp.run, delivery, id=str(uuid.uuid4()),
+                                              task_queue="q")
+    finally:
+        await env.shutdown()
+
+asyncio.run(main())
+"""
+
+GAVE_UP_LINE = re.compile(
+    r"^\d\d:\d\d:\d\d notify webhook-1 changed acme:\S+ gave up: .*HTTP 500 from the webhook"
+)
+
+
+async def test_a_delivery_that_gives_up_is_one_line_on_the_dev_console(tmp_path: Path) -> None:
+    """Like a check's line: time, what, why; not the SDK's logger prefix and context dict."""
+    (tmp_path / "gives_up.py").write_text(GIVES_UP_WORKFLOW)
+    (tmp_path / "main.py").write_text(GIVES_UP)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(tmp_path / "main.py"),
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(60):
+            out, _ = await process.communicate()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    text = out.decode(errors="replace")
+    assert process.returncode == 0, text[-3000:]
+    assert "temporalio.workflow" not in text and "{'attempt'" not in text, text
+    assert [line for line in text.splitlines() if GAVE_UP_LINE.match(line)], text

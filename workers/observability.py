@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
+from temporalio import workflow
 from temporalio.client import Client
 from temporalio.runtime import (
     LogForwardingConfig,
@@ -85,6 +86,12 @@ def configure_dev_console(verbose: bool) -> None:
         log.handlers = [lines]
         log.setLevel(logging.INFO)
         log.propagate = False
+    # The workflows' own lines (a delivery that gave up) read like a check's: without the
+    # logger's name and the dict of workflow ids the SDK appends (the summary names the work).
+    workflow.logger.workflow_info_on_message = False
+    workflow_log = logging.getLogger("temporalio.workflow")
+    workflow_log.handlers = [lines]
+    workflow_log.propagate = False
     if not verbose:  # the outage line says it; `--verbose` shows every poll error too
         CORE_LOG.addFilter(drop_poll_errors)
 
