@@ -322,6 +322,7 @@ def _target(config: TargetConfig) -> dict[str, object]:
         "calendar_weekdays": list(calendar.weekdays) if calendar else None,
         "calendar_days_or": calendar.days_or if calendar else None,
         "jitter_seconds": calendar.jitter_seconds if calendar else 0,
+        "calendar_offset": calendar.offset_seconds if calendar else None,
     }
 
 

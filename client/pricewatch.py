@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -36,7 +37,13 @@ from activities.snapshots import decompress, unified_diff
 from client import channels, manifest
 from client.manifest import Located, ManifestError
 from client.temporal import connect, start_monitor, workflow_id
-from pricewatch.calendar import Calendar, describe
+from pricewatch.calendar import (
+    Calendar,
+    describe,
+    offset_width,
+    preferred_offset,
+    spread_key,
+)
 from pricewatch.durations import format_duration
 from pricewatch.models import (
     Channel,
@@ -52,7 +59,7 @@ from pricewatch.models import (
 )
 from pricewatch.names import WORKFLOW_TYPE, Query, Signal, Update
 from pricewatch.settings import Settings
-from pricewatch.slots import SiteSpread, spread_anchor
+from pricewatch.slots import EPOCH, SiteSpread, spread_anchor
 from pricewatch.urls import as_typed
 from pricewatch.views import (
     ChangeView,
@@ -72,6 +79,11 @@ REMOVE_WAIT = timedelta(seconds=120)
 
 # Starts, updates and queries in flight at once when many targets are applied or read.
 CONCURRENCY = 32
+SECOND = timedelta(seconds=1)
+# A site (URL host) and a grid its targets are spread apart on: an interval (and None), or
+# a calendar's offset width and `spread_key`.
+SiteGrid = tuple[str, timedelta, tuple[object, ...] | None]
+Sites = dict[SiteGrid, SiteSpread]
 
 
 def unreachable_database(url: str, err: OSError | TimeoutError) -> ConnectionError:
@@ -234,10 +246,11 @@ class Pricewatch:
         try:
             handle = await self.workflow(config.target_id)
         except BadInput:
-            taken = await self.site_slots()
-            await self._start(config, start_at or self.first_slot(config, taken), paused=False)
+            config, anchor = self.placed(config, await self.site_slots())
+            await self._start(config, start_at or anchor, paused=False)
             return Added.ADDED
         status = await handle.query(Query.STATUS, result_type=MonitorStatus)
+        config = self.kept(status.config, config, await self.site_slots())
         if status.config == config:
             return Added.UNCHANGED
         await handle.execute_update(Update.RECONFIGURE, config, result_type=MonitorStatus)
@@ -303,30 +316,58 @@ class Pricewatch:
             skipped_values=page.skipped, refused_requests=page.refused,
         ), page.screenshot  # fmt: skip
 
-    async def site_slots(self) -> dict[tuple[str, timedelta], SiteSpread]:
-        """Where the `--every` targets fall due, by site (URL host) and interval: what a new
-        target of that site is spread apart from (PRICEWATCH_SITE_GAP)."""
-        due: dict[tuple[str, timedelta], list[datetime]] = {}
+    async def site_slots(self) -> Sites:
+        """Where the targets of each site fall due, by grid: what a new target of that site
+        is spread apart from (PRICEWATCH_SITE_GAP). `--every` targets by interval, at their
+        next slots; calendar targets by calendar, at their offsets (one added before 1.7
+        with jitter has a shift per slot, so no place of its own)."""
+        due: dict[SiteGrid, list[datetime]] = {}
         for row in await store.list_targets(await self.pool(), trend=0):
+            host = site(str(row["url"]))
             if row["calendar"] is None:
-                seconds = int(str(row["interval_seconds"]))
-                key = (site(str(row["url"])), timedelta(seconds=seconds))
-                due.setdefault(key, []).append(row["next_slot"])  # type: ignore[arg-type]
-        gap = self.settings.site_gap
-        return {key: SiteSpread(key[1], gap, slots) for key, slots in due.items()}
+                interval = timedelta(seconds=int(str(row["interval_seconds"])))
+                due.setdefault((host, interval, None), []).append(row["next_slot"])  # type: ignore[arg-type]
+                continue
+            grid = Calendar.model_validate(row["calendar"])
+            if grid.offset_seconds is not None or not grid.jitter_seconds:
+                key = (host, timedelta(seconds=offset_width(grid)), spread_key(grid))
+                due.setdefault(key, []).append(EPOCH + SECOND * (grid.offset_seconds or 0))
+        return {key: self._spread(key, slots) for key, slots in due.items()}
 
-    def first_slot(
-        self, config: TargetConfig, sites: dict[tuple[str, timedelta], SiteSpread]
-    ) -> datetime:
-        """A new target's anchor: now, spread by its id, and moved on until no target of its
-        site on its interval is due within PRICEWATCH_SITE_GAP of it (a calendar target
-        starts on its calendar: the workflow moves it there). It joins `sites`."""
+    def placed(self, config: TargetConfig, sites: Sites) -> tuple[TargetConfig, datetime]:
+        """A new target as it starts: its config and its anchor, spread from the targets of
+        its site on its grid by PRICEWATCH_SITE_GAP. An `--every` target's anchor is now,
+        spread by its id, moved on until none of them is due within the gap of it; a
+        calendar target gets the offset that keeps it clear of them (it starts on its
+        calendar: the workflow moves it there). It joins `sites`."""
         anchor = spread_anchor(config.target_id, datetime.now(UTC))
-        if config.calendar is not None:
-            return anchor
-        key = (site(config.url), config.interval)
-        spread = sites.setdefault(key, SiteSpread(config.interval, self.settings.site_gap, []))
-        return spread.place(anchor)
+        grid = config.calendar
+        if grid is None:
+            key: SiteGrid = (site(config.url), config.interval, None)
+            return config, sites.setdefault(key, self._spread(key, [])).place(anchor)
+        width = timedelta(seconds=offset_width(grid))
+        key = (site(config.url), width, spread_key(grid))
+        preferred = EPOCH + SECOND * preferred_offset(grid, config.target_id)
+        offset = (sites.setdefault(key, self._spread(key, [])).place(preferred) - EPOCH) % width
+        placed = grid.model_copy(update={"offset_seconds": offset // SECOND})
+        return config.model_copy(update={"calendar": placed}), anchor
+
+    def kept(self, had: TargetConfig, config: TargetConfig, sites: Sites) -> TargetConfig:
+        """`config` as a reconfigure of `had` runs it: the same calendar keeps its offset
+        (unchanged stays unchanged), a new calendar gets one (`placed`)."""
+        grid = config.calendar
+        if grid is None or grid.offset_seconds is not None:
+            return config
+        if had.calendar is not None and spread_key(had.calendar) == spread_key(grid):
+            kept = grid.model_copy(update={"offset_seconds": had.calendar.offset_seconds})
+            return config.model_copy(update={"calendar": kept})
+        return self.placed(config, sites)[0]
+
+    def _spread(self, key: SiteGrid, taken: list[datetime]) -> SiteSpread:
+        gap = self.settings.site_gap
+        if key[2] is not None:  # offsets are whole seconds
+            gap = SECOND * math.ceil(gap / SECOND)
+        return SiteSpread(key[1], gap, taken)
 
     async def _start(self, config: TargetConfig, start_at: datetime | None, paused: bool) -> None:
         anchor = start_at or spread_anchor(config.target_id, datetime.now(UTC))
@@ -395,10 +436,14 @@ class Pricewatch:
             config = await channels.with_refs(await self.pool(), located.config, keep=False)
             paused = located.entry.paused
             if config.target_id not in current:
-                start_at = located.entry.start_at or self.first_slot(config, taken)
+                config, anchor = self.placed(config, taken)
+                located = dataclasses.replace(located, config=config)
+                start_at = located.entry.start_at or anchor
                 steps.append(Step(Action.ADD, config.target_id, located, start_at=start_at))
                 continue
             had, was_paused = current[config.target_id]
+            config = self.kept(had, config, taken)
+            located = dataclasses.replace(located, config=config)
             changed = changes(had, config)
             if changed:
                 steps.append(Step(Action.RECONFIGURE, config.target_id, located, changed))
@@ -414,11 +459,11 @@ class Pricewatch:
 
     async def apply(self, steps: list[Step], done: Callable[[Step], None]) -> None:
         """Carry the plan out, CONCURRENCY targets at a time; `done` after each step. New
-        targets' first slots are spread again from now (the plan's are minutes old)."""
+        targets are spread again, from now (the plan is minutes old)."""
         gate = asyncio.Semaphore(CONCURRENCY)
         taken = await self.site_slots()
         steps = [
-            dataclasses.replace(step, start_at=self.first_slot(step.located.config, taken))
+            self._placed_again(step, taken)
             if step.action is Action.ADD and step.located and not step.located.entry.start_at
             else step
             for step in steps
@@ -430,6 +475,12 @@ class Pricewatch:
             done(step)
 
         await asyncio.gather(*(one(step) for step in steps))
+
+    def _placed_again(self, step: Step, sites: Sites) -> Step:
+        assert step.located is not None
+        config, anchor = self.placed(step.located.config, sites)
+        located = dataclasses.replace(step.located, config=config)
+        return dataclasses.replace(step, located=located, start_at=anchor)
 
     async def _apply(self, step: Step) -> None:
         located = step.located

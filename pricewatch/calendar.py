@@ -32,11 +32,19 @@ gap, whose end a binary search over whole seconds finds. Postgres's own `timesta
 ZONE` takes the later reading of a repeated time and the before-gap offset for a missing one
 (02:30 -> 03:30 CEST), so neither language's built-in resolution is used.
 
-Jitter: slot = nominal + an offset in whole seconds, `sha256(work_id(target, nominal))` (its
-first six bytes, big-endian) modulo `jitter_seconds`, so a target's slots are spread but
-reproducible in SQL. The offset is also kept below the distance to the next nominal slot,
-which a DST gap can make shorter than the calendar's spacing (59 1,2 * * *: 01:59 and the
-02:59 that becomes 03:00 are a minute apart on 29 March in Berlin), so order always holds.
+Jitter: slot = nominal + a shift in whole seconds below `jitter_seconds`, so a target's slots
+are spread but reproducible in SQL. The shift is also kept below the distance to the next
+nominal slot, which a DST gap can make shorter than the calendar's spacing (59 1,2 * * *:
+01:59 and the 02:59 that becomes 03:00 are a minute apart on 29 March in Berlin), so order
+always holds. Its place in the jitter comes from one of two rules:
+
+- `offset_seconds` (1.7: chosen by `add` and `apply`, so that the targets of one site on one
+  calendar fall due PRICEWATCH_SITE_GAP apart): without jitter every slot is shifted by it;
+  with jitter the shift is `(rotation(nominal) + offset) mod jitter`, where the rotation,
+  `sha256(work_id("", nominal))` (first six bytes, big-endian), is the same for every target.
+  The site sees a different second each day while its targets keep their distances;
+- no offset (a target added before 1.7): `sha256(work_id(target, nominal))` modulo the
+  jitter, a shift of its own for each target and slot.
 
 Cron syntax: five fields (minute hour day-of-month month day-of-week), numbers, names
 (jan..dec, sun..sat, any case), `*`, lists, ranges, steps; 0 or 7 is Sunday; @yearly,
@@ -100,6 +108,7 @@ class Calendar(BaseModel):
     on: str | None = None  # `at`: the days as written
     time_zone: str
     jitter_seconds: int = Field(default=0, ge=0)
+    offset_seconds: int | None = Field(default=None, ge=0)  # chosen by add/apply (1.7)
     times: tuple[int, ...]
     days_of_month: tuple[int, ...]
     months: tuple[int, ...]
@@ -201,6 +210,8 @@ def describe(calendar: Calendar) -> str:
         text = f"{days} {hours} {calendar.time_zone}"
     if calendar.jitter_seconds:
         text += f" + jitter {format_duration(timedelta(seconds=calendar.jitter_seconds))}"
+    elif calendar.offset_seconds:  # spread from its site's other targets
+        text += f" +{format_duration(timedelta(seconds=calendar.offset_seconds))}"
     return text
 
 
@@ -229,10 +240,10 @@ def resolve(zone: ZoneInfo, local: datetime) -> datetime:
 
 
 def _slots(calendar: Calendar, target_id: str, after: datetime) -> Iterator[datetime]:
-    """Slots after `after`, in order. A slot lies in [nominal, nominal + jitter), so only a
-    nominal after `after - jitter` can give one after `after`."""
-    jitter = timedelta(seconds=calendar.jitter_seconds)
-    nominal = _nominal_after(calendar, after - jitter)
+    """Slots after `after`, in order. A slot lies in [nominal, nominal + reach], so only a
+    nominal after `after - reach` can give one after `after`."""
+    reach = timedelta(seconds=calendar.jitter_seconds or calendar.offset_seconds or 0)
+    nominal = _nominal_after(calendar, after - reach)
     while True:
         following = _nominal_after(calendar, nominal)
         slot = _jittered(calendar, target_id, nominal, following)
@@ -244,11 +255,22 @@ def _slots(calendar: Calendar, target_id: str, after: datetime) -> Iterator[date
 def _jittered(
     calendar: Calendar, target_id: str, nominal: datetime, following: datetime
 ) -> datetime:
-    if calendar.jitter_seconds == 0:
+    """The slot of a nominal one (the module docstring's jitter rules; SQL:
+    `calendar_shift`)."""
+    jitter, offset = calendar.jitter_seconds, calendar.offset_seconds
+    if jitter == 0 and not offset:
         return nominal
-    limit = min(calendar.jitter_seconds, int((following - nominal).total_seconds()))
-    digest = hashlib.sha256(work_id(target_id, nominal).encode()).digest()
-    return nominal + timedelta(seconds=int.from_bytes(digest[:6], "big") % limit)
+    room = int((following - nominal).total_seconds())
+    if jitter == 0:
+        return nominal + timedelta(seconds=(offset or 0) % room)
+    limit = min(jitter, room)
+    if offset is None:
+        return nominal + timedelta(seconds=_hashed(work_id(target_id, nominal)) % limit)
+    return nominal + timedelta(seconds=(_hashed(work_id("", nominal)) + offset) % limit)
+
+
+def _hashed(text: str) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:6], "big")
 
 
 def _nominal_after(calendar: Calendar, after: datetime) -> datetime:
@@ -423,6 +445,10 @@ def _problem(calendar: Calendar) -> str | None:
             f"shorter than the smallest spacing of {_written(calendar)} "
             f"({format_duration(spacing)}), so slots keep their order"
         )
+    if calendar.offset_seconds and calendar.offset_seconds >= (
+        calendar.jitter_seconds or _smallest_spacing(calendar)
+    ):
+        return f"offset {calendar.offset_seconds}s must be inside the jitter or the spacing"
     return None
 
 
@@ -491,6 +517,27 @@ class CalendarGrid:
 
     def at_or_before(self, moment: datetime) -> datetime:
         return latest_at_or_before(self.calendar, self.target_id, moment)
+
+
+def spread_key(calendar: Calendar) -> tuple[object, ...]:
+    """What the targets of one site are spread apart on (`offset_seconds`): the same nominal
+    slots (however they were written) and the same jitter."""
+    return (
+        calendar.times, calendar.days_of_month, calendar.months, calendar.weekdays,
+        calendar.days_or, calendar.time_zone, calendar.jitter_seconds,
+    )  # fmt: skip
+
+
+def offset_width(calendar: Calendar) -> int:
+    """The offsets a calendar's targets can take: within its jitter, else its spacing."""
+    return calendar.jitter_seconds or _smallest_spacing(calendar)
+
+
+def preferred_offset(calendar: Calendar, target_id: str) -> int:
+    """A new target's offset when its site has no other on its calendar: none (the slots as
+    written), or with jitter a place of its own, so that targets of different sites do not
+    all fall due on the same second of their jitter."""
+    return _hashed(target_id) % calendar.jitter_seconds if calendar.jitter_seconds else 0
 
 
 def spacing_seconds(calendar: Calendar) -> int:

@@ -313,8 +313,10 @@ MinChangeOpt = Annotated[
 
 def first_check(config: TargetConfig, start_at: datetime) -> str:
     """Where an add's schedule starts, as a plan says it: spread apart from its site."""
-    if config.calendar is not None:
-        return config.schedule
+    if config.calendar is not None:  # on the calendar from its anchor on, as the workflow does
+        before = start_at - timedelta.resolution
+        first = calendar.slot_after(config.calendar, config.target_id, before)
+        return f"{config.schedule}, first check {format_slot(first)}"
     ahead = start_at - datetime.now(UTC)
     if ahead < timedelta(seconds=2):  # the next whole second, and a sub-second offset
         return f"{config.schedule}, first check now"

@@ -23,16 +23,21 @@ from cronsim import CronSim
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
+from client.pricewatch import Pricewatch, Sites
 from pricewatch.calendar import (
     NOT_ZONES,
     Calendar,
     _smallest_spacing,
     describe,
     latest_at_or_before,
+    offset_width,
+    preferred_offset,
     resolve,
     slot_after,
     slots_between,
 )
+from pricewatch.models import TargetConfig
+from pricewatch.settings import Settings
 
 ZONES = sorted(available_timezones() - NOT_ZONES)
 BERLIN = "Europe/Berlin"
@@ -487,6 +492,68 @@ def test_jitter_stays_in_its_range_and_keeps_the_order(case: tuple[Calendar, dat
 
 
 @fast
+@given(case=calendars(jitter=True), place=st.floats(0, 1, exclude_max=True))
+def test_an_offset_places_every_slot_and_keeps_the_order(
+    case: tuple[Calendar, datetime], place: float
+) -> None:
+    """A site's place (1.7): without jitter each slot is its nominal one plus the offset;
+    with jitter it stays inside the jitter. Either way slots keep their order and the three
+    ways of asking for them agree."""
+    calendar, start = case
+    offset = int(min(offset_width(calendar), 86400) * place)
+    placed = calendar.model_copy(update={"offset_seconds": offset})
+    nominal = Calendar.parse(calendar.cron or "", calendar.time_zone)
+    reach = calendar.jitter_seconds or offset
+    plain = sequence(nominal, start - timedelta(seconds=reach), 8)
+    shifted = [slot_after(placed, "t", n - timedelta(microseconds=1)) for n in plain]
+    assert all(a < b for a, b in pairwise(shifted))
+    for n, following, s in zip(plain, plain[1:], shifted, strict=False):
+        if calendar.jitter_seconds:
+            assert timedelta(0) <= s - n < timedelta(seconds=calendar.jitter_seconds)
+        elif following - n > timedelta(seconds=offset):  # not a day DST brought closer
+            assert s - n == timedelta(seconds=offset)
+    later = [s for s in shifted if s > start]
+    assert slot_after(placed, "t", start) == later[0]
+    assert slots_between(placed, "t", start, shifted[-1]) == later[:-1]
+    assert latest_at_or_before(placed, "t", later[0]) == later[0]
+
+
+@pytest.mark.parametrize("written", ["0 8 * * 1-5", "*/30 * * * *"])
+@pytest.mark.parametrize("jitter", [0, 600])
+def test_one_sites_calendar_targets_are_placed_a_gap_apart(written: str, jitter: int) -> None:
+    """`add`/`apply` place each new calendar target of a site clear of the site's others on
+    that calendar: every slot of theirs at least PRICEWATCH_SITE_GAP apart, each day, while
+    a target of another site is placed on its own."""
+    client = Pricewatch(Settings(site_gap=timedelta(seconds=2)))
+    cal = Calendar.parse(written, BERLIN, jitter)
+    sites: Sites = {}
+    shop = [
+        client.placed(config_of(f"shop-{n}", "https://shop.example/", cal), sites)[0]
+        for n in range(60)
+    ]
+    other = client.placed(config_of("news", "https://news.example/", cal), sites)[0]
+    assert other.calendar is not None and shop[0].calendar is not None
+    assert other.calendar.offset_seconds == preferred_offset(cal, "news")
+    start = utc(2026, 3, 27) - timedelta(microseconds=1)  # through Berlin's spring forward
+    days = [first_slots(c, start, 120) for c in shop]
+    for slots in zip(*days, strict=True):  # the k-th slot of each: the same nominal one
+        ordered = sorted(slots)
+        assert min(b - a for a, b in pairwise(ordered)) >= timedelta(seconds=2), ordered
+
+
+def first_slots(config: TargetConfig, start: datetime, count: int) -> list[datetime]:
+    assert config.calendar is not None
+    found = [slot_after(config.calendar, config.target_id, start)]
+    while len(found) < count:
+        found.append(slot_after(config.calendar, config.target_id, found[-1]))
+    return found
+
+
+def config_of(target_id: str, url: str, calendar: Calendar) -> TargetConfig:
+    return TargetConfig.model_validate({"target_id": target_id, "url": url, "calendar": calendar})
+
+
+@fast
 @given(case=calendars())
 def test_resolve_is_the_oracle(case: tuple[Calendar, datetime]) -> None:
     calendar, start = case
@@ -510,16 +577,19 @@ SELECT (timestamp '2026-03-29 02:30' AT TIME ZONE 'Europe/Berlin') AS missing,
 
 CASES = """
 SELECT c.i, calendar_after(t.times, t.days, t.months, t.weekdays, (c.v->>'days_or')::boolean,
-                           c.v->>'zone', (c.v->>'jitter')::integer, 'target-1',
+                           c.v->>'zone', (c.v->>'jitter')::integer,
+                           (c.v->>'offset')::integer, 'target-1',
                            (c.v->>'after')::timestamptz) AS next,
        ARRAY(SELECT calendar_between(t.times, t.days, t.months, t.weekdays,
                                      (c.v->>'days_or')::boolean, c.v->>'zone',
-                                     (c.v->>'jitter')::integer, 'target-1',
+                                     (c.v->>'jitter')::integer, (c.v->>'offset')::integer,
+                                     'target-1',
                                      (c.v->>'after')::timestamptz,
                                      (c.v->>'before')::timestamptz)) AS passed,
        grid_next(NULL, NULL, t.times, t.days, t.months, t.weekdays,
                  (c.v->>'days_or')::boolean, c.v->>'zone', (c.v->>'jitter')::integer,
-                 'target-1', (c.v->>'after')::timestamptz) AS dispatched
+                 (c.v->>'offset')::integer, 'target-1', (c.v->>'after')::timestamptz)
+           AS dispatched
   FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS c (v, i)
  CROSS JOIN LATERAL (SELECT
        ARRAY(SELECT jsonb_array_elements_text(c.v->'times')::integer) AS times,
@@ -560,6 +630,9 @@ def generated_cases(count: int) -> list[tuple[Calendar, datetime, datetime]]:
         nominal = Calendar.parse(rng.choice(examples), zone)
         jitter = rng.choice([0, 0, rng.randrange(1, min(_smallest_spacing(nominal, 86400), 86400))])
         calendar = Calendar.parse(nominal.cron or "", zone, jitter)
+        width = min(offset_width(calendar), 86400)
+        offset = rng.choice([None, None, 0, rng.randrange(width)])  # 1.7: a site's place
+        calendar = calendar.model_copy(update={"offset_seconds": offset})
         year = rng.randrange(2000, 2041)
         changes = transitions(zone, year)
         if changes and rng.random() < 0.5:
@@ -594,6 +667,7 @@ async def test_sql_calendar_functions_are_the_python_ones(pool: asyncpg.Pool) ->
             "days_or": c.days_or,
             "zone": c.time_zone,
             "jitter": c.jitter_seconds,
+            "offset": c.offset_seconds,
             "after": start.isoformat(),
             "before": before.isoformat(),
         }
@@ -623,21 +697,21 @@ async def test_grid_passed_dispatches(pool: asyncpg.Pool) -> None:
     """An interval target (no time zone) keeps its grid; a calendar target gets its own."""
     anchor = utc(2026, 8, 7, 8)
     interval = await pool.fetch(
-        "SELECT grid_passed($1, 3600, NULL, NULL, NULL, NULL, NULL, NULL, 0, 't', $2, $3) s",
+        "SELECT grid_passed($1, 3600, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 't', $2, $3) s",
         anchor,
         anchor,
         anchor + timedelta(hours=3),
     )
     assert [r["s"] for r in interval] == [anchor + timedelta(hours=1), anchor + timedelta(hours=2)]
     assert await pool.fetchval(
-        "SELECT grid_next($1, 3600, NULL, NULL, NULL, NULL, NULL, NULL, 0, 't', $2)",
+        "SELECT grid_next($1, 3600, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 't', $2)",
         anchor,
         anchor,
     ) == anchor + timedelta(hours=1)
     cal = Calendar.parse("30 2 * * *", BERLIN)
     args = [list(cal.times), list(cal.days_of_month), list(cal.months), list(cal.weekdays)]
     passed = await pool.fetch(
-        "SELECT grid_passed($1, 3600, $2, $3, $4, $5, false, $6, 0, 't', $7, $8) s",
+        "SELECT grid_passed($1, 3600, $2, $3, $4, $5, false, $6, 0, NULL, 't', $7, $8) s",
         anchor,
         *args,
         BERLIN,

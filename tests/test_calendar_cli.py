@@ -5,6 +5,7 @@ calendar back, and options that do not go together get one line and exit 2."""
 
 import asyncio
 import itertools
+import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -116,6 +117,42 @@ async def test_apply_spreads_the_pages_of_one_shop_apart(
         assert min(b - a for a, b in itertools.pairwise(slots)).total_seconds() >= 3
         for n in range(20):
             assert (await cli(env, "remove", f"shop-{n}"))[0] == 0
+
+
+async def test_apply_places_the_calendar_pages_of_one_shop_apart(
+    env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer, tmp_path: Path
+) -> None:
+    """Twelve pages of one host daily at 08:00 Berlin: the plan says when each first comes
+    due, the workflows and the database put their slots PRICEWATCH_SITE_GAP (3 s) apart, and
+    the same file again, or the export, changes nothing."""
+    pages = [f"  - {{id: cal-{n}, url: '{page_server.url(f'/c{n}')}', at: ['08:00'], "
+             "tz: Europe/Berlin}" for n in range(12)]  # fmt: skip
+    targets = tmp_path / "targets.yaml"
+    targets.write_text("targets:\n" + "\n".join(pages) + "\n")
+    spread = {**env, "PRICEWATCH_SITE_GAP": "3s"}
+    async with worker_process(env):
+        code, out, err = await cli(spread, "apply", str(targets))
+        assert code == 0, err
+        firsts = re.findall(r"\+ add cal-\d+ \(daily 08:00 Europe/Berlin(?: \+(\d+)s)?, "
+                            r"first check (\S+)\)", out)  # fmt: skip
+        assert len(firsts) == 12, out
+        offsets = sorted(int(o or 0) for o, _ in firsts)
+        assert offsets == [3 * n for n in range(12)], out
+        await wait_for(pool, "SELECT (count(*) = 12)::int FROM monitor_targets")
+        mirrored = await pool.fetch("SELECT calendar_offset, next_slot FROM monitor_targets")
+        assert sorted(r["calendar_offset"] for r in mirrored) == offsets
+        slots = sorted(r["next_slot"] for r in mirrored)
+        assert [(s - slots[0]).total_seconds() for s in slots] == offsets
+        assert slots[0].astimezone(ZoneInfo("Europe/Berlin")).strftime("%H:%M:%S") == "08:00:00"
+        code, out, err = await cli(spread, "apply", str(targets))
+        assert code == 0 and "nothing to do" in out, (out, err)
+        code, exported, _ = await cli(env, "export")
+        again = tmp_path / "exported.yaml"
+        again.write_text(exported)
+        code, out, err = await cli(spread, "apply", str(again))
+        assert code == 0 and "nothing to do" in out, (out, err)
+        for n in range(12):
+            assert (await cli(env, "remove", f"cal-{n}"))[0] == 0
 
 
 async def test_a_worker_killed_mid_check_of_a_calendar_slot_costs_no_slot(

@@ -192,10 +192,10 @@ SELECT COALESCE((SELECT next_slot FROM moved),
 -- update.
 INSERT INTO monitor_targets AS t (id, url, interval_seconds, enabled, unhealthy_after,
     anchor, next_slot, config, time_zone, calendar_times, calendar_days, calendar_months,
-    calendar_weekdays, calendar_days_or, jitter_seconds)
+    calendar_weekdays, calendar_days_or, jitter_seconds, calendar_offset)
 VALUES (:target_id, :url, :interval_seconds, :enabled, :unhealthy_after, :anchor, :next_slot,
         :config::jsonb, :time_zone, :calendar_times, :calendar_days, :calendar_months,
-        :calendar_weekdays, :calendar_days_or, :jitter_seconds)
+        :calendar_weekdays, :calendar_days_or, :jitter_seconds, :calendar_offset)
 ON CONFLICT (id) DO UPDATE
    SET url = excluded.url, interval_seconds = excluded.interval_seconds,
        enabled = excluded.enabled, unhealthy_after = excluded.unhealthy_after,
@@ -204,14 +204,15 @@ ON CONFLICT (id) DO UPDATE
        calendar_months = excluded.calendar_months,
        calendar_weekdays = excluded.calendar_weekdays,
        calendar_days_or = excluded.calendar_days_or, jitter_seconds = excluded.jitter_seconds,
+       calendar_offset = excluded.calendar_offset,
        anchor = CASE WHEN (t.interval_seconds, t.time_zone, t.calendar_times, t.calendar_days,
                         t.calendar_months, t.calendar_weekdays, t.calendar_days_or,
-                        t.jitter_seconds)
+                        t.jitter_seconds, t.calendar_offset)
                        IS NOT DISTINCT FROM
                        (excluded.interval_seconds, excluded.time_zone, excluded.calendar_times,
                         excluded.calendar_days, excluded.calendar_months,
                         excluded.calendar_weekdays, excluded.calendar_days_or,
-                        excluded.jitter_seconds) THEN t.anchor ELSE t.next_slot END,
+                        excluded.jitter_seconds, excluded.calendar_offset) THEN t.anchor ELSE t.next_slot END,
        updated_at = now()
 RETURNING anchor, next_slot, xmax = 0 AS created;
 
@@ -222,10 +223,11 @@ RETURNING anchor, next_slot, xmax = 0 AS created;
 -- its points.
 INSERT INTO monitor_targets AS t (id, url, interval_seconds, enabled, unhealthy_after,
     anchor, next_slot, config, time_zone, calendar_times, calendar_days, calendar_months,
-    calendar_weekdays, calendar_days_or, jitter_seconds)
+    calendar_weekdays, calendar_days_or, jitter_seconds, calendar_offset)
 VALUES (:target_id, :url, :interval_seconds, :enabled, :unhealthy_after, :next_slot,
         :next_slot, :config::jsonb, :time_zone, :calendar_times, :calendar_days,
-        :calendar_months, :calendar_weekdays, :calendar_days_or, :jitter_seconds)
+        :calendar_months, :calendar_weekdays, :calendar_days_or, :jitter_seconds,
+        :calendar_offset)
 ON CONFLICT (id) DO UPDATE
    SET url = excluded.url, interval_seconds = excluded.interval_seconds,
        enabled = excluded.enabled, next_slot = excluded.next_slot,
@@ -234,14 +236,15 @@ ON CONFLICT (id) DO UPDATE
        calendar_days = excluded.calendar_days, calendar_months = excluded.calendar_months,
        calendar_weekdays = excluded.calendar_weekdays,
        calendar_days_or = excluded.calendar_days_or, jitter_seconds = excluded.jitter_seconds,
+       calendar_offset = excluded.calendar_offset,
        anchor = CASE WHEN (t.interval_seconds, t.time_zone, t.calendar_times, t.calendar_days,
                         t.calendar_months, t.calendar_weekdays, t.calendar_days_or,
-                        t.jitter_seconds)
+                        t.jitter_seconds, t.calendar_offset)
                        IS NOT DISTINCT FROM
                        (excluded.interval_seconds, excluded.time_zone, excluded.calendar_times,
                         excluded.calendar_days, excluded.calendar_months,
                         excluded.calendar_weekdays, excluded.calendar_days_or,
-                        excluded.jitter_seconds) THEN t.anchor ELSE excluded.next_slot END,
+                        excluded.jitter_seconds, excluded.calendar_offset) THEN t.anchor ELSE excluded.next_slot END,
        updated_at = now();
 
 -- name: reconfigure_target
@@ -256,15 +259,15 @@ UPDATE monitor_targets AS t
        config = :config::jsonb, time_zone = :time_zone, calendar_times = :calendar_times,
        calendar_days = :calendar_days, calendar_months = :calendar_months,
        calendar_weekdays = :calendar_weekdays, calendar_days_or = :calendar_days_or,
-       jitter_seconds = :jitter_seconds,
+       jitter_seconds = :jitter_seconds, calendar_offset = :calendar_offset,
        anchor = CASE WHEN (t.interval_seconds, t.time_zone, t.calendar_times, t.calendar_days,
                         t.calendar_months, t.calendar_weekdays, t.calendar_days_or,
-                        t.jitter_seconds)
+                        t.jitter_seconds, t.calendar_offset)
                        IS NOT DISTINCT FROM
                        (:interval_seconds::integer, :time_zone::text, :calendar_times::integer[],
                         :calendar_days::integer[], :calendar_months::integer[],
                         :calendar_weekdays::integer[], :calendar_days_or::boolean,
-                        :jitter_seconds::integer) THEN t.anchor ELSE t.next_slot END,
+                        :jitter_seconds::integer, :calendar_offset::integer) THEN t.anchor ELSE t.next_slot END,
        updated_at = now()
  WHERE id = :target_id
 RETURNING id;

@@ -154,38 +154,57 @@ BEGIN
 END
 $$;
 
--- A nominal slot with its target's jitter: plus sha256(work id) (first six bytes, big-endian)
--- modulo the jitter, kept below the distance to the next nominal slot (`following`) so
--- order holds when DST brings two slots closer. STABLE only because convert_to is.
-CREATE FUNCTION calendar_jitter(
-    target_id text, nominal timestamptz, jitter_seconds integer, following timestamptz
-) RETURNS timestamptz LANGUAGE sql STABLE STRICT PARALLEL SAFE
-RETURN nominal + make_interval(secs => (
-    ('x' || encode(substring(sha256(convert_to(slot_work_id(target_id, nominal), 'UTF8'))
-                             FROM 1 FOR 6), 'hex'))::bit(48)::bigint
-    % least(jitter_seconds, extract(epoch FROM following - nominal)::bigint)));
+-- The first six bytes of a text's sha256, big-endian: how the jitter places a slot.
+-- STABLE only because convert_to is.
+CREATE FUNCTION calendar_hash(value text)
+RETURNS bigint LANGUAGE sql STABLE STRICT PARALLEL SAFE
+RETURN ('x' || encode(substring(sha256(convert_to(value, 'UTF8')) FROM 1 FOR 6), 'hex'))
+    ::bit(48)::bigint;
 
--- The first calendar slot strictly after `after`, jitter applied: only a nominal slot after
--- `after - jitter` can give one. Exactly `pricewatch.calendar.slot_after`.
+-- A nominal slot with its target's jitter and offset, kept below the distance to the next
+-- nominal slot (`following`) so order holds when DST brings two slots closer. Without
+-- jitter: shifted by the offset. With jitter and an offset (1.7, chosen by `add`/`apply` to
+-- spread a site's targets apart): the nominal slot's own rotation, the same for every
+-- target, plus the offset, modulo the jitter. With jitter and no offset (a target added
+-- before 1.7): sha256 of the slot's work id modulo the jitter. Exactly
+-- `pricewatch.calendar._jittered`. Not STRICT: the offset may be NULL.
+CREATE FUNCTION calendar_shift(
+    target_id text, nominal timestamptz, jitter_seconds integer, offset_seconds integer,
+    following timestamptz
+) RETURNS timestamptz LANGUAGE sql STABLE PARALLEL SAFE
+RETURN nominal + make_interval(secs => CASE
+    WHEN jitter_seconds = 0
+        THEN coalesce(offset_seconds, 0) % extract(epoch FROM following - nominal)::bigint
+    WHEN offset_seconds IS NULL
+        THEN calendar_hash(slot_work_id(target_id, nominal))
+             % least(jitter_seconds, extract(epoch FROM following - nominal)::bigint)
+    ELSE (calendar_hash(slot_work_id('', nominal)) + offset_seconds)
+         % least(jitter_seconds, extract(epoch FROM following - nominal)::bigint) END);
+
+-- The first calendar slot strictly after `after`, shifted: a slot lies within `reach` (the
+-- jitter, else the offset) after its nominal one, so only a nominal slot after
+-- `after - reach` can give one. Exactly `pricewatch.calendar.slot_after`.
 CREATE FUNCTION calendar_after(
     times integer[], days integer[], months integer[], weekdays integer[], days_or boolean,
-    time_zone text, jitter_seconds integer, target_id text, after timestamptz
-) RETURNS timestamptz LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+    time_zone text, jitter_seconds integer, offset_seconds integer, target_id text,
+    after timestamptz
+) RETURNS timestamptz LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $$
 DECLARE
+    reach integer := coalesce(nullif(jitter_seconds, 0), offset_seconds, 0);
     nominal timestamptz;
     following timestamptz;
     slot timestamptz;
 BEGIN
-    IF jitter_seconds = 0 THEN
+    IF reach = 0 THEN
         RETURN calendar_nominal_after(times, days, months, weekdays, days_or, time_zone, after);
     END IF;
     nominal := calendar_nominal_after(times, days, months, weekdays, days_or, time_zone,
-                                      after - make_interval(secs => jitter_seconds));
+                                      after - make_interval(secs => reach));
     LOOP
         following := calendar_nominal_after(times, days, months, weekdays, days_or, time_zone,
                                             nominal);
-        slot := calendar_jitter(target_id, nominal, jitter_seconds, following);
+        slot := calendar_shift(target_id, nominal, jitter_seconds, offset_seconds, following);
         IF slot > after THEN
             RETURN slot;
         END IF;
@@ -198,22 +217,24 @@ $$;
 -- schedule moves past. Exactly `pricewatch.calendar.slots_between`.
 CREATE FUNCTION calendar_between(
     times integer[], days integer[], months integer[], weekdays integer[], days_or boolean,
-    time_zone text, jitter_seconds integer, target_id text, after timestamptz,
-    before timestamptz
-) RETURNS SETOF timestamptz LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+    time_zone text, jitter_seconds integer, offset_seconds integer, target_id text,
+    after timestamptz, before timestamptz
+) RETURNS SETOF timestamptz LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $$
 DECLARE
+    reach integer := coalesce(nullif(jitter_seconds, 0), offset_seconds, 0);
     nominal timestamptz := calendar_nominal_after(
         times, days, months, weekdays, days_or, time_zone,
-        after - make_interval(secs => jitter_seconds));
+        after - make_interval(secs => reach));
     following timestamptz;
     slot timestamptz;
 BEGIN
     LOOP
         following := calendar_nominal_after(times, days, months, weekdays, days_or, time_zone,
                                             nominal);
-        slot := CASE WHEN jitter_seconds = 0 THEN nominal
-                     ELSE calendar_jitter(target_id, nominal, jitter_seconds, following) END;
+        slot := CASE WHEN reach = 0 THEN nominal
+                     ELSE calendar_shift(target_id, nominal, jitter_seconds, offset_seconds,
+                                         following) END;
         EXIT WHEN slot >= before;
         IF slot > after THEN
             RETURN NEXT slot;
@@ -229,16 +250,17 @@ $$;
 CREATE FUNCTION grid_next(
     anchor timestamptz, interval_seconds integer, times integer[], days integer[],
     months integer[], weekdays integer[], days_or boolean, time_zone text,
-    jitter_seconds integer, target_id text, after timestamptz
+    jitter_seconds integer, offset_seconds integer, target_id text, after timestamptz
 ) RETURNS timestamptz LANGUAGE sql STABLE PARALLEL SAFE
 RETURN CASE WHEN time_zone IS NULL THEN grid_after(anchor, interval_seconds, after)
             ELSE calendar_after(times, days, months, weekdays, days_or, time_zone,
-                                jitter_seconds, target_id, after) END;
+                                jitter_seconds, offset_seconds, target_id, after) END;
 
 CREATE FUNCTION grid_passed(
     anchor timestamptz, interval_seconds integer, times integer[], days integer[],
     months integer[], weekdays integer[], days_or boolean, time_zone text,
-    jitter_seconds integer, target_id text, after timestamptz, before timestamptz
+    jitter_seconds integer, offset_seconds integer, target_id text, after timestamptz,
+    before timestamptz
 ) RETURNS SETOF timestamptz LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $$
 BEGIN
@@ -246,7 +268,8 @@ BEGIN
         RETURN QUERY SELECT grid_between(anchor, interval_seconds, after, before);
     ELSE
         RETURN QUERY SELECT calendar_between(times, days, months, weekdays, days_or, time_zone,
-                                             jitter_seconds, target_id, after, before);
+                                             jitter_seconds, offset_seconds, target_id,
+                                             after, before);
     END IF;
 END
 $$;
@@ -283,7 +306,9 @@ CREATE TABLE monitor_targets (
     -- The calendar grid, expanded (all NULL: the interval grid). Times are minutes after
     -- local midnight, sorted; weekdays are cron's (0 = Sunday); `calendar_days_or` is Vixie
     -- cron's rule (both day fields restricted: either matches, else both must). The jitter
-    -- shifts each slot by [0, jitter_seconds) seconds, fixed per target and slot.
+    -- shifts each slot by [0, jitter_seconds) seconds, fixed per target and slot; the offset
+    -- (chosen by `add`/`apply`, NULL before 1.7) is its place in the jitter, or without
+    -- jitter its shift, which keeps a site's targets apart.
     time_zone        text,
     calendar_times   integer[],
     calendar_days    integer[],
@@ -291,6 +316,7 @@ CREATE TABLE monitor_targets (
     calendar_weekdays integer[],
     calendar_days_or boolean,
     jitter_seconds   integer NOT NULL DEFAULT 0,
+    calendar_offset  integer,
     CONSTRAINT monitor_targets_check CHECK ((lease_token IS NULL) = (lease_expires_at IS NULL)),
     CONSTRAINT monitor_targets_calendar_check CHECK (
         num_nulls(time_zone, calendar_times, calendar_days, calendar_months,
@@ -307,7 +333,9 @@ CREATE TABLE monitor_targets (
         AND calendar_sorted(calendar_times) AND calendar_sorted(calendar_days)
         AND calendar_sorted(calendar_months) AND calendar_sorted(calendar_weekdays)),
     CONSTRAINT monitor_targets_jitter_seconds_check CHECK (
-        jitter_seconds >= 0 AND (jitter_seconds = 0 OR time_zone IS NOT NULL))
+        jitter_seconds >= 0 AND (jitter_seconds = 0 OR time_zone IS NOT NULL)),
+    CONSTRAINT monitor_targets_calendar_offset_check CHECK (
+        calendar_offset IS NULL OR (calendar_offset >= 0 AND time_zone IS NOT NULL))
 );
 
 -- One row per (target, due slot): the durable result of a check, or what happened to a slot
@@ -493,8 +521,8 @@ CREATE FUNCTION next_due(target monitor_targets, slot timestamptz, temporal_now 
 RETURNS timestamptz LANGUAGE sql STABLE PARALLEL SAFE
 RETURN grid_next(target.anchor, target.interval_seconds, target.calendar_times,
                  target.calendar_days, target.calendar_months, target.calendar_weekdays,
-                 target.calendar_days_or, target.time_zone, target.jitter_seconds, target.id,
-                 greatest(now(), temporal_now, slot));
+                 target.calendar_days_or, target.time_zone, target.jitter_seconds,
+                 target.calendar_offset, target.id, greatest(now(), temporal_now, slot));
 
 CREATE FUNCTION skip_passed(
     target monitor_targets, after timestamptz, before timestamptz, reason text
@@ -507,8 +535,8 @@ AS $$
           FROM grid_passed(target.anchor, target.interval_seconds, target.calendar_times,
                            target.calendar_days, target.calendar_months,
                            target.calendar_weekdays, target.calendar_days_or,
-                           target.time_zone, target.jitter_seconds, target.id, after,
-                           before) s
+                           target.time_zone, target.jitter_seconds, target.calendar_offset,
+                           target.id, after, before) s
         ON CONFLICT DO NOTHING
         RETURNING 1
     )
