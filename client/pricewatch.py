@@ -250,7 +250,8 @@ class Pricewatch:
             await self._start(config, start_at or anchor, paused=False)
             return Added.ADDED
         status = await handle.query(Query.STATUS, result_type=MonitorStatus)
-        config = self.kept(status.config, config, await self.site_slots())
+        if config.calendar is not None:
+            config = self.kept(status.config, config, await self.site_slots())
         if status.config == config:
             return Added.UNCHANGED
         await handle.execute_update(Update.RECONFIGURE, config, result_type=MonitorStatus)
