@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import asyncpg
+import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from pricewatch.calendar import Calendar
@@ -99,19 +100,25 @@ async def test_calendar_slots_passed_while_paused_are_skipped_and_the_next_is_on
     assert len(after) >= 4
 
 
+@pytest.mark.parametrize("offset", [None, 7])
 async def test_calendar_slots_a_long_retry_passes_get_skipped_rows_from_the_database(
     time_skipping_env: WorkflowEnvironment,
     pool: asyncpg.Pool,
     page_server: PageServer,
     start: Start,
     task_queue: str,
+    offset: int | None,
 ) -> None:
     """Hourly in Kolkata (UTC+05:30, so every slot is at :30 UTC): the page answers 503 for
     hours, the slot retries through them, and once it succeeds Postgres moves the schedule
     to the first calendar slot after its clock, writing a `skipped` row for each it passed;
-    every row is on the calendar, one per slot, none missing."""
+    every row is on the calendar, one per slot, none missing. With an offset (a site's
+    place, 1.7) the workflow's slots and the database's are shifted alike."""
     now = await time_skipping_env.get_current_time()
-    config = on_calendar(new_target(page_server), Calendar.parse("0 * * * *", "Asia/Kolkata"))
+    hourly = Calendar.parse("0 * * * *", "Asia/Kolkata").model_copy(
+        update={"offset_seconds": offset}
+    )
+    config = on_calendar(new_target(page_server), hourly)
     config = config.model_copy(update={"max_attempts": 20})
     page_server.set(f"/{config.target_id}", "busy", status=503)
     async with running_worker(time_skipping_env.client, task_queue, pool):
@@ -123,5 +130,5 @@ async def test_calendar_slots_a_long_retry_passes_get_skipped_rows_from_the_data
     slots = scheduled(records)
     statuses = [r["status"] for r in records]
     assert "skipped" in statuses and statuses[0] == "unchanged", statuses
-    assert all((s.minute, s.second) == (30, 0) for s in slots), slots
+    assert all((s.minute, s.second) == (30, offset or 0) for s in slots), slots
     assert slots == [slots[0] + k * timedelta(hours=1) for k in range(len(slots))], "a gap"
