@@ -2,9 +2,11 @@
 tests), on the SDK's threads."""
 
 import asyncio
+import ipaddress
 import threading
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -17,12 +19,14 @@ from activities.checks import CheckActivities
 from activities.fetch import new_client
 from activities.notify import NotifyActivities
 from activities.retention import Retention, RetentionActivities
+from pricewatch.settings import DEV_ALLOW_NETWORKS_FILE, Settings
 from tests.conftest import LOOPBACK, with_database
 from tests.helpers import NO_SMTP
 from workers.worker import (
     Activities,
     InlineActivations,
     WorkerTuning,
+    address_policy,
     build_worker,
     worker_activities,
 )
@@ -108,3 +112,15 @@ async def test_a_worker_told_not_to_migrate_leaves_the_schema_alone(
     finally:
         await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         await admin.close()
+
+
+def test_beside_pricewatch_dev_the_guard_allows_what_dev_allows(tmp_path: Path) -> None:
+    """`pricewatch try --render` in a second terminal reads the demo's loopback pages, as
+    `add` and a plain `try` do: the policy takes the dev stack's networks from its data dir."""
+    loopback = ipaddress.ip_address("127.0.0.1")
+    alone = Settings(data_dir=tmp_path, allow_networks="", database_url="")
+    assert address_policy(alone).refusal(loopback) is not None
+    (tmp_path / DEV_ALLOW_NETWORKS_FILE).write_text("127.0.0.1/32\n")
+    assert address_policy(alone).refusal(loopback) is None
+    configured = Settings(data_dir=tmp_path, allow_networks="", database_url="postgresql://x/y")
+    assert address_policy(configured).refusal(loopback) is not None, "a deployment: its own"

@@ -138,7 +138,9 @@ def retention_settings(settings: Settings) -> Retention:
 
 
 def address_policy(settings: Settings) -> AddressPolicy:
-    return AddressPolicy.allowing(settings.allow_networks.split(","))
+    """The guard's policy; beside a running `pricewatch dev` (its database from the data dir)
+    the networks it allows, as the CLI's add and try have them (`try --render` runs here)."""
+    return AddressPolicy.allowing(settings.resolved_allow_networks().split(","))
 
 
 async def keep_session(connection: asyncpg.Connection) -> None:
