@@ -7,8 +7,8 @@ message (pause, resume, check-now, reconfigure, a permanent failure, a transient
 retried as a normal activity, continue-as-new, a removal during a backoff) with a
 webhook channel told of its changes, a run started with 1.0's run length (300 checks)
 that 1.1 shortens, a target in price mode whose rises nobody is told (`--notify-on drop`), a
-rendered target checked on the render task queue and a calendar target reconfigured to an
-interval (1.4), then one retention pass (`PruneChecks`), and
+rendered target checked on the render task queue and a calendar target (1.7: with an
+offset) reconfigured to an interval (1.4), then one retention pass (`PruneChecks`), and
 writes each run's history to tests/histories/<version>/, the package's version: from 1.0 on
 every release keeps its histories there and every later release must replay them.
 """
@@ -141,14 +141,16 @@ async def drive(client: Client, activities: Activities, page_url: str) -> list[s
             await started.signal(MonitorTarget.remove)
             await client.get_workflow_handle(started.id).result()
             run_ids.append(f"{started.id}/{started.result_run_id}")
+        # 1.7: the calendar has an offset (a site's place), so its slots are 3 s past.
+        minutely = Calendar.parse("* * * * *", "Europe/Berlin")
         timed = TargetConfig.model_validate(
             {**config.model_dump(exclude={"interval_seconds"}), "target_id": "recorded-calendar",
-             "channels": [], "calendar": Calendar.parse("* * * * *", "Europe/Berlin")}
+             "channels": [], "calendar": minutely.model_copy(update={"offset_seconds": 3})}
         )  # fmt: skip
         started = await start_monitor(
             client, MonitorState(config=timed, min_interval_seconds=1), TASK_QUEUE
         )
-        await asyncio.sleep(63)  # the first slot: the next whole minute
+        await asyncio.sleep(66)  # the first slot: the next whole minute, 3 s past
         await started.execute_update(
             Update.RECONFIGURE,
             config.model_copy(update={"target_id": "recorded-calendar", "channels": []}),
