@@ -15,6 +15,9 @@ and a 5xx are transient.
 """
 
 import asyncio
+import contextlib
+import fcntl
+import glob
 import logging
 import os
 import shutil
@@ -115,8 +118,10 @@ class BrowserFetcher:
         self._launching = asyncio.Lock()
         self._closing: set[asyncio.Task[None]] = set()
         # Chromium's own temporary files (a killed browser leaves its singleton socket
-        # directory behind) go here, one directory per launch, removed on close.
+        # directory behind) go here, one directory per launch, removed on close; locked
+        # while this fetcher lives (`scratch_dir`).
         self._tmp: str | None = None
+        self._tmp_lock: int | None = None
 
     @property
     def _browser(self) -> Browser | None:
@@ -246,7 +251,7 @@ class BrowserFetcher:
     async def _launch(self) -> _Launched:
         if self._playwright is None:
             self._playwright = await async_playwright().start()
-            self._tmp = tempfile.mkdtemp(prefix="pwc-", dir=short_temp_root())
+            self._tmp, self._tmp_lock = scratch_dir(short_temp_root())
         assert self._tmp is not None
         self._launches += 1
         profile = os.path.join(self._tmp, str(self._launches))
@@ -309,7 +314,9 @@ class BrowserFetcher:
             await self._proxy.close()
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
-        self._playwright = self._proxy = self._tmp = None
+        if self._tmp_lock is not None:
+            os.close(self._tmp_lock)
+        self._playwright = self._proxy = self._tmp = self._tmp_lock = None
 
 
 # Chromium puts a Unix socket in its TMPDIR (`.org.chromium.Chromium.XXXXXX/SingletonSocket`)
@@ -324,6 +331,29 @@ def short_temp_root() -> str:
     if len(default) <= SOCKET_ROOM or not os.path.isdir("/tmp"):
         return default
     return "/tmp"
+
+
+# A fetcher's directory holds this file, locked (flock) while the fetcher lives: the lock
+# goes with its process however it ends, SIGKILL included, where `close` never runs.
+SCRATCH_LOCK = ".pricewatch-fetcher"
+
+
+def scratch_dir(root: str) -> tuple[str, int]:
+    """A new directory for a fetcher's Chromium and the descriptor that holds its lock.
+    First removes the directories of fetchers whose process died (no one holds their lock):
+    a killed worker leaves its directory behind, and only a later one can remove it."""
+    for stale in glob.glob(os.path.join(root, "pwc-*", SCRATCH_LOCK)):
+        with contextlib.suppress(OSError):
+            lock = os.open(stale, os.O_RDONLY)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # OSError: a live fetcher's
+                shutil.rmtree(os.path.dirname(stale), ignore_errors=True)
+            finally:
+                os.close(lock)
+    path = tempfile.mkdtemp(prefix="pwc-", dir=root)
+    lock = os.open(os.path.join(path, SCRATCH_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return path, lock
 
 
 def browser_memory(profile: str) -> int:

@@ -5,9 +5,12 @@ a browser killed mid-check (transient, relaunched, one row per slot)."""
 
 import asyncio
 import dataclasses
+import glob
 import json
 import os
+import shutil
 import signal
+import sys
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -446,6 +449,53 @@ async def test_a_browser_killed_mid_check_is_transient_and_relaunched(
     assert scratch is not None and os.path.isdir(scratch)  # noqa: ASYNC240 (a stat, in a test)
     await fetcher.close()
     assert not os.path.isdir(scratch)  # noqa: ASYNC240
+
+
+# A process whose fetcher has launched its browser, then waits to be killed.
+LAUNCHES_AND_WAITS = """
+import asyncio, sys
+from activities.render import BrowserFetcher
+from tests.conftest import LOOPBACK
+from workers.chromium import chromium_args, find_chromium
+
+async def main() -> None:
+    fetcher = BrowserFetcher(LOOPBACK, find_chromium(), chromium_args(), 1)
+    await fetcher._launch()
+    print("launched", flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_killed_workers_browser_directory_goes_with_the_next_fetcher(
+    pages: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGKILL (a supervisor's, the kernel's) leaves no chance to close: the next fetcher to
+    start removes the dead one's directory, and leaves a live one's alone."""
+    root = tempfile.mkdtemp(prefix="pwt-", dir="/tmp")  # short: Chromium's socket is below
+    monkeypatch.setattr(tempfile, "tempdir", root)
+    live = BrowserFetcher(LOOPBACK, find_chromium(), chromium_args(), 1)
+    after = BrowserFetcher(LOOPBACK, find_chromium(), chromium_args(), 1)
+    try:
+        await live(request_of(plain_render(f"{pages}/plans", ["wait p.plan"])))
+        doomed = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", LAUNCHES_AND_WAITS, stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, "TMPDIR": root}, start_new_session=True,
+        )  # fmt: skip
+        assert doomed.stdout is not None
+        assert await asyncio.wait_for(doomed.stdout.readline(), 60) == b"launched\n"
+        os.killpg(doomed.pid, signal.SIGKILL)  # the worker and its Chromium
+        await doomed.wait()
+        assert len(glob.glob(f"{root}/pwc-*")) == 2
+        await after(request_of(plain_render(f"{pages}/plans", ["wait p.plan"])))
+        assert set(glob.glob(f"{root}/pwc-*")) == {live._tmp, after._tmp}, (
+            "the dead one's directory is gone, the live ones stay"
+        )
+    finally:
+        await live.close()
+        await after.close()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def pages_open(fetcher: BrowserFetcher) -> bool:
