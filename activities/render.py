@@ -351,8 +351,12 @@ def scratch_dir(root: str) -> tuple[str, int]:
             finally:
                 os.close(lock)
     path = tempfile.mkdtemp(prefix="pwc-", dir=root)
-    lock = os.open(os.path.join(path, SCRATCH_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+    # Locked before it has its name: another fetcher starting at this moment never finds
+    # it unlocked (and takes it for a dead one's).
+    unnamed = os.path.join(path, SCRATCH_LOCK + ".new")
+    lock = os.open(unnamed, os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.rename(unnamed, os.path.join(path, SCRATCH_LOCK))
     return path, lock
 
 
