@@ -275,3 +275,22 @@ async def serve_process(env: dict[str, str], *args: str) -> AsyncIterator[str]:
         await terminated(process, grace=20)
         logged = b"" if drain is None else await drain
     assert b"Traceback" not in logged, logged.decode()  # every failure was an answer
+
+
+async def python_output(*args: str, within: float, env: dict[str, str] | None = None) -> str:
+    """What `python ARGS` printed (stdout and stderr together); it must exit 0 in time, and
+    is killed if it does not."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, *args, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(within):
+            out, _ = await process.communicate()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    text = out.decode(errors="replace")
+    assert process.returncode == 0, text[-3000:]
+    return text

@@ -1,18 +1,17 @@
 """The worker's JSON log lines, the dev console's lines and the health endpoints (metrics
 are checked end to end)."""
 
-import asyncio
 import gc
 import json
 import logging
 import os
 import re
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.helpers import python_output
 from workers import observability
 from workers.embedded import free_port
 from workers.observability import JsonFormatter, serve_health
@@ -138,19 +137,9 @@ async def test_a_delivery_that_gives_up_is_one_line_on_the_dev_console(tmp_path:
     """Like a check's line: time, what, why; not the SDK's logger prefix and context dict."""
     (tmp_path / "gives_up.py").write_text(GIVES_UP_WORKFLOW)
     (tmp_path / "main.py").write_text(GIVES_UP)
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, str(tmp_path / "main.py"),
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        async with asyncio.timeout(60):
-            out, _ = await process.communicate()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    text = out.decode(errors="replace")
-    assert process.returncode == 0, text[-3000:]
+    pythonpath = {"PYTHONPATH": str(Path(__file__).parents[1])}
+    text = await python_output(
+        str(tmp_path / "main.py"), within=60, env={**os.environ, **pythonpath}
+    )
     assert "temporalio.workflow" not in text and "{'attempt'" not in text, text
     assert [line for line in text.splitlines() if GAVE_UP_LINE.match(line)], text

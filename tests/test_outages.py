@@ -9,7 +9,6 @@ import logging
 import os
 import re
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -30,7 +29,7 @@ from pricewatch.policy import LEASE_HELD
 from tests.chaos.proxy import Proxy, postgres_upstream, through
 from tests.chaos.stack import serve
 from tests.conftest import PageServer
-from tests.helpers import PRICEWATCH, attempt, local_attempt
+from tests.helpers import PRICEWATCH, attempt, local_attempt, python_output
 from workers.embedded import free_port
 from workers.observability import JsonFormatter
 from workflows.calls import first_retry_delay
@@ -261,19 +260,7 @@ asyncio.run(main())
 
 async def test_a_temporal_outage_is_one_line_on_the_dev_console(tmp_path: Path) -> None:
     refused = 15
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", TEMPORAL_OUTAGE, str(tmp_path), str(refused),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        async with asyncio.timeout(120):
-            out, _ = await process.communicate()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    text = out.decode(errors="replace")
-    assert process.returncode == 0, text[-3000:]
+    text = await python_output("-c", TEMPORAL_OUTAGE, str(tmp_path), str(refused), within=120)
     lines = text.splitlines()
     outage = lines[lines.index("reset") + 1 :]
     down = [
