@@ -329,7 +329,10 @@ class Pricewatch:
                 interval = timedelta(seconds=int(str(row["interval_seconds"])))
                 due.setdefault((host, interval, None), []).append(row["next_slot"])  # type: ignore[arg-type]
                 continue
-            grid = Calendar.model_validate(row["calendar"])
+            try:
+                grid = Calendar.model_validate(row["calendar"])
+            except ValueError:  # a zone this machine's tz data lacks: its worker decides
+                continue
             if grid.offset_seconds is not None or not grid.jitter_seconds:
                 key = (host, timedelta(seconds=offset_width(grid)), spread_key(grid))
                 due.setdefault(key, []).append(EPOCH + SECOND * (grid.offset_seconds or 0))
@@ -460,12 +463,16 @@ class Pricewatch:
 
     async def apply(self, steps: list[Step], done: Callable[[Step], None]) -> None:
         """Carry the plan out, CONCURRENCY targets at a time; `done` after each step. New
-        targets are spread again, from now (the plan is minutes old)."""
+        `--every` targets are spread again, from now (the plan is minutes old); calendar
+        offsets do not age, so the plan's stand (placed with every other step of it)."""
         gate = asyncio.Semaphore(CONCURRENCY)
         taken = await self.site_slots()
         steps = [
             self._placed_again(step, taken)
-            if step.action is Action.ADD and step.located and not step.located.entry.start_at
+            if step.action is Action.ADD
+            and step.located
+            and step.located.config.calendar is None
+            and not step.located.entry.start_at
             else step
             for step in steps
         ]

@@ -464,12 +464,30 @@ def _smallest_spacing(calendar: Calendar, enough: int = 0) -> int:
     return min(within, overnight + (_smallest_day_gap(calendar) - 1) * 86400)
 
 
-@lru_cache(maxsize=256)
 def _smallest_day_gap(calendar: Calendar) -> int:
     """Days between the calendar's two closest dates, over the 400-year cycle. The scan
     stops at a gap no two of its dates can be closer than (a weekly calendar: 7 days, at
-    once; a yearly one scans, about 20 ms), and is cached: a decoded calendar (a payload, a
-    workflow's history) is checked again."""
+    once; a yearly one scans, about 20 ms), and is cached by the days alone: a decoded
+    calendar (a payload, a workflow's history) is checked again, and the targets of one
+    site share their days but not their offsets."""
+    return _day_gap(
+        calendar.days_of_month, calendar.months, calendar.weekdays,
+        calendar.dom_restricted, calendar.dow_restricted,
+    )  # fmt: skip
+
+
+@lru_cache(maxsize=256)
+def _day_gap(
+    days_of_month: tuple[int, ...],
+    months: tuple[int, ...],
+    weekdays: tuple[int, ...],
+    dom_restricted: bool,
+    dow_restricted: bool,
+) -> int:
+    calendar = Calendar.model_construct(  # only the days: what `_days` reads
+        time_zone="UTC", times=(0,), days_of_month=days_of_month, months=months,
+        weekdays=weekdays, dom_restricted=dom_restricted, dow_restricted=dow_restricted,
+    )  # fmt: skip
     floor = 1
     if not calendar.days_or:
         weekdays, days = calendar.weekdays, calendar.days_of_month

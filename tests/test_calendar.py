@@ -41,6 +41,7 @@ from pricewatch.settings import Settings
 
 ZONES = sorted(available_timezones() - NOT_ZONES)
 BERLIN = "Europe/Berlin"
+SECOND = timedelta(seconds=1)
 
 
 def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> datetime:
@@ -518,6 +519,20 @@ def test_an_offset_places_every_slot_and_keeps_the_order(
     assert latest_at_or_before(placed, "t", later[0]) == later[0]
 
 
+def test_an_offset_without_jitter_shifts_each_slot() -> None:
+    """08:00 UTC daily with an offset of 30 s: every slot is 08:00:30; a moment between
+    08:00 and 08:00:30 still has that day's slot ahead of it."""
+    daily = Calendar.parse("0 8 * * *", "UTC").model_copy(update={"offset_seconds": 30})
+    slot = utc(2026, 12, 3, 8) + timedelta(seconds=30)
+    assert slot_after(daily, "t", utc(2026, 12, 3, 8) + timedelta(seconds=10)) == slot
+    assert slots_between(daily, "t", utc(2026, 12, 3, 7, 59), slot + SECOND) == [slot]
+    assert latest_at_or_before(daily, "t", slot - SECOND) == slot - timedelta(days=1)
+    assert latest_at_or_before(daily, "t", slot) == slot
+    assert describe(daily) == "0 8 * * * UTC +30s"
+    with pytest.raises(ValueError, match="offset 86400s must be inside"):
+        Calendar.model_validate({**daily.model_dump(), "offset_seconds": 86400})
+
+
 @pytest.mark.parametrize("written", ["0 8 * * 1-5", "*/30 * * * *"])
 @pytest.mark.parametrize("jitter", [0, 600])
 def test_one_sites_calendar_targets_are_placed_a_gap_apart(written: str, jitter: int) -> None:
@@ -531,6 +546,8 @@ def test_one_sites_calendar_targets_are_placed_a_gap_apart(written: str, jitter:
         client.placed(config_of(f"shop-{n}", "https://shop.example/", cal), sites)[0]
         for n in range(60)
     ]
+    width = offset_width(cal)
+    assert all(c.calendar and 0 <= (c.calendar.offset_seconds or 0) < width for c in shop)
     other = client.placed(config_of("news", "https://news.example/", cal), sites)[0]
     assert other.calendar is not None and shop[0].calendar is not None
     assert other.calendar.offset_seconds == preferred_offset(cal, "news")

@@ -151,7 +151,19 @@ async def test_apply_places_the_calendar_pages_of_one_shop_apart(
         again.write_text(exported)
         code, out, err = await cli(spread, "apply", str(again))
         assert code == 0 and "nothing to do" in out, (out, err)
-        for n in range(12):
+        # One page moves to 09:00 and a new one joins it there: placed together, 3 s apart.
+        moved = [p.replace("08:00", "09:00") for p in pages[:1]]
+        joined = [f"  - {{id: cal-12, url: '{page_server.url('/c12')}', at: ['09:00'], "
+                  "tz: Europe/Berlin}"]  # fmt: skip
+        targets.write_text("targets:\n" + "\n".join(moved + pages[1:] + joined) + "\n")
+        code, out, err = await cli(spread, "apply", str(targets))
+        assert code == 0 and "~ reconfigure cal-0" in out and "+ add cal-12" in out, (out, err)
+        await wait_for(pool, "SELECT (count(*) = 13)::int FROM monitor_targets")
+        nine = await pool.fetch(
+            "SELECT calendar_offset FROM monitor_targets WHERE calendar_times = '{540}'"
+        )
+        assert sorted(r[0] for r in nine) == [0, 3], out
+        for n in range(13):
             assert (await cli(env, "remove", f"cal-{n}"))[0] == 0
 
 

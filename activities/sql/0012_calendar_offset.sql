@@ -7,10 +7,11 @@
 -- versions are replaced and dropped; next_due and skip_passed keep their signatures, so 1.6
 -- workers running beside 1.7 ones during an upgrade call the new ones unknowingly.
 
+-- The offset needs no time zone beside it: a row without one is an interval grid, which
+-- ignores it (a 1.6 worker reconfiguring a target to an interval leaves the column as it was).
 ALTER TABLE monitor_targets
     ADD COLUMN calendar_offset integer,
-    ADD CONSTRAINT monitor_targets_calendar_offset_check CHECK (
-        calendar_offset IS NULL OR (calendar_offset >= 0 AND time_zone IS NOT NULL));
+    ADD CONSTRAINT monitor_targets_calendar_offset_check CHECK (calendar_offset >= 0);
 
 -- The first six bytes of a text's sha256, big-endian: how the jitter places a slot.
 -- STABLE only because convert_to is.

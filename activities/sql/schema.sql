@@ -334,8 +334,7 @@ CREATE TABLE monitor_targets (
         AND calendar_sorted(calendar_months) AND calendar_sorted(calendar_weekdays)),
     CONSTRAINT monitor_targets_jitter_seconds_check CHECK (
         jitter_seconds >= 0 AND (jitter_seconds = 0 OR time_zone IS NOT NULL)),
-    CONSTRAINT monitor_targets_calendar_offset_check CHECK (
-        calendar_offset IS NULL OR (calendar_offset >= 0 AND time_zone IS NOT NULL))
+    CONSTRAINT monitor_targets_calendar_offset_check CHECK (calendar_offset >= 0)
 );
 
 -- One row per (target, due slot): the durable result of a check, or what happened to a slot
