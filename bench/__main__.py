@@ -1,5 +1,6 @@
 """`python -m bench --targets N --interval S --seconds W --designs pricewatch,bare,...
-[--cache N] [--checks-per-run K] [--aged K]`"""
+[--cache N] [--checks-per-run K] [--aged K]`; `--designs pricewatch,pricewatch-calendar
+--interval 60` sets interval targets beside calendar ones (`* * * * *`) at the same rate."""
 
 import argparse
 import asyncio
@@ -8,7 +9,13 @@ import signal
 import sys
 from dataclasses import asdict
 
-from bench.designs import DESIGNS, PRODUCT_CHECKS_PER_RUN, Workload
+from bench.designs import (
+    DEFAULT_DESIGNS,
+    DESIGNS,
+    PRODUCT_CHECKS_PER_RUN,
+    Workload,
+    calendar_cron,
+)
 from bench.measure import Result, run_design
 from bench.report import as_json, table
 from bench.stack import open_stack
@@ -41,12 +48,22 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="checks each loop's current run holds when the window opens (the warm-up runs "
         "them: at least that many intervals)",
     )  # fmt: skip
-    parser.add_argument("--designs", default=",".join(DESIGNS), help="comma-separated, in order")
+    parser.add_argument(
+        "--designs", default=",".join(DEFAULT_DESIGNS),
+        help=f"comma-separated, in order, of {', '.join(DESIGNS)} (default "
+        f"{','.join(DEFAULT_DESIGNS)}; pricewatch-calendar needs an --interval of whole "
+        "minutes dividing an hour)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="JSON on stdout (the table: stderr)")
     args = parser.parse_args(argv)
     args.designs = [name.strip() for name in args.designs.split(",") if name.strip()]
     if unknown := set(args.designs) - set(DESIGNS):
         parser.error(f"unknown design(s): {', '.join(sorted(unknown))}")
+    if "pricewatch-calendar" in args.designs:
+        try:
+            calendar_cron(args.interval)
+        except ValueError as error:
+            parser.error(f"pricewatch-calendar: {error}")
     if args.targets < 1 or args.interval < 1 or args.seconds <= 0 or args.workers < 1:
         parser.error("--targets, --interval, --seconds and --workers must be positive")
     if args.checks_per_run < 1 or (args.cache is not None and args.cache < 0):

@@ -1,6 +1,8 @@
-"""The four designs, each started on the same workload: N targets, one page each, due
+"""The designs, each started on the same workload: N targets, one page each, due
 every `interval` seconds on grids spread evenly over the interval, each target at the
-sub-second offset `pricewatch add` gives it.
+sub-second offset `pricewatch add` gives it. `pricewatch-calendar` is the product again on
+calendar grids at the same rate and spread (issue 31), in whole seconds: a calendar's
+offset is.
 """
 
 import asyncio
@@ -28,6 +30,7 @@ from bench import bare as bare_loop
 from bench.scheduled import WORKFLOW_NAME
 from bench.stack import TASK_QUEUE, Database, Stack, TemporalServer, python_module
 from client.temporal import DATA_CONVERTER, start_monitor
+from pricewatch.calendar import Calendar, slot_after
 from pricewatch.models import MonitorState, TargetConfig
 from pricewatch.slots import sub_second_offset
 from workers.embedded import free_port
@@ -40,6 +43,21 @@ SETUP_RATE = 20
 # Starts and creates in flight at once while a design sets up its targets: enough to keep
 # the server busy, whatever the fleet; more only queue in the client.
 SETUP_CONCURRENCY = 32
+# pricewatch-calendar's zone: a real one, so the local-time resolution runs as it does for
+# users (a minute grid falls on the same instants in every zone with whole-hour offsets).
+CALENDAR_TIME_ZONE = "Europe/Berlin"
+
+
+def calendar_cron(interval: int) -> str:
+    """The cron grid due every `interval` seconds: `*/k * * * *` for k minutes dividing an
+    hour (cron's finest grid is the minute); ValueError for any other interval."""
+    minutes, rest = divmod(interval, 60)
+    if rest or minutes < 1 or 60 % minutes:
+        raise ValueError(
+            f"a calendar target's interval is whole minutes dividing an hour "
+            f"(60, 120, ... 3600 s), not {interval} s"
+        )
+    return "* * * * *" if minutes == 1 else f"*/{minutes} * * * *"
 
 
 @dataclass(frozen=True)
@@ -90,6 +108,24 @@ class Workload:
         return TargetConfig(
             target_id=target_id, url=stack.page_url(target_id), interval_seconds=self.interval
         )
+
+    def calendar_configs(self, stack: Stack) -> list[TargetConfig]:
+        """Each target on `calendar_cron(interval)` in CALENDAR_TIME_ZONE, offset by the
+        whole seconds `anchors` spreads the targets by (the offset `add` gives a site's
+        targets): its interval_seconds is then the calendar's spacing, the interval."""
+        calendar = Calendar.parse(calendar_cron(self.interval), CALENDAR_TIME_ZONE)
+        return [
+            TargetConfig.model_validate(
+                {
+                    "target_id": target_id,
+                    "url": stack.page_url(target_id),
+                    "calendar": calendar.model_copy(
+                        update={"offset_seconds": (index * self.interval) // self.targets}
+                    ),
+                }
+            )
+            for index, target_id in enumerate(self.target_ids)
+        ]
 
 
 @dataclass(frozen=True)
@@ -173,20 +209,44 @@ async def pricewatch(
     stack: Stack, workload: Workload, database: Database, pool: asyncpg.Pool
 ) -> AsyncIterator[Running]:
     """The product: `pricewatch worker` with its shipped defaults, one MonitorTarget each."""
-    with stack.temporal("pricewatch") as temporal:
+    configs = [workload.config(stack, target_id) for target_id in workload.target_ids]
+    async with monitors(stack, workload, database, "pricewatch", configs) as running:
+        yield running
+
+
+@asynccontextmanager
+async def pricewatch_calendar(
+    stack: Stack, workload: Workload, database: Database, pool: asyncpg.Pool
+) -> AsyncIterator[Running]:
+    """The product with calendar targets (issue 31): `pricewatch` with each target on
+    `Workload.calendar_configs`, its first slot the calendar's first after the base."""
+    configs = workload.calendar_configs(stack)
+    async with monitors(stack, workload, database, "pricewatch-calendar", configs) as running:
+        yield running
+
+
+@asynccontextmanager
+async def monitors(
+    stack: Stack, workload: Workload, database: Database, name: str, configs: list[TargetConfig]
+) -> AsyncIterator[Running]:
+    """`pricewatch worker` and one MonitorTarget per config, started at its first slot."""
+    with stack.temporal(name) as temporal:
         env = stack.design_env(database, temporal)
-        async with worker_processes(
-            stack, workload, "pricewatch", [PRICEWATCH, "worker"], env
-        ) as workers:
+        async with worker_processes(stack, workload, name, [PRICEWATCH, "worker"], env) as workers:
             client = await connect(temporal)
             base = first_base(workload)
-            anchors = workload.anchors(base)
+            anchors = [
+                slot_after(config.calendar, config.target_id, base - timedelta.resolution)
+                if config.calendar is not None
+                else anchor
+                for config, anchor in zip(configs, workload.anchors(base), strict=True)
+            ]
             started = time.monotonic()
             await bounded(
                 start_monitor(
                     client,
                     MonitorState(
-                        config=workload.config(stack, target_id),
+                        config=config,
                         start_at=anchor,
                         # TEST-ONLY: the product's minimum interval is 15 minutes
                         # (PRICEWATCH_MIN_INTERVAL); the benchmark needs seconds.
@@ -195,7 +255,7 @@ async def pricewatch(
                     ),
                     TASK_QUEUE,
                 )
-                for target_id, anchor in zip(workload.target_ids, anchors, strict=True)
+                for config, anchor in zip(configs, anchors, strict=True)
             )
             yield Running(
                 workers.pids, base, anchors, started, temporal, client, workers.metrics_urls
@@ -301,7 +361,10 @@ async def bare(
 
 DESIGNS: dict[str, Design] = {
     "pricewatch": pricewatch,
+    "pricewatch-calendar": pricewatch_calendar,
     "schedules": schedules,
     "poller": poller,
     "bare": bare,
 }
+# Run when --designs is not given: the four designs, each on interval grids.
+DEFAULT_DESIGNS = ("pricewatch", "schedules", "poller", "bare")

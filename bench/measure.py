@@ -47,6 +47,7 @@ WARMUP_INTERVALS = 3
 # The loop designs: each target's workflow id, and the activity that is its check.
 LOOPS = {
     "pricewatch": (workflow_id, "check_slot"),
+    "pricewatch-calendar": (workflow_id, "check_slot"),
     "bare": (bare.workflow_id, bare.CHECK_ACTIVITY),
 }
 # The SDK's workflow-cache counters (a workflow task for a run in the cache, or not: then
@@ -203,7 +204,7 @@ def window_opens(workload: Workload, base: datetime, ready: datetime) -> tuple[d
 
 
 async def run_design(name: str, stack: Stack, workload: Workload) -> Result:
-    database = await stack.database(f"bench_{name}")
+    database = await stack.database(f"bench_{name.replace('-', '_')}")
     pool = await asyncpg.create_pool(database.direct_url, min_size=1, max_size=8)
     try:
         async with DESIGNS[name](stack, workload, database, pool) as running:

@@ -92,6 +92,25 @@ async def test_bench_runs_every_design_and_prints_every_column(scratch: Path) ->
     assert not left, "the benchmark removes its temporary directory"
 
 
+def test_the_calendar_design_is_the_interval_workload_on_a_cron_grid() -> None:
+    """`pricewatch-calendar` (issue 31): the same rate and spread as `pricewatch`, each
+    target on `* * * * *` offset within the minute; an interval cron cannot give is refused
+    before anything starts (the run itself takes minutes: `make bench`)."""
+    from bench.__main__ import parse
+    from bench.designs import Workload
+    from bench.stack import Stack
+
+    with pytest.raises(SystemExit):
+        parse(["--designs", "pricewatch,pricewatch-calendar", "--interval", "20"])
+    assert parse(["--designs", "pricewatch-calendar", "--interval", "300"]).interval == 300
+    workload = Workload(targets=4, interval=60, seconds=60)
+    unstarted = Stack(Path("unused"), "postgresql://bench@/bench?host=/unused", postgres_pid=0)
+    configs = workload.calendar_configs(unstarted)
+    assert [c.calendar and c.calendar.cron for c in configs] == ["* * * * *"] * 4
+    assert [c.calendar and c.calendar.offset_seconds for c in configs] == [0, 15, 30, 45]
+    assert {c.interval_seconds for c in configs} == {60}
+
+
 def test_figures_are_generated_into_the_docs_block(tmp_path: Path) -> None:
     """`python -m bench.figures` turns saved runs into one dated table between the markers
     of a document, leaving the rest of it alone."""
