@@ -19,6 +19,7 @@ import contextlib
 import functools
 import json
 import re
+import threading
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import replace
@@ -27,7 +28,8 @@ from typing import Any
 
 import json_repair
 from price_parser import Price as ParsedPrice
-from selectolax.lexbor import LexborHTMLParser, LexborNode, SelectolaxError
+from price_parser.parser import parse_number
+from selectolax.lexbor import LexborCSSSelector, LexborHTMLParser, LexborNode, SelectolaxError
 
 from activities.normalise import ExtractionError, decode, looks_html
 from pricewatch.models import PriceSettings
@@ -59,6 +61,16 @@ THREE_DECIMALS = {"KWD", "BHD", "OMR", "JOD", "TND", "LYD", "IQD"}
 # "0.007" or "0,50": a leading zero means the separator is a decimal one (price-parser would
 # read "$0.007/hour" as 7: three digits after a dot look like thousands to it).
 _LEADING_ZERO = re.compile(r"0([.,])\d+")
+# Most shown prices (`$12.50`, `1.234,50 €`, `CHF 1'234`): one number, grouped or not, with up
+# to two decimals, and one symbol that is the only one price-parser can find in such a text. Its
+# number and symbol are taken here as price-parser takes them (tests/test_prices.py compares
+# every layout), without its searches, which cost more than the rest of reading a match.
+_SYMBOL = "[$€£¥₹]|zł|Kč|CHF|EUR"
+_SIMPLE = re.compile(
+    rf"(?P<before>{_SYMBOL})? ?"
+    r"(?P<amount>(?:[0-9]{1,3}(?:[.,' ][0-9]{3})+|[0-9]+)(?:[.,][0-9]{1,2})?)"
+    rf" ?(?P<after>{_SYMBOL})?"
+)
 _LAST_SEPARATOR = re.compile(r"[\d.,' ]*\d([.,])\d{3}")
 # Thousands groups (`1.234,56`, `1 234`, `1'234`) or a plain number with decimals.
 _NUMBER = re.compile(r"\d{1,3}(?:[ .,']\d{3})+(?:[.,]\d+)?|\d+(?:[.,]\d+)?")
@@ -92,9 +104,12 @@ _LAST_SEGMENT = re.compile(r"[/:#]")  # `https://schema.org/InStock`, `schema:Of
 _TOKEN_BEFORE = re.compile(r"(\S{1,4}) ?$")
 _TOKEN_AFTER = re.compile(r" ?(\S{1,4})")
 _OTHER_DIGIT = re.compile(r"[^\D0-9]")  # a decimal digit other than 0-9
-_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_:.-]+)""", re.I)
+# Searched in the lowercased head: a literal start is found fast, where re.I steps byte by byte.
+_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-z0-9_:.-]+)""")
 # WHATWG: these labels mean windows-1252 (a `€` at 0x80), not Latin-1's control characters.
 _WINDOWS_1252 = {"iso-8859-1", "iso8859-1", "latin1", "latin-1", "l1", "ascii", "us-ascii"}
+_JSON = json.JSONDecoder(strict=False)  # json.loads(strict=False) builds one per call
+_ENGINE = threading.local()  # a CSS engine per thread (`_css`)
 
 
 def observe(body: bytes, content_type: str, settings: PriceSettings) -> Reading:
@@ -114,10 +129,10 @@ def _document_charset(body: bytes) -> str:
     whose header names none; a BOM wins over both."""
     if body.startswith((b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")):
         return "charset=utf-16" if body[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
-    found = _CHARSET.search(body[:4096])
+    found = _CHARSET.search(body[:4096].lower())
     if found is None:
         return ""
-    label = found.group(1).decode("ascii").lower()
+    label = found.group(1).decode("ascii")
     return f"charset={'windows-1252' if label in _WINDOWS_1252 else label}"
 
 
@@ -161,6 +176,24 @@ def parse_amount(text: str, where: str, *, structured: bool = False) -> tuple[De
                 return amount, None
         except InvalidOperation:
             pass
+    return _amount_of(text, where)
+
+
+def _amount_of(text: str, where: str) -> tuple[Decimal, str | None]:
+    """`parse_amount` of a text already plain, its spaces single and stripped."""
+    simple = _SIMPLE.fullmatch(text)
+    if simple is None or (simple["before"] and simple["after"]):
+        return _price_parser_amount(text, where)
+    # What price-parser reads in it, without its search (no symbol here has three decimals).
+    amount_text = simple["amount"].replace("'", "")
+    zero = _LEADING_ZERO.fullmatch(amount_text)
+    amount = parse_number(amount_text, zero.group(1) if zero else None)
+    if amount is None:
+        raise ExtractionError(f"{where}: no price in {text[:80]!r}")
+    return amount, _iso(simple["before"] or simple["after"])
+
+
+def _price_parser_amount(text: str, where: str) -> tuple[Decimal, str | None]:
     parsed = ParsedPrice.fromstring(text)
     if parsed.amount_text and (zero := _LEADING_ZERO.fullmatch(parsed.amount_text)):
         parsed = ParsedPrice.fromstring(text, decimal_separator=zero.group(1))
@@ -179,6 +212,8 @@ def parse_amount(text: str, where: str, *, structured: bool = False) -> tuple[De
 def _plain(text: str) -> str:
     """Typographic separators as ASCII ones, and every decimal digit (Arabic-Indic,
     Devanagari, full-width) as its ASCII digit."""
+    if text.isascii():  # no typographic separator and no other digits: nothing to do
+        return text
     text = text.translate(_SEPARATORS)
     if text.isascii():
         return text
@@ -211,7 +246,7 @@ def _selected(
     amount (a plan called `CX22` must not read as 22, or `CX22 4,51 €` as 224.51)."""
     assert settings.selector is not None
     selector, name = settings.selector, settings.name
-    matches = tree.css(selector)
+    matches = _css(tree.root, selector)
     if not matches:
         skipped.append(f"price selector {selector!r} matched nothing")
         return
@@ -223,7 +258,7 @@ def _selected(
         if aside == "struck out":
             skipped.append(f"{_match(match, position)}: struck out")
             continue
-        named = match.css_first(name) if name is not None else None
+        named = next(iter(_css(match, name)), None) if name is not None else None
         if name is not None and named is None:
             skipped.append(f"{_match(match, position)}: price name {name!r} matched nothing")
             continue
@@ -245,6 +280,18 @@ def _selected(
         yield Price(label, amount, currency, regular, source=where)
 
 
+def _css(node: LexborNode | None, query: str) -> list[LexborNode]:
+    """`node.css(query)`, by this thread's CSS engine: a parser builds its own at its first
+    query, which costs as much as parsing a small page."""
+    if node is None:
+        return []
+    engine = getattr(_ENGINE, "selector", None)
+    if engine is None:
+        # One per thread: it is not thread-safe. (Its stub's __init__ has no return type.)
+        engine = _ENGINE.selector = LexborCSSSelector()  # type: ignore[no-untyped-call]
+    return engine.find(query, node)
+
+
 def _match(match: LexborNode, position: int) -> str:
     """A match as a reader sees it, for a skipped value's line."""
     return f"match {position} {' '.join(match.text(separator=' ').split())[:80]!r}"
@@ -257,14 +304,15 @@ def _shown_amount(
     (a struck-out amount is the regular price), then the number that reads as a price."""
     shown: list[str] = []
     struck: list[str] = []
-    if match.child is not None and match.child.next is None and match.child.tag == "-text":
-        shown.append(match.child.text_content or "")  # text alone, the common case
+    child = match.child
+    if child is not None and child.next is None and child.tag == "-text":
+        shown.append(child.text_content or "")  # text alone, the common case
     else:
         _visible_text(match, named.mem_id if named is not None else None, shown, struck)
     priced, was = _priced_part(_plain(" ".join(" ".join(shown).split())))
     if priced is None:
         raise ExtractionError("only counts and quantities")
-    amount, currency = parse_amount(priced, "")
+    amount, currency = _amount_of(priced.strip(), "")  # plain already: parse_amount's work
     regular = None
     for text in [*struck, *([was] if was is not None else [])]:
         with contextlib.suppress(ExtractionError):
@@ -297,6 +345,8 @@ def _priced_part(text: str) -> tuple[str | None, str | None]:
     carries a currency before it where the first has none (`50 - $2.00`), or "now" is said
     before a later one, the whole text is price-parser's to read (`$119. 95`, `From 26 to
     50 €`). A currency beside a number and "now" before it count for it."""
+    if _SIMPLE.fullmatch(text):
+        return text, None  # one number and at most a currency: the common case, read fast
     numbers = list(_NUMBER.finditer(text))
     if not numbers:
         return text, None
@@ -359,13 +409,19 @@ def _set_aside(node: LexborNode) -> str | None:
     while current is not None and (tag := current.tag) not in ("body", "html"):
         if tag in ("del", "s", "strike"):
             return "struck out"
-        if attributes := current.attributes:  # one read of them for both questions
-            if _struck_by(attributes):
-                return "struck out"
-            if _hidden_by(attributes):
-                return "hidden"
+        if (attributes := current.attributes) and (aside := _aside_by(attributes)):
+            return aside
         current = current.parent
     return None
+
+
+def _aside_by(attributes: dict[str, str | None]) -> str | None:
+    """One read of the attributes for both questions; a class alone (most elements) asks one."""
+    if len(attributes) == 1 and (classes := attributes.get("class")) is not None:
+        return "struck out" if _struck_class(classes) else None
+    if _struck_by(attributes):
+        return "struck out"
+    return "hidden" if _hidden_by(attributes) else None
 
 
 def _hidden_here(node: LexborNode) -> bool:
@@ -403,17 +459,16 @@ def _struck_class(classes: str) -> bool:
 def _structured(html: str, tree: LexborHTMLParser, skipped: list[str]) -> list[Price]:
     """The first kind of structured data the page has, unless its prices are the struck-out
     ones and another kind's are not (a JSON-LD regular price beside OpenGraph's sale price).
-    A kind whose marker is not in the page text is not looked for (a tree walk saved)."""
-    readers = (
-        ("JSON-LD", "ld+json", _json_ld),
-        ("microdata", "itemprop", _microdata),
-        ("OpenGraph", "price:amount", _open_graph),
-    )
-    kinds = [
-        (kind, found)
-        for kind, marker, read in readers
-        if marker in html and (found := read(tree, skipped))
-    ]
+    A kind is read where one walk of the tree finds its elements and its marker is in the
+    page text (a page without structured data costs that walk alone)."""
+    scripts, metas, itemprop = _candidates(tree)
+    kinds: list[tuple[str, list[Price]]] = []
+    if scripts and "ld+json" in html and (found := _json_ld(scripts, skipped)):
+        kinds.append(("JSON-LD", found))
+    if itemprop and "itemprop" in html and (found := _microdata(tree, skipped)):
+        kinds.append(("microdata", found))
+    if metas and "price:amount" in html and (found := _open_graph(metas, skipped)):
+        kinds.append(("OpenGraph", found))
     if len({tuple(p.amount for p in found) for _, found in kinds}) <= 1:
         return kinds[0][1] if kinds else []  # one kind, or all say the same
     regular = {p.regular for _, found in kinds for p in found if p.regular is not None}
@@ -426,6 +481,20 @@ def _structured(html: str, tree: LexborHTMLParser, skipped: list[str]) -> list[P
                 skipped.append(f"{other} {amounts}: the struck-out price; {kind} is read")
             return _completed(found, [p for _, passed in passed_over for p in passed])
     return kinds[0][1]
+
+
+def _candidates(tree: LexborHTMLParser) -> tuple[list[LexborNode], list[LexborNode], bool]:
+    """In one walk: the JSON-LD scripts (`script[type*="ld+json" i]`), the named metas
+    (`meta[property], meta[name]`), and whether any element has an `itemprop`."""
+    scripts, metas, itemprop = [], [], False
+    for node in _css(tree.root, "script, meta, [itemprop]"):
+        tag, attributes = node.tag, node.attributes
+        itemprop = itemprop or "itemprop" in attributes
+        if tag == "script" and "ld+json" in (attributes.get("type") or "").lower():
+            scripts.append(node)
+        elif tag == "meta" and ("property" in attributes or "name" in attributes):
+            metas.append(node)
+    return scripts, metas, itemprop
 
 
 def _completed(found: list[Price], passed: list[Price]) -> list[Price]:
@@ -451,7 +520,7 @@ def _struck_amounts(tree: LexborHTMLParser) -> set[Decimal]:
     body = tree.body
     if body is None:
         return found
-    for node in body.css(f"{_STRUCK}, [class], [style*=line-through]"):
+    for node in _css(body, f"{_STRUCK}, [class], [style*=line-through]"):
         if not _struck_here(node):
             continue
         with contextlib.suppress(ExtractionError):
@@ -459,9 +528,9 @@ def _struck_amounts(tree: LexborHTMLParser) -> set[Decimal]:
     return found
 
 
-def _json_ld(tree: LexborHTMLParser, skipped: list[str]) -> list[Price]:
+def _json_ld(scripts: list[LexborNode], skipped: list[str]) -> list[Price]:
     found: list[Price] = []
-    for position, script in enumerate(tree.css('script[type*="ld+json" i]'), 1):
+    for position, script in enumerate(scripts, 1):
         data = _lenient_json(script.text())
         if data is None:
             skipped.append(f"JSON-LD block {position}: not JSON")
@@ -482,7 +551,7 @@ def _lenient_json(text: str) -> Any:
     if not text:
         return None
     try:
-        return json.loads(text, strict=False)
+        return _JSON.decode(text)
     except json.JSONDecodeError:
         pass
     repaired = json_repair.loads(text)
@@ -599,7 +668,7 @@ def _amount_and_currency(
 
 def _microdata(tree: LexborHTMLParser, skipped: list[str]) -> list[Price]:
     found = []
-    nodes = tree.css('[itemprop~="price"], [itemprop~="lowPrice"], [itemprop~="highPrice"]')
+    nodes = _css(tree.root, '[itemprop~="price"], [itemprop~="lowPrice"], [itemprop~="highPrice"]')
     taken = {node.mem_id for node in nodes}
     for node in nodes:
         if _inside(node, taken):
@@ -621,7 +690,9 @@ def _microdata(tree: LexborHTMLParser, skipped: list[str]) -> list[Price]:
             skipped.append(str(err))
             continue
         currency = _property(scope, "priceCurrency") if scope is not None else None
-        if scope is None and (loose := tree.css_first('[itemprop~="priceCurrency"]')):
+        if scope is None and (
+            loose := next(iter(_css(tree.root, '[itemprop~="priceCurrency"]')), None)
+        ):
             currency = loose.attributes.get("content") or loose.text()  # no item: the page's
         stock = _stock(_property(scope, "availability")) if scope is not None else None
         name = None
@@ -654,7 +725,7 @@ def _scope(node: LexborNode) -> LexborNode | None:
 
 def _property(scope: LexborNode, name: str) -> str | None:
     """The scope's own property: not one of an item nested in it (a venue's name)."""
-    for node in scope.css(f'[itemprop~="{name}"]'):
+    for node in _css(scope, f'[itemprop~="{name}"]'):
         owner = _scope(node)
         if owner is None or owner.mem_id != scope.mem_id:
             continue
@@ -663,9 +734,9 @@ def _property(scope: LexborNode, name: str) -> str | None:
     return None
 
 
-def _open_graph(tree: LexborHTMLParser, skipped: list[str]) -> list[Price]:
+def _open_graph(metas: list[LexborNode], skipped: list[str]) -> list[Price]:
     tags: dict[str, str] = {}
-    for node in tree.css("meta[property], meta[name]"):  # one walk of the page for all
+    for node in metas:
         attributes = node.attributes
         key, content = (
             attributes.get("property") or attributes.get("name"),

@@ -11,9 +11,10 @@ import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from selectolax.lexbor import LexborHTMLParser
 from temporalio.testing import ActivityEnvironment
 
-from activities import store
+from activities import price_reader, store
 from activities.normalise import ExtractionError
 from activities.notify import NotifyActivities, SmtpSettings
 from activities.price_reader import observe, parse_amount, read_prices
@@ -110,6 +111,53 @@ def test_unnamed_matches_are_named_by_position_and_duplicates_stay_apart() -> No
 )
 def test_amounts_as_pages_write_them(text: str, amount: str, currency: str | None) -> None:
     assert parse_amount(text, "test") == (Decimal(amount), currency)
+
+
+def test_a_plain_amount_is_read_as_price_parser_reads_it() -> None:
+    """The common shapes skip price-parser's search (`_SIMPLE`): the same amount, currency
+    and failure as price-parser's own reading (`_price_parser_amount`), for every symbol the
+    shortcut takes and some it must not (`KD` has three decimals), in every layout."""
+    symbols = ["", "$", "€", "£", "¥", "₹", "zł", "Kč", "CHF", "EUR", "KD", "USD", "kr"]
+    numbers = ["0", "7", "007", "12", "999", "1234", "123456789", "0.123", "1.234", "1,234",
+               "1 234", "1'234", "12.345.678", "1,234,567", "99 999 999"]  # fmt: skip
+    decimals = ["", ".5", ".50", ",5", ",05", ".00"]
+
+    def reading(read: Callable[[str, str], tuple[Decimal, str | None]], text: str) -> object:
+        try:
+            amount, currency = read(text, "test")
+        except ExtractionError as err:
+            return str(err)
+        return str(amount), currency
+
+    for before, after, number, decimal, space in itertools.product(
+        symbols, symbols, numbers, decimals, ["", " "]
+    ):
+        text = f"{before}{space}{number}{decimal}{space}{after}".strip()
+        assert reading(price_reader._amount_of, text) == reading(
+            price_reader._price_parser_amount, text
+        ), text
+
+
+def test_one_walk_finds_what_each_kind_of_structured_data_reads() -> None:
+    """`_candidates` asks in Python what the readers' own selectors asked of the tree."""
+    pages = [path.read_text(errors="replace") for path in sorted(PAGES.iterdir())]
+    pages += [
+        '<script TYPE="Application/LD+JSON">{}</script><script type="text/json"></script>'
+        "<script type=ld+json></script><script type></script><meta name=a><meta property>"
+        '<meta content=x><svg><script type="application/ld+json"></script></svg>'
+        "<p itemprop=price>1</p>",
+        "<p>no structured data</p>",
+    ]
+    for page in pages:
+        tree = LexborHTMLParser(page)
+        scripts, metas, itemprop = price_reader._candidates(tree)
+        assert [n.mem_id for n in scripts] == [
+            n.mem_id for n in tree.css('script[type*="ld+json" i]')
+        ]
+        assert [n.mem_id for n in metas] == [
+            n.mem_id for n in tree.css("meta[property], meta[name]")
+        ]
+        assert itemprop == (tree.css_first("[itemprop]") is not None)
 
 
 def test_a_price_that_cannot_be_read_names_the_selector_and_the_text() -> None:
