@@ -36,6 +36,8 @@ from pricewatch.models import PriceSettings
 from pricewatch.prices import Price, Reading
 
 OFFER_TYPES = {"Offer", "AggregateOffer"}
+PRICE_KEYS = {"price", "lowPrice", "highPrice", "priceSpecification"}
+_CONTAINERS = (dict, list)  # what a JSON-LD offer can be in
 REGULAR_PRICE_TYPES = {"StrikethroughPrice", "ListPrice", "SRP", "MSRP", "RegularPrice"}
 STOCK = {
     word.lower(): word
@@ -80,12 +82,19 @@ _NOT_AN_AMOUNT_AFTER = re.compile(
     r"|oz\b|cm\b|mm\b|m\b|gb\b|tb\b|mb\b|months?|days?|years?|people|users?|seats?)",
     re.I,
 )
-_NOW_BEFORE = re.compile(r"(?:now|sale|price|only|from|our price|jetzt|nur|ab|dès)\W*$", re.I)
-_WAS_BEFORE = re.compile(
-    r"(?:was|previously|before|regular(?: price)?|list price|rrp|msrp|compare at|original"
-    r"(?: price)?|old price|uvp|statt|avant)\W*$",
-    re.I,
-)
+
+
+def _last_words(*words: str) -> re.Pattern[str]:
+    r"""Whether a text ends with one of the words (then perhaps non-word characters), asked of
+    the text reversed: `word\W*$` searched forwards tries every position, this one."""
+    return re.compile(rf"\W*(?:{'|'.join(re.escape(word[::-1]) for word in words)})", re.I)
+
+
+_NOW_BEFORE = _last_words("now", "sale", "price", "only", "from", "jetzt", "nur", "ab", "dès")
+_WAS_BEFORE = _last_words(
+    "was", "previously", "before", "regular", "regular price", "list price", "rrp", "msrp",
+    "compare at", "original", "original price", "old price", "uvp", "statt", "avant",
+)  # fmt: skip
 _STRUCK = "del, s, strike"
 # A class token that names a struck-out price: `was-price`, `price--compare`, `old-price`,
 # `compare-at-price`, `strikethrough` (not `compare-table`: a plan comparison is no old price).
@@ -101,15 +110,27 @@ _SEPARATORS = str.maketrans(
      "\u066b": ".", "\u066c": ",", "\u060c": ","}
 )  # fmt: skip
 _LAST_SEGMENT = re.compile(r"[/:#]")  # `https://schema.org/InStock`, `schema:Offer`
-_TOKEN_BEFORE = re.compile(r"(\S{1,4}) ?$")
-_TOKEN_AFTER = re.compile(r" ?(\S{1,4})")
 _OTHER_DIGIT = re.compile(r"[^\D0-9]")  # a decimal digit other than 0-9
+_NOT_PLAIN = re.compile(rf"[{''.join(chr(c) for c in _SEPARATORS)}]|{_OTHER_DIGIT.pattern}")
 # Searched in the lowercased head: a literal start is found fast, where re.I steps byte by byte.
 _CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-z0-9_:.-]+)""")
 # WHATWG: these labels mean windows-1252 (a `€` at 0x80), not Latin-1's control characters.
 _WINDOWS_1252 = {"iso-8859-1", "iso8859-1", "latin1", "latin-1", "l1", "ascii", "us-ascii"}
 _JSON = json.JSONDecoder(strict=False)  # json.loads(strict=False) builds one per call
+# A JSON string (kept), or what shops' JSON-LD has that JSON has not: `//` and `/* */`
+# comments and a trailing comma (each dropped).
+_JSON_COMMENT = r"//[^\n]*|/\*.*?\*/"
+_JSON_NOISE = re.compile(
+    rf'("(?:[^"\\]|\\.)*")|{_JSON_COMMENT}|,(?=(?:\s|{_JSON_COMMENT})*[}}\]])', re.S
+)
 _ENGINE = threading.local()  # a CSS engine per thread (`_css`)
+# `_candidates`' query, by whether the page text has JSON-LD's and OpenGraph's markers.
+_JSON_LD_SCRIPT, _NAMED_META = 'script[type*="ld+json" i]', "meta[property], meta[name]"
+_CANDIDATES = {
+    (True, True): f"{_JSON_LD_SCRIPT}, {_NAMED_META}",
+    (True, False): _JSON_LD_SCRIPT,
+    (False, True): _NAMED_META,
+}
 
 
 def observe(body: bytes, content_type: str, settings: PriceSettings) -> Reading:
@@ -168,8 +189,15 @@ def read_prices(html: str, settings: PriceSettings) -> Reading:
 def parse_amount(text: str, where: str, *, structured: bool = False) -> tuple[Decimal, str | None]:
     """Amount and currency (an ISO code where the symbol is unambiguous, else as written) of
     one price text."""
+    if structured and text.isascii():  # schema.org: a plain number with a dot (the common case)
+        try:
+            amount = Decimal(text)  # which, like split(), ignores surrounding whitespace
+            if amount.is_finite():
+                return amount, None
+        except InvalidOperation:
+            pass
     text = " ".join(_plain(text).split())
-    if structured:  # schema.org: a plain number with a dot
+    if structured:
         try:
             amount = Decimal(text)
             if amount.is_finite():
@@ -181,7 +209,13 @@ def parse_amount(text: str, where: str, *, structured: bool = False) -> tuple[De
 
 def _amount_of(text: str, where: str) -> tuple[Decimal, str | None]:
     """`parse_amount` of a text already plain, its spaces single and stripped."""
-    simple = _SIMPLE.fullmatch(text)
+    return _simple_amount(_SIMPLE.fullmatch(text), text, where)
+
+
+def _simple_amount(
+    simple: re.Match[str] | None, text: str, where: str
+) -> tuple[Decimal, str | None]:
+    """`_amount_of`, given `_SIMPLE.fullmatch(text)`."""
     if simple is None or (simple["before"] and simple["after"]):
         return _price_parser_amount(text, where)
     # What price-parser reads in it, without its search (no symbol here has three decimals).
@@ -212,7 +246,7 @@ def _price_parser_amount(text: str, where: str) -> tuple[Decimal, str | None]:
 def _plain(text: str) -> str:
     """Typographic separators as ASCII ones, and every decimal digit (Arabic-Indic,
     Devanagari, full-width) as its ASCII digit."""
-    if text.isascii():  # no typographic separator and no other digits: nothing to do
+    if text.isascii() or _NOT_PLAIN.search(text) is None:  # `€12`: nothing to do
         return text
     text = text.translate(_SEPARATORS)
     if text.isascii():
@@ -230,7 +264,12 @@ def _iso(currency: str | None) -> str | None:
 def _stock(value: Any) -> str | None:
     """schema.org's availability word from a URL (`https://schema.org/InStock`), a short name
     or OpenGraph's `in stock`."""
-    if not isinstance(value, str) or not value.strip():
+    return _stock_word(value) if isinstance(value, str) else None
+
+
+@functools.lru_cache(maxsize=256)
+def _stock_word(value: str) -> str | None:
+    if not value.strip():
         return None
     word = _LAST_SEGMENT.split(value.strip())[-1].strip().lower().replace("_", " ")
     return STOCK.get(word) or STOCK.get(word.replace(" ", ""))
@@ -309,10 +348,18 @@ def _shown_amount(
         shown.append(child.text_content or "")  # text alone, the common case
     else:
         _visible_text(match, named.mem_id if named is not None else None, shown, struck)
-    priced, was = _priced_part(_plain(" ".join(" ".join(shown).split())))
-    if priced is None:
-        raise ExtractionError("only counts and quantities")
-    amount, currency = _amount_of(priced.strip(), "")  # plain already: parse_amount's work
+    text = _plain(" ".join(" ".join(shown).split()))
+    was = None
+    if (simple := _SIMPLE.fullmatch(text)) is not None:  # one number: the common case
+        amount, currency = _simple_amount(simple, text, "")
+    else:
+        priced, was = _priced_part(text)
+        if priced is None:
+            raise ExtractionError("only counts and quantities")
+        if priced is text:  # the whole text, which is no simple amount: price-parser's
+            amount, currency = _price_parser_amount(text, "")
+        else:  # plain already: parse_amount's work
+            amount, currency = _amount_of(priced.strip(), "")
     regular = None
     for text in [*struck, *([was] if was is not None else [])]:
         with contextlib.suppress(ExtractionError):
@@ -345,8 +392,6 @@ def _priced_part(text: str) -> tuple[str | None, str | None]:
     carries a currency before it where the first has none (`50 - $2.00`), or "now" is said
     before a later one, the whole text is price-parser's to read (`$119. 95`, `From 26 to
     50 €`). A currency beside a number and "now" before it count for it."""
-    if _SIMPLE.fullmatch(text):
-        return text, None  # one number and at most a currency: the common case, read fast
     numbers = list(_NUMBER.finditer(text))
     if not numbers:
         return text, None
@@ -368,13 +413,13 @@ def _priced_part(text: str) -> tuple[str | None, str | None]:
     for i, number in enumerate(numbers):
         before = text[numbers[i - 1].end() if i else 0 : number.start()]
         after = text[number.end() : numbers[i + 1].start() if i + 1 < len(numbers) else len(text)]
-        prefix = _currency_token(_TOKEN_BEFORE.search(before))
-        suffix = _currency_token(_TOKEN_AFTER.match(after))
+        prefix, suffix = _currency_before(before), _currency_after(after)
         in_parens = text.count("(", 0, number.start()) > text.count(")", 0, number.start())
         counted = bool(_NOT_AN_AMOUNT_AFTER.match(after)) or (in_parens and not (prefix or suffix))
-        now = _NOW_BEFORE.search(before) is not None
+        backwards = before[::-1]
+        now = _NOW_BEFORE.match(backwards) is not None
         score = (4 if prefix or suffix else 0) + (2 if now else 0) - (4 if counted else 0)
-        if _WAS_BEFORE.search(before):
+        if _WAS_BEFORE.match(backwards):
             score -= 3
             was = around(i) if was is None else was
         if i == 0:
@@ -391,8 +436,16 @@ def _priced_part(text: str) -> tuple[str | None, str | None]:
     return around(best), was if was != around(best) else None
 
 
-def _currency_token(found: re.Match[str] | None) -> bool:
-    return found is not None and _is_currency(found.group(1))
+def _currency_before(before: str) -> bool:
+    """Whether the last 1-4 characters before a number (and a space) are a currency."""
+    before = before.removesuffix(" ")[-4:]
+    return bool(before) and not before[-1].isspace() and _is_currency(before.split()[-1])
+
+
+def _currency_after(after: str) -> bool:
+    """Whether the first 1-4 characters after a number (and a space) are a currency."""
+    after = after.removeprefix(" ")[:4]
+    return bool(after) and not after[0].isspace() and _is_currency(after.split()[0])
 
 
 @functools.lru_cache(maxsize=4096)
@@ -461,15 +514,15 @@ def _structured(html: str, tree: LexborHTMLParser, skipped: list[str]) -> list[P
     ones and another kind's are not (a JSON-LD regular price beside OpenGraph's sale price).
     A kind is read where one walk of the tree finds its elements and its marker is in the
     page text (a page without structured data costs that walk alone)."""
-    scripts, metas, itemprop = _candidates(tree)
+    scripts, metas = _candidates(tree, "ld+json" in html, "price:amount" in html)
     kinds: list[tuple[str, list[Price]]] = []
-    if scripts and "ld+json" in html and (found := _json_ld(scripts, skipped)):
+    if scripts and (found := _json_ld(scripts, skipped)):
         kinds.append(("JSON-LD", found))
-    if itemprop and "itemprop" in html and (found := _microdata(tree, skipped)):
+    if "itemprop" in html and (found := _microdata(tree, skipped)):
         kinds.append(("microdata", found))
-    if metas and "price:amount" in html and (found := _open_graph(metas, skipped)):
+    if metas and (found := _open_graph(metas, skipped)):
         kinds.append(("OpenGraph", found))
-    if len({tuple(p.amount for p in found) for _, found in kinds}) <= 1:
+    if len(kinds) <= 1 or len({tuple(p.amount for p in found) for _, found in kinds}) == 1:
         return kinds[0][1] if kinds else []  # one kind, or all say the same
     regular = {p.regular for _, found in kinds for p in found if p.regular is not None}
     regular |= _struck_amounts(tree)
@@ -483,18 +536,17 @@ def _structured(html: str, tree: LexborHTMLParser, skipped: list[str]) -> list[P
     return kinds[0][1]
 
 
-def _candidates(tree: LexborHTMLParser) -> tuple[list[LexborNode], list[LexborNode], bool]:
-    """In one walk: the JSON-LD scripts (`script[type*="ld+json" i]`), the named metas
-    (`meta[property], meta[name]`), and whether any element has an `itemprop`."""
-    scripts, metas, itemprop = [], [], False
-    for node in _css(tree.root, "script, meta, [itemprop]"):
-        tag, attributes = node.tag, node.attributes
-        itemprop = itemprop or "itemprop" in attributes
-        if tag == "script" and "ld+json" in (attributes.get("type") or "").lower():
-            scripts.append(node)
-        elif tag == "meta" and ("property" in attributes or "name" in attributes):
-            metas.append(node)
-    return scripts, metas, itemprop
+def _candidates(
+    tree: LexborHTMLParser, json_ld: bool, open_graph: bool
+) -> tuple[list[LexborNode], list[LexborNode]]:
+    """In one walk: the JSON-LD scripts and the named metas, each only where its marker is in
+    the page text (a page without structured data costs no walk)."""
+    scripts: list[LexborNode] = []
+    metas: list[LexborNode] = []
+    query = _CANDIDATES.get((json_ld, open_graph))
+    for node in _css(tree.root, query) if query else ():
+        (scripts if node.tag == "script" else metas).append(node)
+    return scripts, metas
 
 
 def _completed(found: list[Price], passed: list[Price]) -> list[Price]:
@@ -541,8 +593,9 @@ def _json_ld(scripts: list[LexborNode], skipped: list[str]) -> list[Price]:
 
 
 def _lenient_json(text: str) -> Any:
-    """JSON as shops serve it: strict first (the common case, fast), then with raw control
-    characters in strings, then repaired (trailing commas, comments, a missing brace)."""
+    """JSON as shops serve it: strict but for raw control characters in strings (the common
+    case, fast), then without comments and trailing commas, then repaired by json_repair (a
+    missing brace, single quotes), which takes a thousand times as long."""
     text = text.strip()
     for wrapper in (("<!--", "-->"), ("<![CDATA[", "]]>"), ("//<![CDATA[", "//]]>")):
         if text.startswith(wrapper[0]):
@@ -554,63 +607,79 @@ def _lenient_json(text: str) -> Any:
         return _JSON.decode(text)
     except json.JSONDecodeError:
         pass
+    try:
+        return _JSON.decode(_JSON_NOISE.sub(_kept_string, text))
+    except json.JSONDecodeError:
+        pass
     repaired = json_repair.loads(text)
     return repaired if isinstance(repaired, dict | list) and repaired else None
 
 
+def _kept_string(noise: re.Match[str]) -> str:
+    return noise.group(1) or ""
+
+
 def _types(node: dict[str, Any]) -> set[str]:
     """`@type` or `type`, short or as a URL (`http://schema.org/Offer`, `schema:Offer`)."""
-    value = node.get("@type", node.get("type"))
-    values = value if isinstance(value, list) else [value]
-    return {_LAST_SEGMENT.split(v)[-1] for v in values if isinstance(v, str)}
+    value = node["@type"] if "@type" in node else node.get("type")
+    if isinstance(value, str):
+        return {_short_type(value)}
+    values = value if isinstance(value, list) else []
+    return {_short_type(v) for v in values if isinstance(v, str)}
+
+
+@functools.lru_cache(maxsize=1024)
+def _short_type(value: str) -> str:
+    return _LAST_SEGMENT.split(value)[-1]
 
 
 def _offers(
-    node: Any, product: str | None, in_offers: bool = False
-) -> Iterator[tuple[dict[str, Any], str | None]]:
-    """Every offer in a JSON-LD tree, with the name of the product it is in. An untyped
-    object under `offers` that carries a price is an offer too."""
+    node: Any,
+    product: str | None,
+    in_offers: bool = False,
+    found: list[tuple[dict[str, Any], str | None]] | None = None,
+) -> list[tuple[dict[str, Any], str | None]]:
+    """Every offer in a JSON-LD tree, with the name of the product it is in (added to `found`).
+    An untyped object under `offers` that carries a price is an offer too."""
+    found = [] if found is None else found
     if isinstance(node, list):
         for item in node:
-            yield from _offers(item, product, in_offers)
-        return
+            if isinstance(item, _CONTAINERS):  # a string or number holds no offer
+                _offers(item, product, in_offers, found)
+        return found
     if not isinstance(node, dict):
-        return
+        return found
     types = _types(node)
-    priced = any(k in node for k in ("price", "lowPrice", "highPrice", "priceSpecification"))
-    if types & OFFER_TYPES or (in_offers and not types and priced):
-        inner = list(_offers(node["offers"], product, True)) if node.get("offers") else []
+    if types & OFFER_TYPES or (in_offers and not types and not PRICE_KEYS.isdisjoint(node)):
+        inner = _offers(node["offers"], product, True) if node.get("offers") else []
         if any(_has_price(offer) for offer, _ in inner):
-            yield from inner  # the plans themselves, not their low and high
+            found += inner  # the plans themselves, not their low and high
         else:
-            yield node, product
-        return
+            found.append((node, product))
+        return found
     if isinstance(node.get("name"), str) and "offers" in node:
         product = node["name"]
     for key, value in node.items():
-        if key != "@context":
-            yield from _offers(value, product, key == "offers")
+        if key != "@context" and isinstance(value, _CONTAINERS):
+            _offers(value, product, key == "offers", found)
+    return found
 
 
 def _has_price(offer: dict[str, Any]) -> bool:
     return any(offer.get(k) not in (None, "") for k in ("price", "lowPrice", "priceSpecification"))
 
 
-def _offer_prices(
-    offer: dict[str, Any], product: str | None, skipped: list[str]
-) -> Iterator[Price]:
-    name = next(
-        (v for v in (offer.get("name"), offer.get("sku"), product) if isinstance(v, str) and v),
-        "price",
-    )
+def _offer_prices(offer: dict[str, Any], product: str | None, skipped: list[str]) -> list[Price]:
+    name = _first_name(offer.get("name"), offer.get("sku"), product)
     where = f"JSON-LD offer {name!r}"
     currency = offer.get("priceCurrency")
     stock = _stock(offer.get("availability"))
     specs = offer.get("priceSpecification") or []
-    specs = [s for s in (specs if isinstance(specs, list) else [specs]) if isinstance(s, dict)]
     regular = None
     specified: list[tuple[str, Any, Any]] = []  # (name, value, currency), as the page shows
-    for spec in specs:
+    for spec in specs if isinstance(specs, list) else [specs]:
+        if not isinstance(spec, dict):
+            continue
         kinds = {_LAST_SEGMENT.split(str(spec.get("priceType", "")))[-1]} | _types(spec)
         value = spec.get("price")
         if kinds & REGULAR_PRICE_TYPES:  # the struck-out price: kept as the regular one
@@ -624,8 +693,10 @@ def _offer_prices(
         shown = [(name, price, currency), *(s for s in specified if s[0] != name)]
     else:
         shown = specified
-    shown += [(f"{name} (low)", offer.get("lowPrice"), currency)]
-    shown += [(f"{name} (high)", offer.get("highPrice"), currency)]
+    for key, suffix in (("lowPrice", " (low)"), ("highPrice", " (high)")):
+        if (value := offer.get(key)) is not None:
+            shown = [*shown, (name + suffix, value, currency)]
+    prices = []
     for label, value, own_currency in shown:
         if value is None:
             continue
@@ -634,14 +705,24 @@ def _offer_prices(
             continue
         amount, written = amount_currency
         said = own_currency or currency
-        yield Price(
-            label,
-            amount,
-            _iso(said) if isinstance(said, str) and said else written,
-            regular if label == name and regular is not None and regular > amount else None,
-            stock,
-            source=where,
+        prices.append(
+            Price(
+                label,
+                amount,
+                _iso(said) if isinstance(said, str) and said else written,
+                regular if label == name and regular is not None and regular > amount else None,
+                stock,
+                source=where,
+            )
         )
+    return prices
+
+
+def _first_name(*names: Any) -> str:
+    for name in names:
+        if isinstance(name, str) and name:
+            return name
+    return "price"
 
 
 def _amount(value: Any, where: str, skipped: list[str]) -> Decimal | None:

@@ -139,25 +139,26 @@ def test_a_plain_amount_is_read_as_price_parser_reads_it() -> None:
 
 
 def test_one_walk_finds_what_each_kind_of_structured_data_reads() -> None:
-    """`_candidates` asks in Python what the readers' own selectors asked of the tree."""
+    """`_candidates` finds, in one walk, what each kind's selector finds, and walks for a kind
+    only where its marker is in the page text."""
     pages = [path.read_text(errors="replace") for path in sorted(PAGES.iterdir())]
     pages += [
         '<script TYPE="Application/LD+JSON">{}</script><script type="text/json"></script>'
         "<script type=ld+json></script><script type></script><meta name=a><meta property>"
         '<meta content=x><svg><script type="application/ld+json"></script></svg>'
-        "<p itemprop=price>1</p>",
+        '<meta property="product:price:amount" content="1"><p itemprop=price>1</p>',
         "<p>no structured data</p>",
     ]
     for page in pages:
         tree = LexborHTMLParser(page)
-        scripts, metas, itemprop = price_reader._candidates(tree)
-        assert [n.mem_id for n in scripts] == [
-            n.mem_id for n in tree.css('script[type*="ld+json" i]')
-        ]
-        assert [n.mem_id for n in metas] == [
-            n.mem_id for n in tree.css("meta[property], meta[name]")
-        ]
-        assert itemprop == (tree.css_first("[itemprop]") is not None)
+        for json_ld, open_graph in [(True, True), (True, False), (False, True), (False, False)]:
+            scripts, metas = price_reader._candidates(tree, json_ld, open_graph)
+            assert [n.mem_id for n in scripts] == [
+                n.mem_id for n in tree.css('script[type*="ld+json" i]') if json_ld
+            ]
+            assert [n.mem_id for n in metas] == [
+                n.mem_id for n in tree.css("meta[property], meta[name]") if open_graph
+            ]
 
 
 def test_a_price_that_cannot_be_read_names_the_selector_and_the_text() -> None:
