@@ -21,7 +21,6 @@ import json
 import re
 import threading
 import unicodedata
-from collections.abc import Iterator
 from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -90,6 +89,11 @@ def _last_words(*words: str) -> re.Pattern[str]:
     return re.compile(rf"\W*(?:{'|'.join(re.escape(word[::-1]) for word in words)})", re.I)
 
 
+# One number, neither a count or quantity nor in parentheses: most texts price-parser reads
+# (`Cena 283,50 PLN`). The number is atomic, so it is the first `_NUMBER` match, as finditer's.
+_ONE_NUMBER = re.compile(
+    rf"[^\d(]*(?>{_NUMBER.pattern})(?!{_NOT_AN_AMOUNT_AFTER.pattern})\D*", re.I
+)
 _NOW_BEFORE = _last_words("now", "sale", "price", "only", "from", "jetzt", "nur", "ab", "dès")
 _WAS_BEFORE = _last_words(
     "was", "previously", "before", "regular", "regular price", "list price", "rrp", "msrp",
@@ -172,7 +176,7 @@ def read_prices(html: str, settings: PriceSettings) -> Reading:
     tree = LexborHTMLParser(html)
     skipped: list[str] = []
     if settings.selector is not None:
-        found = list(_selected(tree, settings, skipped))
+        found = _selected(tree, settings, skipped)
         if not found:
             raise ExtractionError("; ".join(skipped))
     else:
@@ -278,9 +282,7 @@ def _stock_word(value: str) -> str | None:
 # --- a price selector ---------------------------------------------------------------------
 
 
-def _selected(
-    tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str]
-) -> Iterator[Price]:
+def _selected(tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str]) -> list[Price]:
     """One price per visible match; with `name`, the named element's text is left out of the
     amount (a plan called `CX22` must not read as 22, or `CX22 4,51 €` as 224.51)."""
     assert settings.selector is not None
@@ -288,7 +290,7 @@ def _selected(
     matches = _css(tree.root, selector)
     if not matches:
         skipped.append(f"price selector {selector!r} matched nothing")
-        return
+    found = []
     for position, match in enumerate(matches, 1):
         aside = _set_aside(match)
         if aside == "hidden" and settings.attribute is None:  # an attribute is read, not shown
@@ -316,7 +318,8 @@ def _selected(
             continue
         label = " ".join(named.text().split()) if named is not None else f"price {position}"
         where = f"match {position}" + (f" [{settings.attribute}]" if settings.attribute else "")
-        yield Price(label, amount, currency, regular, source=where)
+        found.append(Price(label, amount, currency, regular, None, where))
+    return found
 
 
 def _css(node: LexborNode | None, query: str) -> list[LexborNode]:
@@ -341,14 +344,15 @@ def _shown_amount(
 ) -> tuple[Decimal, str | None, Decimal | None]:
     """The amount a match shows now: struck-out and hidden parts and the name are set aside
     (a struck-out amount is the regular price), then the number that reads as a price."""
-    shown: list[str] = []
     struck: list[str] = []
     child = match.child
     if child is not None and child.next is None and child.tag == "-text":
-        shown.append(child.text_content or "")  # text alone, the common case
+        text = child.text_content or ""  # text alone, the common case
     else:
+        shown: list[str] = []
         _visible_text(match, named.mem_id if named is not None else None, shown, struck)
-    text = _plain(" ".join(" ".join(shown).split()))
+        text = " ".join(shown)
+    text = _plain(" ".join(text.split()))
     was = None
     if (simple := _SIMPLE.fullmatch(text)) is not None:  # one number: the common case
         amount, currency = _simple_amount(simple, text, "")
@@ -361,10 +365,11 @@ def _shown_amount(
         else:  # plain already: parse_amount's work
             amount, currency = _amount_of(priced.strip(), "")
     regular = None
-    for text in [*struck, *([was] if was is not None else [])]:
-        with contextlib.suppress(ExtractionError):
-            regular = parse_amount(text, "")[0]
-            break
+    for text in [*struck, was] if struck or was is not None else ():
+        if text is not None:
+            with contextlib.suppress(ExtractionError):
+                regular = parse_amount(text, "")[0]
+                break
     return amount, currency, regular
 
 
@@ -392,15 +397,10 @@ def _priced_part(text: str) -> tuple[str | None, str | None]:
     carries a currency before it where the first has none (`50 - $2.00`), or "now" is said
     before a later one, the whole text is price-parser's to read (`$119. 95`, `From 26 to
     50 €`). A currency beside a number and "now" before it count for it."""
+    if _ONE_NUMBER.fullmatch(text):
+        return text, None
     numbers = list(_NUMBER.finditer(text))
     if not numbers:
-        return text, None
-    if (
-        len(numbers) == 1
-        and not (  # the common case: one number, no count or quantity
-            _NOT_AN_AMOUNT_AFTER.match(text, numbers[0].end()) or "(" in text[: numbers[0].start()]
-        )
-    ):
         return text, None
 
     def around(i: int) -> str:
@@ -680,7 +680,7 @@ def _offer_prices(offer: dict[str, Any], product: str | None, skipped: list[str]
     for spec in specs if isinstance(specs, list) else [specs]:
         if not isinstance(spec, dict):
             continue
-        kinds = {_LAST_SEGMENT.split(str(spec.get("priceType", "")))[-1]} | _types(spec)
+        kinds = {_short_type(str(spec.get("priceType", "")))} | _types(spec)
         value = spec.get("price")
         if kinds & REGULAR_PRICE_TYPES:  # the struck-out price: kept as the regular one
             regular = regular if regular is not None else _amount(value, where, skipped)
@@ -712,7 +712,7 @@ def _offer_prices(offer: dict[str, Any], product: str | None, skipped: list[str]
                 _iso(said) if isinstance(said, str) and said else written,
                 regular if label == name and regular is not None and regular > amount else None,
                 stock,
-                source=where,
+                where,
             )
         )
     return prices
@@ -737,11 +737,12 @@ def _amount_and_currency(
         value = value[0] if value else None
     if isinstance(value, dict):
         value = value.get("@value", value.get("value"))
-    if value is None or isinstance(value, bool) or str(value).strip() == "":
+    text = "" if value is None or isinstance(value, bool) else str(value)
+    if not text or text.isspace():
         skipped.append(f"{where}: an empty price")
         return None
     try:
-        return parse_amount(str(value), where, structured=True)
+        return parse_amount(text, where, structured=True)
     except ExtractionError as err:
         skipped.append(str(err))
         return None
