@@ -365,10 +365,10 @@ def _shown_amount(
         else:  # plain already: parse_amount's work
             amount, currency = _amount_of(priced.strip(), "")
     regular = None
-    for text in [*struck, was] if struck or was is not None else ():
-        if text is not None:
+    for struck_text in [*struck, was] if struck or was is not None else ():
+        if struck_text is not None:
             with contextlib.suppress(ExtractionError):
-                regular = parse_amount(text, "")[0]
+                regular = parse_amount(struck_text, "")[0]
                 break
     return amount, currency, regular
 
