@@ -27,7 +27,7 @@ from typing import Any
 
 import json_repair
 from price_parser import Price as ParsedPrice
-from price_parser.parser import parse_number
+from price_parser.parser import extract_currency_symbol, parse_number
 from selectolax.lexbor import LexborCSSSelector, LexborHTMLParser, LexborNode, SelectolaxError
 
 from activities.normalise import ExtractionError, decode, looks_html
@@ -67,11 +67,8 @@ _LEADING_ZERO = re.compile(r"0([.,])\d+")
 # number and symbol are taken here as price-parser takes them (tests/test_prices.py compares
 # every layout), without its searches, which cost more than the rest of reading a match.
 _SYMBOL = "[$€£¥₹]|zł|Kč|CHF|EUR"
-_SIMPLE = re.compile(
-    rf"(?P<before>{_SYMBOL})? ?"
-    r"(?P<amount>(?:[0-9]{1,3}(?:[.,' ][0-9]{3})+|[0-9]+)(?:[.,][0-9]{1,2})?)"
-    rf" ?(?P<after>{_SYMBOL})?"
-)
+_AMOUNT = r"(?P<amount>(?:[0-9]{1,3}(?:[.,' ][0-9]{3})+|[0-9]+)(?:[.,][0-9]{1,2})?)"
+_SIMPLE = re.compile(rf"(?P<before>{_SYMBOL})? ?{_AMOUNT} ?(?P<after>{_SYMBOL})?")
 _LAST_SEPARATOR = re.compile(r"[\d.,' ]*\d([.,])\d{3}")
 # Thousands groups (`1.234,56`, `1 234`, `1'234`) or a plain number with decimals.
 _NUMBER = re.compile(r"\d{1,3}(?:[ .,']\d{3})+(?:[.,]\d+)?|\d+(?:[.,]\d+)?")
@@ -89,6 +86,13 @@ def _last_words(*words: str) -> re.Pattern[str]:
     return re.compile(rf"\W*(?:{'|'.join(re.escape(word[::-1]) for word in words)})", re.I)
 
 
+# Such an amount among words (`790,00 € HT`, `From $109.90`, `Cena 283,50 PLN`), no count or
+# quantity after it (`_priced_part` would read the whole text): price-parser's number is it,
+# as a digit-free text before it and one that starts with neither a digit nor `.,'%` leave it
+# (`_worded_amount`; tests/test_prices.py compares the layouts with price-parser's reading).
+_WORDED = re.compile(
+    rf"[^\d(.,']*?{_AMOUNT}(?!{_NOT_AN_AMOUNT_AFTER.pattern})(?: ?[^\d\s.,'%][^\d]*)?", re.I
+)
 # One number, neither a count or quantity nor in parentheses: most texts price-parser reads
 # (`Cena 283,50 PLN`). The number is atomic, so it is the first `_NUMBER` match, as finditer's.
 _ONE_NUMBER = re.compile(
@@ -231,6 +235,21 @@ def _simple_amount(
     return amount, _iso(simple["before"] or simple["after"])
 
 
+def _worded_amount(worded: re.Match[str], text: str) -> tuple[Decimal, str | None]:
+    """`_price_parser_amount` of a text `_WORDED` matches: price-parser's currency search of
+    the whole text, and the number as `_simple_amount` reads it."""
+    currency = extract_currency_symbol(text, None)
+    currency = _iso(currency.strip() if currency is not None else None)
+    if currency in THREE_DECIMALS:  # `423.923 KD`: the fils are price-parser's to read
+        return _price_parser_amount(text, "")
+    amount_text = worded["amount"].replace("'", "")
+    zero = _LEADING_ZERO.fullmatch(amount_text)
+    amount = parse_number(amount_text, zero.group(1) if zero else None)
+    if amount is None:
+        raise ExtractionError(f"no price in {text[:80]!r}")
+    return amount, currency
+
+
 def _price_parser_amount(text: str, where: str) -> tuple[Decimal, str | None]:
     parsed = ParsedPrice.fromstring(text)
     if parsed.amount_text and (zero := _LEADING_ZERO.fullmatch(parsed.amount_text)):
@@ -356,6 +375,8 @@ def _shown_amount(
     was = None
     if (simple := _SIMPLE.fullmatch(text)) is not None:  # one number: the common case
         amount, currency = _simple_amount(simple, text, "")
+    elif (worded := _WORDED.fullmatch(text)) is not None:
+        amount, currency = _worded_amount(worded, text)
     else:
         priced, was = _priced_part(text)
         if priced is None:

@@ -5,6 +5,7 @@ import itertools
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -136,6 +137,66 @@ def test_a_plain_amount_is_read_as_price_parser_reads_it() -> None:
         assert reading(price_reader._amount_of, text) == reading(
             price_reader._price_parser_amount, text
         ), text
+
+
+def test_an_amount_among_words_is_read_as_price_parser_reads_it() -> None:
+    """`_WORDED`'s shortcut (`790,00 € HT`, `From $109.90`): where it applies, `_priced_part`
+    would have read the whole text and price-parser reads the same amount, currency and
+    failure, in every layout; words it must not take (`%`, a count, `.` after) go the long way."""
+    leads = ["", "Price:", "From", "Cena", "ab", "€", "EUR", "$", "US$", "NZD", "NZD $", "Rs",
+             "only", "Běžná cena", "Цена:", "P.V.P.", "(", "euro", "Fr."]  # fmt: skip
+    numbers = ["0", "7", "12", "1234", "0.123", "1.234", "1,234", "1 234", "1'234", "12.345.678"]
+    decimals = ["", ".5", ".50", ",05"]
+    tails = [
+        "",
+        "€",
+        " €",
+        " HT",
+        "/EA",
+        "/mo",
+        " iva inclusa",
+        " PLN",
+        " \u0440\u0443\u0431.",
+        " KD",
+        " OMR",
+        "*",
+        " *",
+        " pcs",
+        " x",
+        "%",
+        " %",
+        ".",
+        ",",
+        ", incl. VAT",
+        ". Sale",
+        " (inc VAT",
+        "-",
+        " Kč",
+        " kr",
+        "\u0440.",
+    ]  # fmt: skip (Russian roubles)
+
+    def reading(read: Callable[..., tuple[Decimal, str | None]], *args: Any) -> object:
+        try:
+            amount, currency = read(*args)
+        except ExtractionError:
+            return "no price"
+        return str(amount), currency
+
+    taken = 0
+    for lead, number, decimal, tail, space in itertools.product(
+        leads, numbers, decimals, tails, ["", " "]
+    ):
+        text = " ".join(f"{lead}{space}{number}{decimal}{tail}".split())
+        worded = price_reader._WORDED.fullmatch(text)
+        if worded is None:
+            continue
+        taken += 1
+        assert price_reader._priced_part(text) == (text, None), text
+        assert reading(price_reader._worded_amount, worded, text) == reading(
+            price_reader._price_parser_amount, text, ""
+        ), text
+    assert taken > 10_000
 
 
 def test_one_walk_finds_what_each_kind_of_structured_data_reads() -> None:
