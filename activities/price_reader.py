@@ -132,13 +132,9 @@ _JSON_NOISE = re.compile(
     rf'("(?:[^"\\]|\\.)*")|{_JSON_COMMENT}|,(?=(?:\s|{_JSON_COMMENT})*[}}\]])', re.S
 )
 _ENGINE = threading.local()  # a CSS engine per thread (`_css`)
-# `_candidates`' query, by whether the page text has JSON-LD's and OpenGraph's markers.
-_JSON_LD_SCRIPT, _NAMED_META = 'script[type*="ld+json" i]', "meta[property], meta[name]"
-_CANDIDATES = {
-    (True, True): f"{_JSON_LD_SCRIPT}, {_NAMED_META}",
-    (True, False): _JSON_LD_SCRIPT,
-    (False, True): _NAMED_META,
-}
+# `_candidates`' query; the named metas only where the page text has OpenGraph's price.
+_CANDIDATES = 'script[type*="ld+json" i], [itemprop]'
+_WITH_METAS = f"{_CANDIDATES}, meta[property], meta[name]"
 
 
 def observe(body: bytes, content_type: str, settings: PriceSettings) -> Reading:
@@ -533,13 +529,13 @@ def _struck_class(classes: str) -> bool:
 def _structured(html: str, tree: LexborHTMLParser, skipped: list[str]) -> list[Price]:
     """The first kind of structured data the page has, unless its prices are the struck-out
     ones and another kind's are not (a JSON-LD regular price beside OpenGraph's sale price).
-    A kind is read where one walk of the tree finds its elements and its marker is in the
-    page text (a page without structured data costs that walk alone)."""
-    scripts, metas = _candidates(tree, "ld+json" in html, "price:amount" in html)
+    A kind is read where one walk of the tree finds its elements (OpenGraph's where its
+    `price:amount` is also in the page text): a page without structured data costs that walk."""
+    scripts, metas, itemprop = _candidates(tree, "price:amount" in html)
     kinds: list[tuple[str, list[Price]]] = []
     if scripts and (found := _json_ld(scripts, skipped)):
         kinds.append(("JSON-LD", found))
-    if "itemprop" in html and (found := _microdata(tree, skipped)):
+    if itemprop and (found := _microdata(tree, skipped)):
         kinds.append(("microdata", found))
     if metas and (found := _open_graph(metas, skipped)):
         kinds.append(("OpenGraph", found))
@@ -558,16 +554,27 @@ def _structured(html: str, tree: LexborHTMLParser, skipped: list[str]) -> list[P
 
 
 def _candidates(
-    tree: LexborHTMLParser, json_ld: bool, open_graph: bool
-) -> tuple[list[LexborNode], list[LexborNode]]:
-    """In one walk: the JSON-LD scripts and the named metas, each only where its marker is in
-    the page text (a page without structured data costs no walk)."""
+    tree: LexborHTMLParser, open_graph: bool
+) -> tuple[list[LexborNode], list[LexborNode], bool]:
+    """In one walk: the JSON-LD scripts, the named metas (with `open_graph`), and whether any
+    element has an `itemprop` (attribute names and the type are matched in any case, as
+    `itemProp` and `LD+JSON` are written; a search of the page text would be as slow)."""
     scripts: list[LexborNode] = []
     metas: list[LexborNode] = []
-    query = _CANDIDATES.get((json_ld, open_graph))
-    for node in _css(tree.root, query) if query else ():
-        (scripts if node.tag == "script" else metas).append(node)
-    return scripts, metas
+    itemprop = False
+    for node in _css(tree.root, _WITH_METAS if open_graph else _CANDIDATES):
+        tag = node.tag
+        if tag != "script" and tag != "meta":
+            itemprop = True
+            continue
+        attributes = node.attributes
+        itemprop = itemprop or "itemprop" in attributes
+        if tag == "script":
+            if "ld+json" in (attributes.get("type") or "").lower():
+                scripts.append(node)
+        elif open_graph and ("property" in attributes or "name" in attributes):
+            metas.append(node)
+    return scripts, metas, itemprop
 
 
 def _completed(found: list[Price], passed: list[Price]) -> list[Price]:

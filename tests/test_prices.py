@@ -200,26 +200,37 @@ def test_an_amount_among_words_is_read_as_price_parser_reads_it() -> None:
 
 
 def test_one_walk_finds_what_each_kind_of_structured_data_reads() -> None:
-    """`_candidates` finds, in one walk, what each kind's selector finds, and walks for a kind
-    only where its marker is in the page text."""
+    """`_candidates` finds in one walk what each kind's own selector finds."""
     pages = [path.read_text(errors="replace") for path in sorted(PAGES.iterdir())]
     pages += [
         '<script TYPE="Application/LD+JSON">{}</script><script type="text/json"></script>'
         "<script type=ld+json></script><script type></script><meta name=a><meta property>"
         '<meta content=x><svg><script type="application/ld+json"></script></svg>'
-        '<meta property="product:price:amount" content="1"><p itemprop=price>1</p>',
+        '<meta itemprop="price" content="1"><script itemprop=x></script>',
+        "<p itemProp=price>1</p>",
         "<p>no structured data</p>",
     ]
     for page in pages:
         tree = LexborHTMLParser(page)
-        for json_ld, open_graph in [(True, True), (True, False), (False, True), (False, False)]:
-            scripts, metas = price_reader._candidates(tree, json_ld, open_graph)
+        for open_graph in (True, False):
+            scripts, metas, itemprop = price_reader._candidates(tree, open_graph)
             assert [n.mem_id for n in scripts] == [
-                n.mem_id for n in tree.css('script[type*="ld+json" i]') if json_ld
+                n.mem_id for n in tree.css('script[type*="ld+json" i]')
             ]
             assert [n.mem_id for n in metas] == [
                 n.mem_id for n in tree.css("meta[property], meta[name]") if open_graph
             ]
+            assert itemprop == (tree.css_first("[itemprop]") is not None)
+
+
+def test_structured_data_is_found_whatever_the_case_of_its_names() -> None:
+    """HTML names are not case-sensitive: React writes `itemProp`, some shops `LD+JSON`."""
+    pages = [
+        '<script TYPE="Application/LD+JSON">{"@type": "Offer", "price": "5"}</script>',
+        '<div itemScope><span itemProp="price" content="5">5 €</span></div>',
+    ]
+    for page in pages:
+        assert [p.amount for p in read_prices(page, STRUCTURED).prices] == [Decimal(5)], page
 
 
 def test_a_price_that_cannot_be_read_names_the_selector_and_the_text() -> None:
