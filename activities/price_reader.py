@@ -132,9 +132,11 @@ _JSON_NOISE = re.compile(
     rf'("(?:[^"\\]|\\.)*")|{_JSON_COMMENT}|,(?=(?:\s|{_JSON_COMMENT})*[}}\]])', re.S
 )
 _ENGINE = threading.local()  # a CSS engine per thread (`_css`)
-# `_candidates`' query; the named metas only where the page text has OpenGraph's price.
+# `_candidates`' query on a big page; the named metas only where the page text has OpenGraph's
+# price. Below `_SMALL_PAGE` characters, compiling it costs more than the whole small-page way.
 _CANDIDATES = 'script[type*="ld+json" i], [itemprop]'
 _WITH_METAS = f"{_CANDIDATES}, meta[property], meta[name]"
+_SMALL_PAGE = 8192
 
 
 def observe(body: bytes, content_type: str, settings: PriceSettings) -> Reading:
@@ -531,7 +533,7 @@ def _structured(html: str, tree: LexborHTMLParser, skipped: list[str]) -> list[P
     ones and another kind's are not (a JSON-LD regular price beside OpenGraph's sale price).
     A kind is read where one walk of the tree finds its elements (OpenGraph's where its
     `price:amount` is also in the page text): a page without structured data costs that walk."""
-    scripts, metas, itemprop = _candidates(tree, "price:amount" in html)
+    scripts, metas, itemprop = _candidates(tree, html, "price:amount" in html)
     kinds: list[tuple[str, list[Price]]] = []
     if scripts and (found := _json_ld(scripts, skipped)):
         kinds.append(("JSON-LD", found))
@@ -554,14 +556,18 @@ def _structured(html: str, tree: LexborHTMLParser, skipped: list[str]) -> list[P
 
 
 def _candidates(
-    tree: LexborHTMLParser, open_graph: bool
+    tree: LexborHTMLParser, html: str, open_graph: bool
 ) -> tuple[list[LexborNode], list[LexborNode], bool]:
-    """In one walk: the JSON-LD scripts, the named metas (with `open_graph`), and whether any
-    element has an `itemprop` (attribute names and the type are matched in any case, as
-    `itemProp` and `LD+JSON` are written; a search of the page text would be as slow)."""
-    scripts: list[LexborNode] = []
-    metas: list[LexborNode] = []
-    itemprop = False
+    """The JSON-LD scripts, the named metas (with `open_graph`), and whether any element may
+    have an `itemprop`. Names and the type are matched in any case, as `itemProp` and `LD+JSON`
+    are written. A big page takes one walk of the tree; a small one its scripts and metas by
+    tag and a search of its lowercased text for `itemprop` (which may also be text: then
+    `_microdata` finds none)."""
+    if len(html) < _SMALL_PAGE:
+        scripts = [node for node in tree.tags("script") if _is_json_ld(node.attributes)]
+        metas = [n for n in tree.tags("meta") if _is_named(n.attributes)] if open_graph else []
+        return scripts, metas, "itemprop" in html.lower()
+    scripts, metas, itemprop = [], [], False
     for node in _css(tree.root, _WITH_METAS if open_graph else _CANDIDATES):
         tag = node.tag
         if tag != "script" and tag != "meta":
@@ -570,11 +576,19 @@ def _candidates(
         attributes = node.attributes
         itemprop = itemprop or "itemprop" in attributes
         if tag == "script":
-            if "ld+json" in (attributes.get("type") or "").lower():
+            if _is_json_ld(attributes):
                 scripts.append(node)
-        elif open_graph and ("property" in attributes or "name" in attributes):
+        elif open_graph and _is_named(attributes):
             metas.append(node)
     return scripts, metas, itemprop
+
+
+def _is_json_ld(attributes: dict[str, str | None]) -> bool:
+    return "ld+json" in (attributes.get("type") or "").lower()
+
+
+def _is_named(attributes: dict[str, str | None]) -> bool:
+    return "property" in attributes or "name" in attributes
 
 
 def _completed(found: list[Price], passed: list[Price]) -> list[Price]:
