@@ -36,6 +36,8 @@ from pricewatch.prices import Price, Reading
 
 OFFER_TYPES = {"Offer", "AggregateOffer"}
 PRICE_KEYS = {"price", "lowPrice", "highPrice", "priceSpecification"}
+PRICE_PROPS = ("price", "lowPrice", "highPrice")  # microdata's
+ITEM_PROPS = {"priceCurrency", "availability", "name", "sku"}  # what a microdata price reads
 _CONTAINERS = (dict, list)  # what a JSON-LD offer can be in
 REGULAR_PRICE_TYPES = {"StrikethroughPrice", "ListPrice", "SRP", "MSRP", "RegularPrice"}
 STOCK = {
@@ -340,15 +342,26 @@ def _selected(tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str
 
 
 def _css(node: LexborNode | None, query: str) -> list[LexborNode]:
-    """`node.css(query)`, by this thread's CSS engine: a parser builds its own at its first
-    query, which costs as much as parsing a small page."""
+    """`node.css(query)`, by this thread's CSS engine (a parser builds its own at its first
+    query, which costs as much as parsing a small page), each element once, as a browser's
+    querySelectorAll: lexbor gives an element twice that two selectors of a list match
+    (`.price, .sale` on `class="price sale"` would be two prices)."""
     if node is None:
         return []
     engine = getattr(_ENGINE, "selector", None)
     if engine is None:
         # One per thread: it is not thread-safe. (Its stub's __init__ has no return type.)
         engine = _ENGINE.selector = LexborCSSSelector()  # type: ignore[no-untyped-call]
-    return engine.find(query, node)
+    found = engine.find(query, node)
+    if "," not in query or len(found) < 2:
+        return found
+    seen: set[int] = set()
+    once = []
+    for element in found:
+        if element.mem_id not in seen:
+            seen.add(element.mem_id)
+            once.append(element)
+    return once
 
 
 def _match(match: LexborNode, position: int) -> str:
@@ -792,13 +805,13 @@ def _amount_and_currency(
 
 def _microdata(tree: LexborHTMLParser, skipped: list[str]) -> list[Price]:
     found = []
-    nodes = _css(tree.root, '[itemprop~="price"], [itemprop~="lowPrice"], [itemprop~="highPrice"]')
+    nodes, owned, loose = _itemprops(tree)
     taken = {node.mem_id for node in nodes}
     for node in nodes:
         if _inside(node, taken):
             continue  # an itemprop=price inside another is the same price
         props = (node.attributes.get("itemprop") or "").split()
-        prop = next(p for p in ("price", "lowPrice", "highPrice") if p in props)
+        prop = next(p for p in PRICE_PROPS if p in props)
         scope = _scope(node)
         content = node.attributes.get("content")
         where = f"microdata {prop}"
@@ -813,15 +826,13 @@ def _microdata(tree: LexborHTMLParser, skipped: list[str]) -> list[Price]:
         except ExtractionError as err:
             skipped.append(str(err))
             continue
-        currency = _property(scope, "priceCurrency") if scope is not None else None
-        if scope is None and (
-            loose := next(iter(_css(tree.root, '[itemprop~="priceCurrency"]')), None)
-        ):
+        currency = _property(owned, scope, "priceCurrency") if scope is not None else None
+        if scope is None and loose is not None:
             currency = loose.attributes.get("content") or loose.text()  # no item: the page's
-        stock = _stock(_property(scope, "availability")) if scope is not None else None
+        stock = _stock(_property(owned, scope, "availability")) if scope is not None else None
         name = None
         while scope is not None and name is None:
-            name = _property(scope, "name") or _property(scope, "sku")
+            name = _property(owned, scope, "name") or _property(owned, scope, "sku")
             scope = _scope(scope)
         label = name or "price"
         if prop != "price":
@@ -847,15 +858,35 @@ def _scope(node: LexborNode) -> LexborNode | None:
     return parent
 
 
-def _property(scope: LexborNode, name: str) -> str | None:
+def _itemprops(
+    tree: LexborHTMLParser,
+) -> tuple[list[LexborNode], dict[tuple[int, str], LexborNode], LexborNode | None]:
+    """In one walk: the price elements (`price`, `lowPrice`, `highPrice`) in page order, each
+    item's first own element of the properties a price reads, by (item, property), and the
+    page's first `priceCurrency` (a query per property costs more to compile than to run)."""
+    prices: list[LexborNode] = []
+    owned: dict[tuple[int, str], LexborNode] = {}
+    loose = None
+    for node in _css(tree.root, "[itemprop]"):
+        props = (node.attributes.get("itemprop") or "").split()
+        if any(prop in PRICE_PROPS for prop in props):
+            prices.append(node)
+        if wanted := [prop for prop in props if prop in ITEM_PROPS]:
+            if loose is None and "priceCurrency" in wanted:
+                loose = node
+            if (owner := _scope(node)) is not None:
+                for prop in wanted:
+                    owned.setdefault((owner.mem_id, prop), node)
+    return prices, owned, loose
+
+
+def _property(owned: dict[tuple[int, str], LexborNode], scope: LexborNode, name: str) -> str | None:
     """The scope's own property: not one of an item nested in it (a venue's name)."""
-    for node in _css(scope, f'[itemprop~="{name}"]'):
-        owner = _scope(node)
-        if owner is None or owner.mem_id != scope.mem_id:
-            continue
-        value = node.attributes.get("content") or node.attributes.get("href") or node.text()
-        return " ".join(value.split()) or None
-    return None
+    node = owned.get((scope.mem_id, name))
+    if node is None:
+        return None
+    value = node.attributes.get("content") or node.attributes.get("href") or node.text()
+    return " ".join(value.split()) or None
 
 
 def _open_graph(metas: list[LexborNode], skipped: list[str]) -> list[Price]:
@@ -901,6 +932,8 @@ def _open_graph(metas: list[LexborNode], skipped: list[str]) -> list[Price]:
 
 def _unique_names(prices: list[Price]) -> list[Price]:
     """Two plans with one name (a monthly and a yearly "Pro") stay two prices."""
+    if len(prices) < 2:
+        return prices
     seen: dict[str, int] = {}
     unique = []
     for price in prices:

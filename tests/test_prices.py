@@ -237,6 +237,16 @@ def test_structured_data_is_found_whatever_the_case_of_its_names() -> None:
         assert [p.amount for p in read_prices(page, STRUCTURED).prices] == [Decimal(5)], page
 
 
+def test_an_element_two_selectors_of_a_list_match_is_one_price() -> None:
+    """As a browser's querySelectorAll: `.price, .sale` on `class="price sale"` is one match,
+    and a microdata `lowPrice highPrice` one price (lexbor lists such an element twice)."""
+    page = '<p class="price sale">$5</p><p class="sale">$6</p>'
+    found = read_prices(page, PriceSettings(selector=".price, .sale")).prices
+    assert [p.amount for p in found] == [Decimal(5), Decimal(6)]
+    page = '<div itemscope><span itemprop="lowPrice highPrice" content="7">7</span></div>'
+    assert [p.amount for p in read_prices(page, STRUCTURED).prices] == [Decimal(7)]
+
+
 def test_a_price_that_cannot_be_read_names_the_selector_and_the_text() -> None:
     with pytest.raises(ExtractionError, match=r"price selector 'td'.*'Call us'"):
         read_prices("<table><tr><td>Call us</td></tr></table>", PriceSettings(selector="td"))
