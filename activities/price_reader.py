@@ -227,12 +227,7 @@ def _simple_amount(
     if simple is None or (simple["before"] and simple["after"]):
         return _price_parser_amount(text, where)
     # What price-parser reads in it, without its search (no symbol here has three decimals).
-    amount_text = simple["amount"].replace("'", "")
-    zero = _LEADING_ZERO.fullmatch(amount_text)
-    amount = parse_number(amount_text, zero.group(1) if zero else None)
-    if amount is None:
-        raise ExtractionError(f"{where}: no price in {text[:80]!r}")
-    return amount, _iso(simple["before"] or simple["after"])
+    return _matched_number(simple, text, where), _iso(simple["before"] or simple["after"])
 
 
 def _worded_amount(worded: re.Match[str], text: str) -> tuple[Decimal, str | None]:
@@ -242,12 +237,18 @@ def _worded_amount(worded: re.Match[str], text: str) -> tuple[Decimal, str | Non
     currency = _iso(currency.strip() if currency is not None else None)
     if currency in THREE_DECIMALS:  # `423.923 KD`: the fils are price-parser's to read
         return _price_parser_amount(text, "")
-    amount_text = worded["amount"].replace("'", "")
+    return _matched_number(worded, text, ""), currency
+
+
+def _matched_number(found: re.Match[str], text: str, where: str) -> Decimal:
+    """The `_AMOUNT` a match found, as price-parser's `parse_number` reads it (a leading zero
+    makes its separator the decimal one)."""
+    amount_text = found["amount"].replace("'", "")
     zero = _LEADING_ZERO.fullmatch(amount_text)
     amount = parse_number(amount_text, zero.group(1) if zero else None)
     if amount is None:
-        raise ExtractionError(f"no price in {text[:80]!r}")
-    return amount, currency
+        raise ExtractionError(f"{where}: no price in {text[:80]!r}")
+    return amount
 
 
 def _price_parser_amount(text: str, where: str) -> tuple[Decimal, str | None]:
@@ -397,11 +398,10 @@ def _shown_amount(
         else:  # plain already: parse_amount's work
             amount, currency = _amount_of(priced.strip(), "")
     regular = None
-    for struck_text in [*struck, was] if struck or was is not None else ():
-        if struck_text is not None:
-            with contextlib.suppress(ExtractionError):
-                regular = parse_amount(struck_text, "")[0]
-                break
+    for struck_text in struck if was is None else [*struck, was]:
+        with contextlib.suppress(ExtractionError):
+            regular = parse_amount(struck_text, "")[0]
+            break
     return amount, currency, regular
 
 
@@ -750,7 +750,7 @@ def _offer_prices(offer: dict[str, Any], product: str | None, skipped: list[str]
         shown = specified
     for key, suffix in (("lowPrice", " (low)"), ("highPrice", " (high)")):
         if (value := offer.get(key)) is not None:
-            shown = [*shown, (name + suffix, value, currency)]
+            shown.append((name + suffix, value, currency))
     prices = []
     for label, value, own_currency in shown:
         if value is None:
