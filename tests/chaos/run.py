@@ -118,6 +118,11 @@ FAULT_RATES = {
     "apprise channel refuses": 0.5,
 }
 RENDER_WINDOWS = ("browser killed", "render worker killed")  # tests/chaos/worker.py
+# A render window takes only a rendered check's first attempt. A short run's early faults can
+# hold every rendered target in its retries (30 s, then 60 s of backoff) until the armed
+# minute is nearly gone, and the first render window reached then stalls its target again:
+# render windows stay armed this much longer (the run waits only while one is left).
+RENDER_GRACE = 60
 ARMED_WINDOWS = ("mid_fetch", "after_fetch", "after_commit", "after_send",
                  "after_apprise_send", "zombie", *RENDER_WINDOWS)  # fmt: skip
 PAGE_FAULTS = ("hung page", "page leaks memory")  # tests/chaos/stack.py, Pages.render
@@ -522,10 +527,17 @@ class Chaos:
 
     async def disarm(self, deadline: float) -> None:
         """Give windows still armed until `deadline` to be reached (a stalled run may not
-        have sent a webhook yet), then remove the rest: none fires while settling. The
-        Apprise service's armed windows too (one open then runs its course)."""
+        have sent a webhook yet), render windows RENDER_GRACE longer, then remove the rest:
+        none fires while settling. The Apprise service's armed windows too (one open then
+        runs its course)."""
         armed = self.folder / "faults" / "armed"
-        for _ in range(int(max(0.0, deadline - time.time()) * 2)):
+        while time.time() < deadline + RENDER_GRACE:
+            left = [arm for arm in armed.iterdir() if time.time() >= deadline
+                    and arm.name.partition(".")[0] not in RENDER_WINDOWS]  # fmt: skip
+            for arm in left:
+                arm.unlink(missing_ok=True)
+            if time.time() >= deadline:
+                self.apprise.pending.clear()
             if not any(armed.iterdir()) and not self.apprise.pending:
                 break
             await asyncio.sleep(0.5)
@@ -1135,8 +1147,8 @@ def fault_schedule(
     options: ChaosOptions, rng: random.Random, start: float
 ) -> list[tuple[float, str]]:
     """Seeded moments from 5 s to `fault_share` of the run, every kind at least once. Armed
-    windows stay armed until reached, or a minute past the end of the run (see
-    `Chaos.disarm`)."""
+    windows stay armed until reached, or a minute past the end of the run (render windows:
+    two; see `Chaos.disarm`)."""
     window = (start + 5, start + options.fault_share * options.seconds)
     events = [
         (rng.uniform(*window), kind)
