@@ -625,7 +625,9 @@ class Chaos:
 
     async def note_pauses_as_processed(self) -> None:
         """A pause counts from the workflow task that processed it, not from when it was
-        sent: a storm's resume can wait for a killed worker's task to time out."""
+        sent: a storm's resume can wait for a killed worker's task to time out. A run can
+        continue as new while paused: its pause lasts until it closed, and the next run,
+        started paused, is paused from its start until its resume."""
         by_id = {workflow_id(t.config.target_id): t for t in self.targets}
         async for execution in self.client.list_workflows(f"WorkflowType = '{WORKFLOW_TYPE}'"):
             history = await self.client.get_workflow_handle(
@@ -637,7 +639,13 @@ class Chaos:
             started = 0.0
             for event in history.events:
                 kind = event.event_type
-                if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+                if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+                    payloads = event.workflow_execution_started_event_attributes.input.payloads
+                    (state,) = await DATA_CONVERTER.decode(payloads, [MonitorState])
+                    if state.paused:
+                        begun = event.event_time.ToDatetime(UTC).timestamp()
+                        paused_at = state.paused_at.timestamp() if state.paused_at else begun
+                elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
                     pending.append(event.workflow_execution_signaled_event_attributes.signal_name)
                 elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
                     in_flight, pending = in_flight + pending, []
@@ -655,6 +663,9 @@ class Chaos:
                             by_id[execution.id].paused_spans.append((paused_at, started))
                             paused_at = None
                     in_flight = []
+            if paused_at is not None:  # paused when the run closed, or paused still
+                closed = execution.close_time.timestamp() if execution.close_time else time.time()
+                by_id[execution.id].paused_spans.append((paused_at, closed))
 
     def lost_slots(self, rows: list[asyncpg.Record], end: datetime) -> tuple[list[str], int]:
         recorded = {(row["target_id"], row["scheduled_for"]) for row in rows}
