@@ -88,7 +88,7 @@ class GivesUp:
         await calls.deliver(delivery)
 """
 GIVES_UP = """
-import asyncio, uuid
+import asyncio, os, sys, uuid
 from gives_up import GivesUp
 from temporalio import activity
 from temporalio.testing import WorkflowEnvironment
@@ -126,6 +126,8 @@ async def main() -> None:
         await env.shutdown()
 
 asyncio.run(main())
+sys.stdout.flush()
+os._exit(0)  # temporalio can abort a finalising interpreter (sdk-python#300)
 """
 
 GAVE_UP_LINE = re.compile(

@@ -217,7 +217,7 @@ def test_an_outage_is_told_once_and_its_end_with_how_long(
 # A worker on its own Temporal dev server, through a proxy that resets every connection for
 # a while (the frontend refusing): on the dev console, the pollers' errors are one line.
 TEMPORAL_OUTAGE = """
-import asyncio, sys, tempfile, time
+import asyncio, os, sys, tempfile, time
 from pathlib import Path
 from temporalio import activity
 from temporalio.client import Client
@@ -255,6 +255,8 @@ async def main() -> None:
         stop_process(server)
 
 asyncio.run(main())
+sys.stdout.flush()
+os._exit(0)  # temporalio can abort a finalising interpreter (sdk-python#300)
 """
 
 
