@@ -10,6 +10,7 @@ no such key, so its people see that message twice (docs/notifications.md).
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
@@ -165,6 +166,20 @@ class NotifyActivities:
             raise expected_failure(
                 "another attempt is sending this notice", TRANSIENT_DELIVERY_ERROR
             )
+        on_the_wire = asyncio.ensure_future(self._send_and_record(delivery, row))
+        try:
+            await asyncio.shield(on_the_wire)
+        except asyncio.CancelledError:
+            # The attempt was cancelled (its worker shutting down past the grace, its
+            # timeout passed) with the notice maybe out already: what the send did is
+            # recorded first, so the next attempt finds it sent instead of sending it again.
+            # Bounded: the send by SEND_DEADLINE, the record by its statement timeout.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(on_the_wire)
+            raise
+        return await self._result(delivery)
+
+    async def _send_and_record(self, delivery: DeliveryInput, row: asyncpg.Record) -> None:
         try:
             moves = json.loads(row["price_moves"]) if row["price_moves"] else None
             body = notice_body(delivery, row["excerpt"], moves)
@@ -192,7 +207,6 @@ class NotifyActivities:
         await self._record(delivery, "sent", attempts=1, error=None)
         count("pricewatch_deliveries", "notices by outcome", notice=delivery.notice.value,
               kind=row["kind"], outcome="sent")  # fmt: skip
-        return await self._result(delivery)
 
     @activity.defn(name=Activity.RECORD_DELIVERY_FAILED)
     async def record_delivery_failed(self, failure: DeliveryFailureInput) -> None:

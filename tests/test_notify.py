@@ -138,21 +138,21 @@ async def test_smtp_answers_are_classified(
 
 async def test_a_crash_between_send_and_record_resends_once_with_the_same_id(
     pool: asyncpg.Pool, http: httpx.AsyncClient, webhook_receiver: WebhookReceiver,
-    smtp_server: tuple[MailSink, SmtpSettings],
+    smtp_server: tuple[MailSink, SmtpSettings], monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     """The attempt dies after the receiver got the POST but before `sent` was recorded:
     the next attempt (once the sending lease lapsed) re-sends once, same webhook-id."""
     config = await add_target(pool, webhook_receiver)
     notify = NotifyActivities(pool, http, smtp_server[1])
     notice = delivery(config, ChannelKind.WEBHOOK)
-    webhook_receiver.hold = Hold(arrived=asyncio.Event(), release=asyncio.Event())
-    arrived = webhook_receiver.hold.arrived
-    doomed_env = ActivityEnvironment()
-    doomed = asyncio.create_task(doomed_env.run(notify.deliver_notice, notice))
-    await asyncio.wait_for(arrived.wait(), timeout=10)
-    doomed.cancel()  # the worker dies here: sent, not recorded
-    with pytest.raises(asyncio.CancelledError):
-        await doomed
+
+    async def dies(*args: object, **kwargs: object) -> None:
+        raise ConnectionResetError("the worker died here: sent, not recorded")
+
+    monkeypatch.setattr(notify, "_record", dies)
+    with pytest.raises(ConnectionResetError):
+        await ActivityEnvironment().run(notify.deliver_notice, notice)
+    monkeypatch.undo()
     [row] = await deliveries(pool)
     assert row["status"] != "sent"
     await pool.execute("UPDATE deliveries SET sending_until = now() - interval '1 s'")
@@ -161,6 +161,31 @@ async def test_a_crash_between_send_and_record_resends_once_with_the_same_id(
     assert webhook_receiver.ids() == [f"msg_{notice.delivery_id}"] * 2
     assert (await ActivityEnvironment().run(notify.deliver_notice, notice)).already_sent
     assert len(webhook_receiver.received) == 2
+
+
+async def test_a_cancelled_attempt_records_its_send_and_is_never_resent(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, webhook_receiver: WebhookReceiver,
+    smtp_server: tuple[MailSink, SmtpSettings],
+) -> None:  # fmt: skip
+    """Cancelled mid-send (its worker shutting down past the grace, its timeout passed),
+    the attempt first records what the send did: the next one finds the notice sent."""
+    config = await add_target(pool, webhook_receiver)
+    notify = NotifyActivities(pool, http, smtp_server[1])
+    notice = delivery(config, ChannelKind.WEBHOOK)
+    webhook_receiver.hold = hold = Hold(arrived=asyncio.Event(), release=asyncio.Event())
+    cancelled = asyncio.create_task(ActivityEnvironment().run(notify.deliver_notice, notice))
+    await asyncio.wait_for(hold.arrived.wait(), timeout=10)
+    cancelled.cancel()
+    await asyncio.sleep(0.2)
+    assert not cancelled.done(), "it waits for the send in flight"
+    hold.release.set()  # the receiver answers 204
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    [row] = await deliveries(pool)
+    assert (row["status"], row["attempt_count"]) == ("sent", 1)
+    await pool.execute("UPDATE deliveries SET sending_until = now() - interval '1 s'")
+    assert (await ActivityEnvironment().run(notify.deliver_notice, notice)).already_sent
+    assert len(webhook_receiver.received) == 1
 
 
 # The workflow: who is told what, on the time-skipping server.
