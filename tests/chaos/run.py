@@ -281,6 +281,7 @@ class Chaos:
     network: list[asyncio.Task[None]] = field(default_factory=list)
     zombie_spans: list[tuple[float, float]] = field(default_factory=list)
     hits: list[dict[str, object]] = field(default_factory=list)
+    injected_at: list[tuple[float, str]] = field(default_factory=list)
     holds: dict[str, float] = field(default_factory=dict)
     background: list[asyncio.Task[None]] = field(default_factory=list)
     heavy_peaks: list[tuple[int, int]] = field(default_factory=list)
@@ -296,6 +297,7 @@ class Chaos:
     # Faults -----------------------------------------------------------------------------
 
     async def inject(self, kind: str) -> None:
+        self.injected_at.append((time.time(), kind))
         if kind in ARMED_WINDOWS:
             name = f"{kind}.{uuid.uuid4().hex[:8]}"
             if kind == "zombie":
@@ -746,13 +748,21 @@ class Chaos:
             for first, again in itertools.pairwise(moments):
                 resent += 1
                 if not any(s <= again and e >= first for s, e in crashes + self.zombie_spans):
-                    unexplained.append(webhook_id)
+                    unexplained.append(self.resend(webhook_id, first, again))
         r.figures["raw re-sends (same webhook-id accepted twice)"] = resent
         r.check(
             "every re-send explained by a crash between send and record",
             not unexplained,
             f"{resent} re-sends, unexplained: {unexplained[:3] or 'none'}",
         )
+
+    def resend(self, key: object, first: float, again: float) -> str:
+        """An unexplained re-send as the report names it: when it was taken each time, and
+        the faults injected from 20 s before (the evidence a failed run leaves in CI)."""
+        near = [f"{kind} {at - self.started:.0f}" for at, kind in self.injected_at
+                if first - 20 <= at <= again]  # fmt: skip
+        return (f"{key} taken at {first - self.started:.1f} and {again - self.started:.1f} s; "
+                f"faults from 20 s before: {', '.join(near) or 'none'}")  # fmt: skip
 
     async def check_apprise(self) -> None:
         """The Apprise channels: each change of a target with them sent once to each; the
@@ -812,7 +822,7 @@ class Chaos:
             for first, again in itertools.pairwise(moments):
                 resent += 1
                 if not any(s <= again and e >= first for s, e in crashes):
-                    unexplained.append(key)
+                    unexplained.append(self.resend(key, first, again))
         urls = await self.pool.fetch("SELECT ref, url FROM notify_urls")
         letters = {f"apprise-{u['ref']}": str(u["url"]).rsplit("/", 2)[-2] for u in urls}
         killed_after = [(letters.get(str(h["channel_id"]), "?"), str(h["work_id"]))
