@@ -294,3 +294,9 @@ async def python_output(*args: str, within: float, env: dict[str, str] | None = 
     text = out.decode(errors="replace")
     assert process.returncode == 0, text[-3000:]
     return text
+
+
+async def dies_at_the_record(*args: object, **kwargs: object) -> None:
+    """In place of `NotifyActivities._record`: the worker dies after the send, before `sent`
+    is recorded (a cancel is no crash: a cancelled attempt records its send first)."""
+    raise ConnectionResetError("the worker died here: sent, not recorded")

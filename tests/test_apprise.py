@@ -39,6 +39,7 @@ from tests.helpers import (
     anchor_of,
     cli,
     delivery,
+    dies_at_the_record,
     rows,
     running_worker,
     worker_process,
@@ -309,11 +310,7 @@ async def test_a_crash_after_the_service_accepted_sends_it_once_more_and_no_more
     config = await synced(pool, [services_app.urls()["json"]])
     notify = NotifyActivities(pool, http, NO_SMTP, LOOPBACK)
     notice = delivery(config, ChannelKind.APPRISE)
-
-    async def dies(*args: object, **kwargs: object) -> None:
-        raise ConnectionResetError("the worker died here: accepted, not recorded")
-
-    monkeypatch.setattr(notify, "_record", dies)
+    monkeypatch.setattr(notify, "_record", dies_at_the_record)
     with pytest.raises(ConnectionResetError):
         await ActivityEnvironment().run(notify.deliver_notice, notice)
     monkeypatch.undo()

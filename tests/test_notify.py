@@ -25,6 +25,7 @@ from tests.helpers import (
     anchor_of,
     deliveries,
     delivery,
+    dies_at_the_record,
     rows,
     running_worker,
     watched,
@@ -145,11 +146,7 @@ async def test_a_crash_between_send_and_record_resends_once_with_the_same_id(
     config = await add_target(pool, webhook_receiver)
     notify = NotifyActivities(pool, http, smtp_server[1])
     notice = delivery(config, ChannelKind.WEBHOOK)
-
-    async def dies(*args: object, **kwargs: object) -> None:
-        raise ConnectionResetError("the worker died here: sent, not recorded")
-
-    monkeypatch.setattr(notify, "_record", dies)
+    monkeypatch.setattr(notify, "_record", dies_at_the_record)
     with pytest.raises(ConnectionResetError):
         await ActivityEnvironment().run(notify.deliver_notice, notice)
     monkeypatch.undo()
