@@ -533,12 +533,11 @@ class Chaos:
         none fires while settling. The Apprise service's armed windows too (one open then
         runs its course)."""
         armed = self.folder / "faults" / "armed"
-        while time.time() < deadline + RENDER_GRACE:
-            left = [arm for arm in armed.iterdir() if time.time() >= deadline
-                    and arm.name.partition(".")[0] not in RENDER_WINDOWS]  # fmt: skip
-            for arm in left:
-                arm.unlink(missing_ok=True)
-            if time.time() >= deadline:
+        while (now := time.time()) < deadline + RENDER_GRACE:
+            if now >= deadline:  # past it, only the render windows wait on
+                for arm in armed.iterdir():
+                    if arm.name.partition(".")[0] not in RENDER_WINDOWS:
+                        arm.unlink(missing_ok=True)
                 self.apprise.pending.clear()
             if not any(armed.iterdir()) and not self.apprise.pending:
                 break
