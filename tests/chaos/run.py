@@ -49,6 +49,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 from aiohttp import web
@@ -737,31 +738,75 @@ class Chaos:
             len(times) == changed * len(CHANNELS) and set(times) == sent_ids,
             f"{len(times)} = {changed} x {len(CHANNELS)}",
         )
-        # A kill in any window takes the whole worker down, sends in flight included.
-        kills = [float(str(h["at"])) for h in self.hits if h["window"] not in SPARING]
-        crashes = [(k, k) for k in kills] + self.outages.spans.get("postgres", [])
-        # A black hole or a reset on Postgres's proxy fails the `sent` row's write too.
-        crashes += self.outages.spans.get("network postgres", [])
-        resent, unexplained = 0, []
-        for webhook_id, moments in times.items():
-            for first, again in itertools.pairwise(moments):
-                resent += 1
-                if not any(s <= again and e >= first for s, e in crashes + self.zombie_spans):
-                    unexplained.append(self.resend(webhook_id, first, again))
+        senders = self.senders(lambda send: send.get("webhook_id"))
+        resent, early, unexplained = self.resends(times, senders)
         r.figures["raw re-sends (same webhook-id accepted twice)"] = resent
+        r.figures["  taken after their sender was killed (its request out already)"] = early
         r.check(
             "every re-send explained by a crash between send and record",
             not unexplained,
             f"{resent} re-sends, unexplained: {unexplained[:3] or 'none'}",
         )
 
-    def resend(self, key: object, first: float, again: float) -> str:
-        """An unexplained re-send as the report names it: when it was taken each time, and
-        the faults injected from 20 s before (the evidence a failed run leaves in CI)."""
-        near = [f"{kind} {at - self.started:.0f}" for at, kind in self.injected_at
+    def senders(
+        self, key: Callable[[dict[str, Any]], object]
+    ) -> dict[object, list[tuple[int, float]]]:
+        """The chaos workers' sends (tests/chaos/worker.py `Faults.sending`) by `key`: which
+        process began each, and when."""
+        log = self.folder / "faults" / "sends.jsonl"
+        sends: dict[object, list[tuple[int, float]]] = {}
+        for line in log.read_text().splitlines() if log.exists() else []:
+            send = json.loads(line)
+            if (k := key(send)) is not None:
+                sends.setdefault(k, []).append((int(send["pid"]), float(send["at"])))
+        return sends
+
+    def resends(
+        self, times: dict[Any, list[float]], senders: dict[object, list[tuple[int, float]]]
+    ) -> tuple[int, int, list[str]]:
+        """Each copy taken again (`times`: when each was taken, by key), and whether it is
+        explained: a kill took down the process whose send was in flight, or Postgres was
+        away (a restart, a black hole or a reset on its proxy: the `sent` row's write
+        failed and the retry sent again), or a zombie's send outlived its attempt. Returns
+        the re-sends, those taken after their sender's kill, and the unexplained, named."""
+        crashes = self.outages.spans.get("postgres", []) + self.zombie_spans
+        crashes += self.outages.spans.get("network postgres", [])
+        resent, early, unexplained = 0, 0, []
+        for key, moments in times.items():
+            for first, again in itertools.pairwise(moments):
+                resent += 1
+                if (kill := self.sender_kill(senders.get(key, []), again)) is not None:
+                    early += kill < first
+                elif not any(s <= again and e >= first for s, e in crashes):
+                    unexplained.append(self.resend(key, first, again, senders))
+        return resent, early, unexplained
+
+    def sender_kill(self, sends: list[tuple[int, float]], again: float) -> float | None:
+        """When a window's kill took down a process with this notice's send in flight (begun
+        before the kill, the kill before the copy taken `again`), if one did. The receiver
+        may take the first copy after the kill: the request was out already."""
+        kills = [float(str(h["at"])) for pid, began in sends for h in self.hits
+                 if h["window"] not in SPARING and int(str(h["pid"])) == pid
+                 and began <= float(str(h["at"])) <= again]  # fmt: skip
+        return min(kills, default=None)
+
+    def resend(
+        self, key: object, first: float, again: float,
+        senders: dict[object, list[tuple[int, float]]],
+    ) -> str:  # fmt: skip
+        """An unexplained re-send as the report names it: when it was taken each time, who
+        began its sends, and the faults injected and windows hit from 20 s before (the
+        evidence a failed run leaves in CI)."""
+        t0 = self.started
+        sent = [f"pid {pid} at {at - t0:.1f}" for pid, at in senders.get(key, [])]
+        near = [f"{kind} {at - t0:.0f}" for at, kind in self.injected_at
                 if first - 20 <= at <= again]  # fmt: skip
-        return (f"{key} taken at {first - self.started:.1f} and {again - self.started:.1f} s; "
-                f"faults from 20 s before: {', '.join(near) or 'none'}")  # fmt: skip
+        hit = [f"{h['window']} pid {h['pid']} at {float(str(h['at'])) - t0:.1f}"
+               for h in self.hits if first - 20 <= float(str(h["at"])) <= again]  # fmt: skip
+        return (f"{key} taken at {first - t0:.1f} and {again - t0:.1f} s; sent by "
+                f"{', '.join(sent) or 'nobody logged'}; faults from 20 s before: "
+                f"{', '.join(near) or 'none'}; windows hit: "
+                f"{', '.join(hit) or 'none'}")  # fmt: skip
 
     async def check_apprise(self) -> None:
         """The Apprise channels: each change of a target with them sent once to each; the
@@ -810,23 +855,17 @@ class Chaos:
             f"{sorted(expected - set(times))[:2] or 'none'}, extra "
             f"{sorted(set(times) - expected)[:2] or 'none'}",
         )
-        # As for webhooks: a kill in any window takes the sends in flight down with it, and
-        # a Postgres restart fails the `sent` row's write; so does a black hole or a reset
-        # on Postgres's proxy (the activity fails and its retry sends again).
-        kills = [float(str(h["at"])) for h in self.hits if h["window"] not in SPARING]
-        crashes = [(k, k) for k in kills] + self.outages.spans.get("postgres", [])
-        crashes += self.outages.spans.get("network postgres", []) + self.zombie_spans
-        resent, unexplained = 0, []
-        for key, moments in times.items():
-            for first, again in itertools.pairwise(moments):
-                resent += 1
-                if not any(s <= again and e >= first for s, e in crashes):
-                    unexplained.append(self.resend(key, first, again))
         urls = await self.pool.fetch("SELECT ref, url FROM notify_urls")
         letters = {f"apprise-{u['ref']}": str(u["url"]).rsplit("/", 2)[-2] for u in urls}
+        senders = self.senders(
+            lambda send: (letters.get(send["channel_id"], "?"), send["work_id"])
+            if "channel_id" in send else None
+        )  # fmt: skip
+        resent, early, unexplained = self.resends(times, senders)
         killed_after = [(letters.get(str(h["channel_id"]), "?"), str(h["work_id"]))
                         for h in self.hits if h["window"] == "after_apprise_send"]  # fmt: skip
         r.figures["raw Apprise re-sends (same message accepted twice)"] = resent
+        r.figures["  taken after the sender was killed (the request out already)"] = early
         r.figures["  after_apprise_send hits: accepted 1 / 2 / 3+ times"] = " / ".join(
             str(sum(1 for k in killed_after if len(times.get(k, [])) in n))
             for n in ((0, 1), (2,), range(3, 99))

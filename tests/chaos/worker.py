@@ -50,6 +50,7 @@ class Faults:
         self.armed = folder / "armed"
         self.taken = folder / "taken"
         self.hits = folder / "hits.jsonl"
+        self.sends = folder / "sends.jsonl"
 
     def take(self, *windows: str) -> tuple[str, str] | None:
         """Claim the oldest armed fault for any of `windows` (window, arm); only one process
@@ -82,6 +83,13 @@ class Faults:
             log.write(json.dumps(hit) + "\n")
             log.flush()
             os.fsync(log.fileno())
+
+    def sending(self, **details: object) -> None:
+        """Note which process sends a notice, as it starts: a kill that takes the process
+        down may come before the receiver has logged the copy it sent. Flushed, not synced:
+        a killed process's writes are in the kernel already."""
+        with open(self.sends, "a") as log:
+            log.write(json.dumps({"pid": os.getpid(), "at": time.time(), **details}) + "\n")
 
     def fire(self, window: str, arm: str, **details: object) -> None:
         """Record the hit, then die (or freeze) right here, inside the window."""
@@ -121,6 +129,7 @@ def install(faults: Faults) -> None:
         now: datetime,
         disable: bool = True,
     ) -> None:
+        faults.sending(webhook_id=NotifyActivities.message_id(delivery))
         await real_post(self, delivery, notice, url, secret, now, disable)
         if taken := faults.take("after_send"):
             faults.fire(*taken, webhook_id=NotifyActivities.message_id(delivery))
@@ -133,6 +142,8 @@ def install(faults: Faults) -> None:
         row: Any,
         test: bool = False,
     ) -> None:
+        if not test:
+            faults.sending(work_id=str(notice["work_id"]), channel_id=channel_id)
         await real_notify(self, target_id, channel_id, notice, row, test)  # returns: sent
         if not test and (taken := faults.take("after_apprise_send")):
             faults.fire(*taken, work_id=str(notice["work_id"]), channel_id=channel_id)
