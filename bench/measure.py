@@ -164,19 +164,24 @@ class Memory:
 
 
 async def peak_memory(stack: Stack, running: Running, until: datetime) -> Memory:
+    """Sample the processes' memory until `until`, the last sample at or after it: every
+    fifth of the window gets at least the sample that falls in it, and the last fifth
+    always one (on a loaded machine a sample can take longer than a fifth)."""
     peaks: dict[str, int] = {}
     start = datetime.now(UTC)
     fifths = [0] * 5
-    while (now := datetime.now(UTC)) < until:
+    while True:
+        now = datetime.now(UTC)
         # Off the loop, which also serves the pages and the round-trip proxy.
         sizes = await asyncio.to_thread(procs.memory_bytes, roots(stack, running))
         for role, size in sizes.items():
             peaks[role] = max(peaks.get(role, 0), size)
         fifth = min(4, int(5 * (now - start) / (until - start)))
         fifths[fifth] = max(fifths[fifth], sizes.get("worker", 0))
+        if now >= until:
+            return Memory(peaks, fifths)
         every = min(MEMORY_SAMPLE_EVERY, (until - start).total_seconds() / 5)
-        await asyncio.sleep(min(every, (until - datetime.now(UTC)).total_seconds()))
-    return Memory(peaks, fifths)
+        await asyncio.sleep(max(0.0, min(every, (until - datetime.now(UTC)).total_seconds())))
 
 
 async def wait_registered(pool: asyncpg.Pool, workload: Workload) -> None:
