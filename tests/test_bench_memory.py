@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bench import measure
+from bench import measure, procs
 
 
 @pytest.mark.parametrize("sample_seconds", [0.0, 0.45, 1.5])
@@ -25,7 +25,7 @@ async def test_every_window_ends_with_a_sample_in_its_last_fifth(
         time.sleep(sample_seconds)
         return {"worker": 2**20 * len(taken), "postgres": 2**20}
 
-    monkeypatch.setattr(measure.procs, "memory_bytes", slow_memory_bytes)
+    monkeypatch.setattr(procs, "memory_bytes", slow_memory_bytes)
     stack: Any = SimpleNamespace(postgres_pid=1)
     running: Any = SimpleNamespace(worker_pids=[2], temporal=None)
     until = datetime.now(UTC) + timedelta(seconds=1)
