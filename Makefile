@@ -46,3 +46,16 @@ chaos: $(BIN)/python
 bench: $(BIN)/python
 	$(BIN)/python -m pip install --quiet --editable '.[test]'
 	$(BIN)/python -m bench $(ARGS)
+
+# Mutation testing, not part of `make test` (docs/testing.md#mutation-testing): mutmut changes
+# the modules listed in pyproject.toml's [tool.mutmut] one small mistake at a time, in a copy
+# (mutants/), and runs the tests that call each changed function; a mutant no test fails
+# survived. Results are kept in mutants/: a rerun tests only new or changed functions, and
+# MODULE=pricewatch/slots.py tests that module's mutants again (after a new test). JOBS
+# mutants at a time, at low priority; the scores per module and the survivors are printed last.
+.PHONY: mutants
+JOBS ?= 2
+mutants: $(BIN)/python
+	$(BIN)/python -m pip install --quiet --editable '.[test]'
+	nice -n 10 $(BIN)/mutmut run --max-children $(JOBS) $(if $(MODULE),'$(subst /,.,$(MODULE:.py=)).*')
+	$(BIN)/python mutation/scores.py $(MODULE)
