@@ -1,0 +1,130 @@
+"""Run a function whose cost a user decides (a notice template) in a child process with a
+deadline and a memory cap, killed when it overruns.
+
+A thread cannot be stopped and shares the GIL, so pure-Python work in one still slows the
+worker's event loop; a child process can be killed, and its CPU is its own. Children are
+forked from a small `forkserver` that has imported `preload` once, not from the caller (a
+worker full of threads and sockets), so starting one costs a fork and a pickle: a few ms
+(docs/notifications.md has the measurement).
+
+The deadline counts from the moment the child is ready, not from its start: on a busy
+machine starting a process can take a while, and that is not the function's cost.
+"""
+
+import contextlib
+import multiprocessing
+import multiprocessing.connection
+import os
+import resource
+import time
+from collections.abc import Callable
+from typing import Any
+
+# The child's address space may grow this much past what it starts with (its Python and the
+# preloaded modules): plenty for a 4000-character message, too little for `"x" * 10**9`.
+MEMORY_BYTES = 256 * 2**20
+# A child that cannot even start in this long says so (a machine out of processes).
+START_SECONDS = 60.0
+# The forkserver imports these once. `__main__` among them, so that a child does not run
+# the main module again (multiprocessing does, for every child, unless its forkserver has).
+_PRELOAD = ["__main__", "pricewatch.notices"]
+
+
+class Overrun(ValueError):
+    """The function did not finish within its bounds; the message says which and where."""
+
+
+class Failed(ValueError):
+    """The function raised: its message (the child's exception is not sent back itself,
+    since not every exception survives a pickle)."""
+
+
+Note = Callable[[str], None]
+"""What a function tells its caller about where it is, for the overrun's message."""
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(_PRELOAD)
+    return context
+
+
+def run(
+    function: Callable[..., Any],
+    *args: Any,
+    seconds: float,
+    memory_bytes: int = MEMORY_BYTES,
+) -> Any:
+    """`function(note, *args)` in a child process; its result, `Failed` if it raised, or
+    `Overrun` if it took longer than `seconds` or more than `memory_bytes` (the child is
+    killed). Blocking: from async code, call it in a thread (`asyncio.to_thread`)."""
+    context = _context()
+    receiving, sending = context.Pipe(duplex=False)
+    child = context.Process(  # type: ignore[attr-defined]
+        target=_child, args=(sending, function, args, seconds, memory_bytes), daemon=True
+    )
+    child.start()
+    sending.close()
+    doing = ""
+    try:
+        if not receiving.poll(START_SECONDS):
+            raise Overrun(f"the child process did not start in {START_SECONDS:.0f} s")
+        receiving.recv()  # ready: the deadline starts now
+        ends = time.monotonic() + seconds
+        while True:
+            left = ends - time.monotonic()
+            if left <= 0 or not receiving.poll(left):
+                raise Overrun(f"{doing} took longer than {seconds:g} s".strip())
+            kind, value = receiving.recv()
+            if kind == "note":
+                doing = value
+            elif kind == "done":
+                return value
+            elif kind == "memory":
+                raise Overrun(f"{doing} needs more than {memory_bytes // 2**20} MiB".strip())
+            else:
+                raise Failed(value)
+    except EOFError:  # the child died without a word: a signal, or its CPU limit
+        child.join(1)
+        raise Overrun(
+            f"{doing} stopped the child process (exit {child.exitcode})".strip()
+        ) from None
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join()
+        receiving.close()
+
+
+def _child(
+    sending: multiprocessing.connection.Connection,
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    seconds: float,
+    memory_bytes: int,
+) -> None:
+    _limit(memory_bytes, seconds)
+
+    def note(doing: str) -> None:
+        sending.send(("note", doing))
+
+    sending.send(("ready", None))
+    try:
+        result: tuple[str, Any] = ("done", function(note, *args))
+    except MemoryError:
+        result = ("memory", None)
+    except Exception as err:
+        result = ("failed", str(err))
+    sending.send(result)
+
+
+def _limit(memory_bytes: int, seconds: float) -> None:
+    """The child's own bounds, in case its parent is gone and cannot kill it: an address
+    space cap (a MemoryError, not the machine's swap) and a CPU-time cap."""
+    with contextlib.suppress(OSError, ValueError):  # not on this platform
+        with open("/proc/self/statm") as statm:
+            used = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        resource.setrlimit(resource.RLIMIT_AS, (used + memory_bytes, used + memory_bytes))
+    with contextlib.suppress(OSError, ValueError):
+        cpu = int(seconds) + 5
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
