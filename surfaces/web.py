@@ -28,6 +28,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.middleware.sessions import SessionMiddleware
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from client.pricewatch import BadInput, Pricewatch
@@ -125,7 +126,9 @@ def create_app(settings: Settings, host: str = "127.0.0.1", port: int = 8090) ->
     async def http_error(request: Request, err: HTTPException) -> Response:
         line = f"no such page: {request.url.path}" if err.status_code == 404 else str(err.detail)
         answer = error(request, err.status_code, line)
-        answer.headers.update(err.headers or {})  # a 405's Allow
+        answer.headers.update(err.headers or {})
+        if err.status_code == 405:  # Starlette's Allow names the first route's methods only
+            answer.headers["Allow"] = _allowed(app, request)
         return answer
 
     app.add_middleware(Guard, token=token, hosts=LOOPBACK_HOSTS if loopback(host) else None)
@@ -143,6 +146,16 @@ def create_app(settings: Settings, host: str = "127.0.0.1", port: int = 8090) ->
         max_age=7 * 24 * 3600,
     )
     return app
+
+
+def _allowed(app: FastAPI, request: Request) -> str:
+    """The methods some route at the request's path takes (each tried in turn: a router
+    included in the app only says whether it matches)."""
+    return ", ".join(
+        method
+        for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+        if any(r.matches({**request.scope, "method": method})[0] is Match.FULL for r in app.routes)
+    )
 
 
 def cookie_name(settings: Settings, port: int) -> str:
