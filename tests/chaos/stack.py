@@ -36,6 +36,7 @@ from standardwebhooks import Webhook
 
 from tests.chaos import procs
 from tests.chaos.proxy import Hang
+from workers import lifeline
 from workers.dev import DEV_SQLITE_PRAGMAS
 from workers.embedded import start_embedded_postgres, start_temporal_dev_server, stop_process
 
@@ -98,6 +99,8 @@ class Postgres:
         pgexec("pg_ctl", args, bin_path=self.server.bin_path, user=self.server.system_user)
         time.sleep(down_seconds)
         self.server.ensure_postgres_running()
+        if pid := self.server.get_pid():
+            lifeline.guard(pid)  # stopped if the run is killed
 
     def stop(self) -> None:
         self.server.cleanup()
@@ -121,7 +124,8 @@ class Workers:
         self.chromium_pss: list[tuple[float, int]] = []  # (when, bytes): their Chromium
         self.seen: set[tuple[int, int]] = set()  # every Chromium process seen below them
         self.processes: list[subprocess.Popen[bytes]] = []
-        self.frozen: set[int] = set()
+        self.frozen: set[int] = set()  # zombies: frozen by themselves in a window
+        self.stopped: set[int] = set()  # frozen by the run for a while (`Chaos.freeze`)
         self.deaths = 0
         self.died: list[int] = []  # the pid of each death (the run tells which it caused)
         self.rss: list[tuple[float, int]] = []  # (when, bytes) of each live worker, sampled
@@ -232,7 +236,8 @@ class Workers:
 
     def _note_availability(self) -> None:
         """Plain workers only: a rendered check waits on its queue for a render worker."""
-        working = [p for p in self.plain if p.poll() is None and p.pid not in self.frozen]
+        working = [p for p in self.plain
+                   if p.poll() is None and p.pid not in self.frozen | self.stopped]  # fmt: skip
         now = time.time()
         if not working and self._all_down_since is None:
             self._all_down_since = now
@@ -349,6 +354,8 @@ class Pages:
         self.heavy_pending = 0
         self.hung: list[Hung] = []
         self.heavy: list[tuple[str, float]] = []  # (target, when) of each heavy page served
+        self.requested: list[float] = []  # when each plain page was asked for
+        self.rendered_first: list[float] = []  # each rendered page asked for, not a retry
         self._rendered_at: dict[str, float] = {}
 
     def version(self, target: str) -> int:
@@ -361,6 +368,7 @@ class Pages:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         target = request.match_info["target"]
+        self.requested.append(time.time())
         await asyncio.sleep(self.random.uniform(0.02, 0.08))
         body = f"<html><body><p>{self.text(target)}</p></body></html>"
         roll = self.random.random() if self.faulty else 1.0
@@ -394,6 +402,8 @@ class Pages:
         previous, self._rendered_at[target] = self._rendered_at.get(target), now
         await asyncio.sleep(self.render_random.uniform(0.02, 0.08))
         regular = previous is not None and now - previous < RETRY_GAP  # not a retry
+        if regular or previous is None:
+            self.rendered_first.append(now)
         if regular and self.hangs_pending:
             seconds = self.hangs_pending.pop(0)
             self.answers["rendered: hung"] += 1

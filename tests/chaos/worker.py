@@ -51,6 +51,7 @@ class Faults:
         self.taken = folder / "taken"
         self.hits = folder / "hits.jsonl"
         self.sends = folder / "sends.jsonl"
+        self.misses = folder / "misses.jsonl"
 
     def take(self, *windows: str) -> tuple[str, str] | None:
         """Claim the oldest armed fault for any of `windows` (window, arm); only one process
@@ -83,6 +84,11 @@ class Faults:
             log.write(json.dumps(hit) + "\n")
             log.flush()
             os.fsync(log.fileno())
+
+    def missed(self, window: str, **details: object) -> None:
+        """Note a window taken and put back: its fault came too late to hit its work."""
+        with open(self.misses, "a") as log:
+            log.write(json.dumps({"window": window, "pid": os.getpid(), **details}) + "\n")
 
     def sending(self, **details: object) -> None:
         """Note which process sends a notice, as it starts: a kill that takes the process
@@ -162,6 +168,7 @@ def install_render(faults: Faults) -> None:
 
     async def render(self: BrowserFetcher, *args: Any) -> Page:
         """`_render(browser, proxy, session, request, steps, budget)`, with the windows."""
+        began = time.time()
         rendering = asyncio.create_task(real_render(self, *args))
         try:
             done, _ = await asyncio.wait({rendering}, timeout=IN_FLIGHT)
@@ -171,10 +178,9 @@ def install_render(faults: Faults) -> None:
                 request = args[3]
                 url = request.url if isinstance(request, Request) else ""
                 if window == "render worker killed":
-                    faults.fire(window, arm, url=url)
+                    faults.fire(window, arm, url=url, began=began)
                 elif browsers := browsers_under(os.getpid()):
-                    faults.record(window, arm, url=url, browser=browsers[0])
-                    os.kill(browsers[0], signal.SIGKILL)
+                    await kill_browser(faults, arm, rendering, browsers[0], url, began)
                 else:  # no browser to kill: leave it for another render
                     faults.untake(arm)
             return await rendering
@@ -182,6 +188,27 @@ def install_render(faults: Faults) -> None:
             rendering.cancel()
 
     BrowserFetcher._render = render  # type: ignore[assignment,method-assign]
+
+
+async def kill_browser(
+    faults: Faults, arm: str, rendering: "asyncio.Task[Page]", browser: int, url: str,
+    began: float,
+) -> None:  # fmt: skip
+    """SIGKILL the browser mid-render, then judge by the render itself whether the kill hit
+    it: on a starved machine the render may have read its page between the window's look
+    and the kill, and then ends well. Such a miss is put back for another render (and noted
+    in `misses.jsonl`); a hit is recorded once the render failed, with the kill's moment
+    between the render's start and end (this process lives on, so it can wait to know)."""
+    killed = time.time()
+    os.kill(browser, signal.SIGKILL)
+    await asyncio.wait({rendering})
+    details = {"url": url, "browser": browser, "began": began, "killed": killed,
+               "ended": time.time()}  # fmt: skip
+    if rendering.cancelled() or rendering.exception() is not None:
+        faults.record("browser killed", arm, **details)
+        return
+    faults.untake(arm)
+    faults.missed("browser killed", **details)
 
 
 def main() -> None:
