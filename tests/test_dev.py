@@ -2,11 +2,15 @@
 stack, checks the demo page, stops everything it started on Ctrl-C, and resumes on restart."""
 
 import asyncio
+import fcntl
+import json
 import os
 import re
 import signal
 import socket
+import subprocess
 import sys
+from asyncio.subprocess import Process
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,8 +21,10 @@ import httpx
 import pytest
 from aiohttp import web
 
-from workers.dev import demo_page
+from tests.chaos import procs
+from workers.dev import DEV_LOCK_FILE, DEV_PIDS_FILE, demo_page
 from workers.embedded import free_port
+from workers.lifeline import start_ticks
 
 pytestmark = pytest.mark.e2e
 PRICEWATCH = str(Path(sys.executable).parent / "pricewatch")
@@ -279,3 +285,102 @@ async def test_dev_waits_for_its_temporal_to_answer_and_stops_on_ctrl_c() -> Non
             out, _ = await process.communicate()
     assert out.decode().splitlines()[-1] == "stopping...", out
     assert process.returncode == 0
+
+
+async def started_dev(data_dir: Path, ports: dict[str, int]) -> tuple[Process, list[str]]:
+    """`pricewatch dev` (no demo) once its worker runs, and what it printed until then."""
+    env = {**os.environ, "PRICEWATCH_DATA_DIR": str(data_dir)}
+    env.pop("PRICEWATCH_DATABASE_URL", None)
+    args = [f"--{name}-port={port}" for name, port in ports.items()]
+    process = await asyncio.create_subprocess_exec(
+        PRICEWATCH, "dev", *args, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    assert process.stdout is not None
+    seen: list[str] = []
+    async with asyncio.timeout(90):
+        while "worker:    running" not in (line := (await process.stdout.readline()).decode()):
+            assert line, "pricewatch dev exited early:\n" + "".join(seen[-30:])
+            seen.append(line)
+    return process, seen
+
+
+def what_runs(dev: Process, data_dir: Path) -> tuple[set[tuple[int, int]], list[int]]:
+    """Every process of a running `pricewatch dev` as (pid, start ticks): itself, what runs
+    below it (its Temporal server, its lifeline), and its Postgres (started by pg_ctl, so
+    below init); and the pids of its two servers, from the file it keeps of them."""
+    servers = [pid for pid, _ in json.loads((data_dir / DEV_PIDS_FILE).read_text()).values()]
+    below = procs.descendants({dev.pid, *servers})
+    assert len(servers) == 2 and {p.pid for p in below} >= {dev.pid, *servers}, below
+    return {p.key for p in below}, servers
+
+
+def still_running(keys: set[tuple[int, int]]) -> list[int]:
+    return [pid for pid, ticks in keys if start_ticks(pid) == ticks]
+
+
+async def test_a_killed_dev_leaves_nothing_once_the_next_one_stops(tmp_path: Path) -> None:
+    """SIGKILL runs no cleanup: the servers of a killed `pricewatch dev` live on. Its
+    lifeline is killed too here (as a kill of every process would, or a version without
+    one): the next `pricewatch dev` of the data dir finds them by its file, says so in one
+    line and stops them; after its Ctrl-C no process of either run is left (by pid and
+    start time, never by name)."""
+    ports = {name: free_port() for name in ("temporal", "ui", "demo", "dashboard")}
+    first, _ = await started_dev(tmp_path, ports)
+    first_run, servers = what_runs(first, tmp_path)
+    lifelines = [p.pid for p in procs.descendants({first.pid}) if b"lifeline" in p.cmdline]
+    for pid in [*lifelines, first.pid]:
+        os.kill(pid, signal.SIGKILL)
+    await first.wait()
+    assert lifelines and set(servers) <= set(still_running(first_run))  # left running
+
+    second, start_up = await started_dev(tmp_path, ports)
+    stale = [line for line in start_up if line.startswith("stale:")]
+    assert len(stale) == 1 and all(f"(pid {pid})" in stale[0] for pid in servers), start_up
+    assert not still_running(first_run)
+    second_run, _ = what_runs(second, tmp_path)
+    second.send_signal(signal.SIGINT)  # what Ctrl-C does
+    async with asyncio.timeout(60):
+        await second.communicate()
+    assert second.returncode == 0
+    for _ in range(50):  # its lifeline leaves once it has found nothing left to stop
+        if not (left := still_running(first_run | second_run)):
+            break
+        await asyncio.sleep(0.2)
+    assert not left, [p for p in procs.processes() if p.pid in left]
+    assert not (tmp_path / DEV_PIDS_FILE).exists()
+
+
+async def test_a_killed_devs_servers_are_stopped_by_its_lifeline(tmp_path: Path) -> None:
+    """Killed alone, `pricewatch dev`'s lifeline (a watchdog reading a pipe only the dev
+    process held) sees the pipe close and stops its Temporal server and Postgres."""
+    ports = {name: free_port() for name in ("temporal", "ui", "demo", "dashboard")}
+    dev, _ = await started_dev(tmp_path, ports)
+    run, _ = what_runs(dev, tmp_path)
+    dev.kill()
+    await dev.wait()
+    for _ in range(150):  # SIGTERM, then SIGKILL after 10 s
+        if not (left := still_running(run)):
+            break
+        await asyncio.sleep(0.2)
+    assert not left, [p for p in procs.processes() if p.pid in left]
+
+
+def test_a_second_dev_on_the_same_data_dir_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Its servers would be the first one's: refused (exit 2), nothing started."""
+    ports = {name: free_port() for name in ("temporal", "ui", "demo", "dashboard")}
+    env = {**os.environ, "PRICEWATCH_DATA_DIR": str(tmp_path)}
+    args = [f"--{name}-port={port}" for name, port in ports.items()]
+    with open(tmp_path / DEV_LOCK_FILE, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # as a running `pricewatch dev` holds it
+        lock.write("4242\n")
+        lock.flush()
+        second = subprocess.run(
+            [PRICEWATCH, "dev", *args], env=env, capture_output=True, text=True, timeout=60
+        )
+    assert second.returncode == 2, second.stderr
+    assert second.stderr.splitlines() == [
+        f"pricewatch: another `pricewatch dev` (pid 4242) runs on {tmp_path.resolve()}: stop "
+        "it first, or give this one its own PRICEWATCH_DATA_DIR"
+    ]
+    assert not (tmp_path / "pgdata").exists()

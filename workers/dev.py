@@ -7,6 +7,7 @@ dir, so a second run resumes every target with its history. Ctrl-C stops what it
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
 import threading
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from client.temporal import ensure_retention_schedule, start_monitor
@@ -29,6 +31,8 @@ from pricewatch.settings import (
 from pricewatch.slots import spread_anchor
 from workers.chromium import ChromiumMissing
 from workers.embedded import start_embedded_postgres, start_temporal_dev_server, stop_process
+from workers.lifeline import start_ticks
+from workers.lifeline import stop as stop_guarded
 from workers.observability import (
     configure_dev_console,
     configure_tracing,
@@ -266,6 +270,75 @@ async def serve(
     print("stopping...", flush=True)
 
 
+# What this data dir's `pricewatch dev` runs: a lock held while it runs, and the servers it
+# started (name: [pid, start ticks]), removed when it stops cleanly.
+DEV_LOCK_FILE = "dev.lock"
+DEV_PIDS_FILE = "dev.pids.json"
+
+
+@contextlib.contextmanager
+def data_dir_lock(data_dir: Path) -> Iterator[None]:
+    """One `pricewatch dev` per data dir: a second would share its servers' files (and
+    take the first one's servers for a killed run's). The kernel lets go of the lock when
+    its holder dies, however it dies."""
+    with open(data_dir / DEV_LOCK_FILE, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "?"
+            raise ValueError(
+                f"another `pricewatch dev` (pid {holder}) runs on {data_dir}: stop it first, or "
+                "give this one its own PRICEWATCH_DATA_DIR"
+            ) from None
+        lock.truncate(0)
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        yield
+
+
+@dataclass
+class Started:
+    """The servers this run started, on file while it runs (`stop_stale` reads it)."""
+
+    path: Path
+
+    def note(self, name: str, pid: int) -> None:
+        recorded = _read_pids(self.path)
+        recorded[name] = [pid, start_ticks(pid)]
+        self.path.write_text(json.dumps(recorded) + "\n")
+
+    def forget(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _read_pids(path: Path) -> dict[str, list[int | None]]:
+    try:
+        recorded = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return recorded if isinstance(recorded, dict) else {}
+
+
+def stop_stale(data_dir: Path) -> None:
+    """Stop the servers a killed `pricewatch dev` of this data dir left running (its file
+    of them is still there), with one line. The lock is ours, so no live run owns them;
+    a recorded pid counts only if the process has the start time recorded with it (not
+    one that reused the pid). Usually its lifeline stopped them already."""
+    path = data_dir / DEV_PIDS_FILE
+    recorded = _read_pids(path)
+    left = [
+        (name, pid, ticks)
+        for name, (pid, ticks) in recorded.items()
+        if pid is not None and ticks is not None and start_ticks(pid) == ticks
+    ]
+    if left:
+        names = ", ".join(f"its {name} (pid {pid})" for name, pid, _ in left)
+        print(f"stale:     a killed `pricewatch dev` left {names} running: stopping", flush=True)
+        stop_guarded([(pid, ticks) for _, pid, ticks in left])
+    path.unlink(missing_ok=True)
+
+
 def run_dev(
     settings: Settings,
     *,
@@ -285,12 +358,18 @@ def run_dev(
     data_dir.mkdir(parents=True, exist_ok=True)
     print(f"data dir:  {data_dir}", flush=True)
     with contextlib.ExitStack() as stack:
+        stack.enter_context(data_dir_lock(data_dir))
+        stop_stale(data_dir)
+        started = Started(data_dir / DEV_PIDS_FILE)
+        stack.callback(started.forget)
         if settings.database_url:
             database_url = settings.database_url
             print("postgres:  PRICEWATCH_DATABASE_URL", flush=True)
         else:
             database_url, server = start_embedded_postgres(data_dir / "pgdata")
             stack.callback(server.cleanup)
+            if pid := server.get_pid():
+                started.note("Postgres", pid)
             url_file = data_dir / EMBEDDED_DATABASE_URL_FILE
             url_file.write_text(database_url + "\n")
             stack.callback(url_file.unlink, missing_ok=True)
@@ -309,6 +388,7 @@ def run_dev(
             extra_args=DEV_SQLITE_PRAGMAS,
         )
         stack.callback(stop_process, temporal)
+        started.note("Temporal server", temporal.pid)
         os.environ["TEMPORAL_ADDRESS"] = f"127.0.0.1:{ports.temporal}"
         print(
             f"temporal:  127.0.0.1:{ports.temporal} (log {data_dir / 'temporal.log'})", flush=True
