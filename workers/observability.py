@@ -11,8 +11,11 @@ import json
 import logging
 import os
 import re
+import sys
+import threading
 import time
-from collections.abc import Awaitable, Callable
+import traceback
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 from temporalio import workflow
@@ -199,6 +202,94 @@ def watch_gc_pauses(runtime: Runtime | None) -> None:
             )  # fmt: skip
 
     gc.callbacks.append(timed)
+
+
+# The event loop runs every heartbeat, lease extension and delivery record: blocked longer
+# than this, a worker risks exactly what issue 41 saw (a cancelled attempt, a send twice).
+LOOP_LAG_WORTH_A_LINE = 0.25
+LOOP_PROBE_EVERY = 0.1
+# Where a blocked loop's stack is worth naming: pricewatch's own code.
+OUR_CODE = re.compile(r"[/\\](activities|pricewatch|workers|workflows|surfaces|client)[/\\]")
+
+
+class LoopWatch:
+    """A probe of the event loop: a task sleeps LOOP_PROBE_EVERY and measures how late it
+    wakes (`pricewatch_loop_lag_seconds`); past LOOP_LAG_WORTH_A_LINE, one warning naming
+    what ran. The name comes from a watchdog thread that, seeing the probe overdue, reads
+    the loop thread's stack while the block is still on it (a thread runs while the loop's
+    Python is in C or has let the GIL go, which is how a long block usually looks)."""
+
+    def __init__(self, runtime: Runtime | None) -> None:
+        meter = runtime.metric_meter if runtime is not None else None
+        self.lags = meter.create_histogram_float(
+            "pricewatch_loop_lag_seconds", "how late the event loop ran a 100 ms sleep",
+            unit="s",
+        ) if meter is not None else None  # fmt: skip
+        self.beat = time.monotonic()
+        self.blocked_in: str | None = None
+        self.stopped = threading.Event()
+        self.log = logging.getLogger("pricewatch.worker")
+
+    async def probe(self) -> None:
+        loop_thread = threading.get_ident()
+        watchdog = threading.Thread(
+            target=self._watch, args=(loop_thread,), name="loop-watch", daemon=True
+        )
+        watchdog.start()
+        try:
+            while True:
+                self.beat = started = time.monotonic()
+                await asyncio.sleep(LOOP_PROBE_EVERY)
+                lag = max(time.monotonic() - started - LOOP_PROBE_EVERY, 0.0)
+                if self.lags is not None:
+                    self.lags.record(lag)
+                if lag > LOOP_LAG_WORTH_A_LINE:
+                    where = f" in {self.blocked_in}" if self.blocked_in else ""
+                    self.log.warning("the event loop was blocked for %.0f ms%s", lag * 1000, where)
+                self.blocked_in = None
+        finally:
+            self.stopped.set()
+
+    def _watch(self, loop_thread: int) -> None:
+        while not self.stopped.wait(LOOP_PROBE_EVERY):
+            overdue = time.monotonic() - self.beat - LOOP_PROBE_EVERY
+            if overdue > LOOP_LAG_WORTH_A_LINE / 2 and self.blocked_in is None:
+                frame = sys._current_frames().get(loop_thread)
+                if frame is not None:
+                    self.blocked_in = where(frame)
+
+
+def where(frame: object) -> str:
+    """The innermost of pricewatch's own frames on a stack (and the innermost frame, if it
+    is elsewhere): `pricewatch/notices.py:250 _render_one (jinja2/runtime.py:...)`."""
+    stack = traceback.extract_stack(frame)  # type: ignore[arg-type]
+    if not stack:
+        return "?"
+
+    def short(entry: traceback.FrameSummary) -> str:
+        parts = entry.filename.replace("\\", "/").split("/")
+        return f"{'/'.join(parts[-2:])}:{entry.lineno} {entry.name}"
+
+    ours = [entry for entry in stack if OUR_CODE.search(entry.filename)]
+    innermost = stack[-1]
+    if not ours:
+        return short(innermost)
+    if ours[-1] is innermost:
+        return short(innermost)
+    return f"{short(ours[-1])} ({short(innermost)})"
+
+
+@contextlib.asynccontextmanager
+async def watching_loop_lag(runtime: Runtime | None) -> AsyncIterator[LoopWatch]:
+    """A LoopWatch probing this loop while the block runs."""
+    watch = LoopWatch(runtime)
+    task = asyncio.create_task(watch.probe())
+    try:
+        yield watch
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def serve_health(address: str, ready: Callable[[], Awaitable[bool]]) -> asyncio.Server:

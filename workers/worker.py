@@ -40,6 +40,7 @@ from workers.observability import (
     core_runtime,
     serve_health,
     watch_gc_pauses,
+    watching_loop_lag,
     watching_temporal,
 )
 from workers.payloads import skip_idle_payload_walks
@@ -394,7 +395,7 @@ async def _serve(settings: Settings, stop: asyncio.Event) -> None:
         if settings.health_address:
             health = await serve_health(settings.health_address, ready)
         try:
-            async with worker, watching_temporal(client):
+            async with worker, watching_temporal(client), watching_loop_lag(runtime):
                 print(f"worker polling task queue {polled!r}", flush=True)
                 await stop.wait()
         finally:

@@ -1,0 +1,108 @@
+"""Issue 41: nothing a user writes stalls a worker's event loop. The loop-lag probe says
+when the loop was blocked and where; a real worker with a template that costs a second a
+message keeps its neighbour on time and tells every change exactly once."""
+
+import asyncio
+import functools
+import logging
+import time
+
+import asyncpg
+import pytest
+
+from tests.conftest import PageServer
+from tests.helpers import cli, worker_process
+from tests.test_apprise import Services, services_app  # noqa: F401 (the fixture)
+from tests.waits import eventually
+from workers.observability import LOOP_LAG_WORTH_A_LINE, watching_loop_lag
+
+
+def block_the_loop_for(seconds: float) -> None:
+    ends = time.monotonic() + seconds
+    while time.monotonic() < ends:  # pure Python, as a template's render is
+        pass
+
+
+async def test_a_blocked_loop_is_one_line_naming_what_ran(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, "pricewatch.worker")
+    async with watching_loop_lag(None):
+        await asyncio.sleep(0.3)
+        block_the_loop_for(0.6)
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(time.sleep, 0.6)  # off the loop: says nothing
+        await asyncio.sleep(0.3)
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line.startswith("the event loop was blocked for "), line
+    assert "tests/test_loop_lag.py" in line and "block_the_loop_for" in line, line
+    blocked_ms = int(line.split("blocked for ")[1].split(" ms")[0])
+    assert blocked_ms >= LOOP_LAG_WORTH_A_LINE * 1000
+
+
+# Cheap on every sample `add` tries (none says SLOW), about half a second a message on a
+# page that does: it passes `add`, as the template in issue 41 did.
+SLOW_BODY = (
+    '{% if "SLOW" in (excerpt or "") %}{% for i in range(100000) %}{% for j in range(60) %}'
+    "{% endfor %}{% endfor %}{% endif %}{{ target }} {{ work_id }}"
+)
+
+
+async def test_a_costly_template_blocks_no_check_and_every_change_is_told_once(
+    env: dict[str, str],
+    pool: asyncpg.Pool,
+    services_app: Services,  # noqa: F811
+    page_server: PageServer,
+) -> None:
+    """Before 1.9 the render ran on the worker's loop: each slow message blocked every
+    check, heartbeat and record of that worker for as long as it took (the probe's line
+    said so, in `notices.py`). Now it runs in a child process: no line, the neighbour is
+    checked on its grid, and every change's message arrives once (or, if the render
+    overran its deadline on a starved machine, fails and arrives never: never twice)."""
+    output: list[bytes] = []
+    page_server.set("/slow", "price 10")
+    page_server.set("/tick", "tick 0")
+    async with worker_process(env, output):
+        for target, body in (("slow", SLOW_BODY), ("tick", "{{ target }} {{ work_id }}")):
+            code, _, err = await cli(
+                env, "add", target, page_server.url(f"/{target}"), "--every", "2s",
+                "--notify", services_app.urls()["json"], "--notify-body", body,
+            )  # fmt: skip
+            assert code == 0, err
+
+        async def changes(target: str, n: int) -> bool:
+            query = "SELECT count(*) FROM source_checks WHERE target_id = $1 AND status = $2"
+            return bool(await pool.fetchval(query, target, "changed") >= n)
+
+        async def baselines() -> bool:
+            query = "SELECT count(DISTINCT target_id) = 2 FROM source_checks"
+            return bool(await pool.fetchval(query))
+
+        await eventually(baselines, within=60, what="both baselines")
+        for n in range(1, 4):
+            page_server.set("/slow", f"price 1{n} SLOW")
+            page_server.set("/tick", f"tick {n}")
+            for target in ("tick", "slow"):
+                await eventually(
+                    functools.partial(changes, target, n), within=60, what=f"{target}'s change {n}"
+                )
+
+        async def all_final() -> bool:
+            query = "SELECT count(*) FROM deliveries WHERE status IN ('sent', 'failed')"
+            return bool(await pool.fetchval(query) == 6)
+
+        await eventually(all_final, within=90, what="every delivery sent or failed")
+        await asyncio.sleep(3)  # nothing more arrives
+        for target in ("slow", "tick"):
+            assert (await cli(env, "remove", target))[0] == 0
+    log = b"".join(output).decode()
+    assert "event loop was blocked" not in log, log
+    texts = services_app.texts("json")
+    for delivery in await pool.fetch("SELECT work_id, status, last_error FROM deliveries"):
+        copies = sum(delivery["work_id"] in text for text in texts)
+        assert copies == (1 if delivery["status"] == "sent" else 0), (dict(delivery), texts)
+        if delivery["status"] == "failed":  # only ever the slow template, at its deadline
+            assert "the body template took longer than 2 s" in delivery["last_error"]
+            assert delivery["work_id"].startswith("slow:")
+    query = "SELECT count(*) FROM source_checks WHERE target_id = 'tick' AND status = 'skipped'"
+    assert await pool.fetchval(query) == 0, "the neighbour lost no slot"
