@@ -35,7 +35,9 @@ from activities.migrate import migrate
 from activities.notify import SmtpSettings
 from client.temporal import DATA_CONVERTER, register_search_attributes, start_monitor
 from pricewatch.models import MonitorState, TargetConfig
+from tests.chaos import procs
 from tests.chaos.stack import serve
+from workers import lifeline
 from workers.embedded import (
     find_binary,
     free_port,
@@ -109,6 +111,15 @@ async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
         await pool.close()
 
 
+def guard_children(name: bytes) -> None:
+    """Have this process's lifeline stop its children named `name` (a server the SDK
+    started) if the run is killed. The embedded Postgres and Temporal dev servers are
+    guarded where they start (workers/embedded.py)."""
+    for child in procs.processes():
+        if child.ppid == os.getpid() and name in child.cmdline.split(b"\0", 1)[0]:
+            lifeline.guard(child.pid)
+
+
 @pytest.fixture
 async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     """A time-skipping server of the test's own (about a second to start). Shared servers
@@ -118,6 +129,7 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
         data_converter=DATA_CONVERTER,
         test_server_existing_path=find_binary("temporal-test-server"),
     )
+    guard_children(b"temporal-test-server")
     try:
         await register_search_attributes(env.client)
         yield env
