@@ -1170,7 +1170,7 @@ class Chaos:
         longest overlap is taken."""
         end = hang.ended or hang.hole_ended
         spans = self.zombie_spans + self.freeze_spans
-        return max((min(e, end) - max(s, hang.since) for s, e in spans), default=0.0)
+        return max([min(e, end) - max(s, hang.since) for s, e in spans] + [0.0])
 
     def check_restarts(self) -> None:
         """The supervisor restarted only workers the run killed (armed windows)."""
