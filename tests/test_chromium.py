@@ -2,15 +2,25 @@
 browser, a system one, or one line saying what to install; and the real browser on this
 machine, which `make test` made sure of (`python -m workers.chromium --ensure`)."""
 
+import asyncio
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
+from activities.fetch import FetchError, Request
+from activities.render import BrowserFetcher
+from pricewatch.models import RenderSettings
+from tests.chaos import procs
+from tests.chaos.stack import serve
+from tests.conftest import LOOPBACK
 from workers import chromium
 from workers.chromium import ChromiumMissing, find_chromium
 
@@ -130,6 +140,46 @@ def test_the_launch_flags() -> None:
     for flag in ("--disable-background-networking", "--disable-component-update"):
         assert flag in args
     assert {"--disable-sync", "--no-first-run", "--disable-dev-shm-usage"} <= set(args)
+    assert {"--disable-crash-reporter", "--disable-breakpad"} <= set(args)
+
+
+async def test_a_crashed_render_leaves_nothing_in_the_users_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Debian's Chromium writes crash dumps (the pages' URLs and contents) under the user's
+    config directory, despite `--disable-breakpad` alone. A render whose renderer crashes
+    (SIGSEGV, as a real crash), then one that works: nothing appears in a fresh home."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(1.5)
+        return web.Response(text="<p>EUR 4.99</p>", content_type="text/html")
+
+    fetcher = BrowserFetcher(LOOPBACK, find_chromium(), chromium.chromium_args(), concurrency=1)
+    try:
+        async with serve([web.get("/slow", slow)]) as url:
+            request = Request(url=f"{url}/slow", render=RenderSettings(steps=[]))
+            rendering = asyncio.create_task(fetcher(request))
+            for _ in range(100):  # until its page has a renderer
+                crashed = [p.pid for p in procs.descendants({os.getpid()})
+                           if p.chromium and b"--type=renderer" in p.cmdline]  # fmt: skip
+                if crashed:
+                    break
+                await asyncio.sleep(0.05)
+            assert crashed
+            for pid in crashed:
+                os.kill(pid, signal.SIGSEGV)
+            with contextlib.suppress(FetchError):
+                await rendering
+            page = await fetcher(request)
+            assert page.text is not None and "EUR 4.99" in page.text
+    finally:
+        await fetcher.close()
+    assert sorted(home.rglob("*")) == []
 
 
 def test_the_real_chromium_here_reports_its_version() -> None:

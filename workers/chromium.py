@@ -37,13 +37,17 @@ ENV = "PRICEWATCH_CHROMIUM"
 
 # The flags every launch needs. Background networking, component updates and sync would
 # reach Google's servers on their own (refused on a closed network, and not ours to allow);
-# /dev/shm is small in containers, so shared memory goes to /tmp.
+# /dev/shm is small in containers, so shared memory goes to /tmp. Crash reporting off: a
+# crash dump holds the pages' URLs and contents, and Debian's Chromium writes them under the
+# user's config directory (`~/.config/chromium/Crash Reports`), where nothing removes them.
 CHROMIUM_ARGS = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
     "--no-first-run",
     "--disable-dev-shm-usage",
+    "--disable-crash-reporter",
+    "--disable-breakpad",
 )
 
 # Debian's package (`apt-get install chromium`). Looked at even when PATH lacks /usr/bin (a
