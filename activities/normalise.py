@@ -15,6 +15,7 @@ from typing import Any
 
 from selectolax.lexbor import LexborHTMLParser, SelectolaxError
 
+from pricewatch import isolated
 from pricewatch.models import PriceSettings
 
 _HIDDEN = ["script", "style", "noscript", "template", "svg"]
@@ -29,6 +30,10 @@ _BLOCKS = (
 # a Unicode noncharacter, so real text should never contain it (if it does: one more line break).
 _BREAK = "\uffff"
 _POINTER = re.compile(r"(/([^~/]|~[01])*)*")
+# A user's `ignore` regex runs in a child process with this deadline: Python's `re` holds the
+# GIL while it matches, so a catastrophic pattern (`(a+)+$`) in a thread would stop the whole
+# worker, its event loop included, for as long as it backtracks.
+IGNORE_SECONDS = 5.0
 _LOOKS_HTML = re.compile(r"\s*(<!--.*?-->\s*)*<(!doctype\s+html|html|head|body)\b", re.I | re.S)
 
 
@@ -86,8 +91,22 @@ def normalise(body: bytes, content_type: str, extraction: Extraction) -> str:
         raise ExtractionError(f"{rule} does not apply to content type {media_type or 'unknown'!r}")
     text = _tidy(text)
     if extraction.ignore is not None:
-        text = _tidy(re.sub(extraction.ignore, "", text, flags=re.MULTILINE))
+        text = _tidy(without(extraction.ignore, text))
     return text
+
+
+def without(ignore: str, text: str) -> str:
+    """`text` with every match of `ignore` removed, in a child process within
+    IGNORE_SECONDS; ExtractionError if the regex takes longer on this page."""
+    try:
+        removed: str = isolated.run(_removed, ignore, text, seconds=IGNORE_SECONDS)
+    except isolated.Overrun as err:
+        raise ExtractionError(f"the ignore regex {ignore!r}: {err} on this page") from None
+    return removed
+
+
+def _removed(note: isolated.Note, ignore: str, text: str) -> str:
+    return re.sub(ignore, "", text, flags=re.MULTILINE)
 
 
 def decode(body: bytes, params: str) -> str:

@@ -27,7 +27,7 @@ MEMORY_BYTES = 256 * 2**20
 START_SECONDS = 60.0
 # The forkserver imports these once. `__main__` among them, so that a child does not run
 # the main module again (multiprocessing does, for every child, unless its forkserver has).
-_PRELOAD = ["__main__", "pricewatch.notices"]
+_PRELOAD = ["__main__", "pricewatch.notices", "activities.normalise"]
 
 
 class Overrun(ValueError):

@@ -106,3 +106,35 @@ async def test_a_costly_template_blocks_no_check_and_every_change_is_told_once(
             assert delivery["work_id"].startswith("slow:")
     query = "SELECT count(*) FROM source_checks WHERE target_id = 'tick' AND status = 'skipped'"
     assert await pool.fetchval(query) == 0, "the neighbour lost no slot"
+
+
+async def test_a_catastrophic_ignore_regex_fails_its_own_check_and_stalls_no_one(
+    env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer
+) -> None:
+    """`re` holds the GIL while it backtracks: in a thread, `(a+)+$` on forty a's stopped
+    the whole worker. In a child process it fails its own slot at IGNORE_SECONDS."""
+    output: list[bytes] = []
+    page_server.set("/regex", "<p>" + "a" * 40 + "!</p>")
+    page_server.set("/tick", "tick 0")
+    async with worker_process(env, output):
+        for target, options in (("regex", ["--ignore", "(a+)+$"]), ("tick", [])):
+            code, _, err = await cli(
+                env, "add", target, page_server.url(f"/{target}"), "--every", "2s", *options
+            )
+            assert code == 0, err
+
+        async def failed() -> str | None:
+            query = "SELECT error_message FROM source_checks WHERE target_id = 'regex'"
+            error = await pool.fetchval(query + " AND status = 'failed' LIMIT 1")
+            return str(error) if error is not None else None
+
+        error = str(await eventually(failed, within=60, what="the regex target's failed slot"))
+        assert "the ignore regex '(a+)+$': took longer than 5 s on this page" in error, error
+        await asyncio.sleep(4)
+        query = "SELECT status FROM source_checks WHERE target_id = 'tick' ORDER BY scheduled_for"
+        statuses = [r["status"] for r in await pool.fetch(query)]
+        for target in ("regex", "tick"):
+            assert (await cli(env, "remove", target))[0] == 0
+    log = b"".join(output).decode()
+    assert "event loop was blocked" not in log, log
+    assert len(statuses) >= 4 and "skipped" not in statuses, statuses
