@@ -318,9 +318,10 @@ async def read_body(
         text = normalise(body, full_type, extraction)
     else:
         text = await asyncio.to_thread(normalise, body, full_type, extraction)
+    digest = _sha256(text) if inline else await asyncio.to_thread(_sha256, text)
     return Page(
         status_code=status_code,
-        sha256=hashlib.sha256(text.encode()).hexdigest(),
+        sha256=digest,
         size=len(body),
         text=text,
         prices=reading.prices if reading else None,
@@ -328,6 +329,10 @@ async def read_body(
         etag=(validators or {}).get("etag"),
         last_modified=(validators or {}).get("last_modified"),
     )
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 async def _read_capped(response: httpx.Response) -> bytes:
