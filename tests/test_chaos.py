@@ -1,6 +1,14 @@
-"""The short seeded chaos run (about two minutes): every fault kind once, every invariant
-PASS, and nothing it started left running. The long run is `make chaos` (see
-docs/testing.md)."""
+"""The short seeded chaos run: every fault kind once (a starved CPU and frozen processes
+among them), every invariant PASS, and nothing it started left running. The long run is
+`make chaos` (see docs/testing.md).
+
+It must pass on a busy machine too (both cores taken by other work: about three minutes
+quiet, five beside `../shared/tools/burn.py`). Its checks hold on the product's terms, not
+on timing: a target's slots are due from its workflow's start; a fault is judged only
+where it hit (a browser kill that came after its render read the page is put back for
+another render); an armed window that no work reached while it was armed is named, not
+failed, while one that work passed by fails the run; a hang is measured less the time its
+client was frozen. No check retries by sleeping longer."""
 
 import asyncio
 import os
@@ -18,7 +26,7 @@ from tests.chaos.run import ALL_RATES
 
 
 @pytest.mark.e2e
-@pytest.mark.timeout(480)
+@pytest.mark.timeout(600)
 def test_a_short_seeded_chaos_run_passes_every_invariant() -> None:
     # Everything the run starts inherits this TMPDIR, or names it (its render workers'
     # Chromium): any process that still does afterwards is a stray. Short: Chromium's socket
@@ -28,7 +36,9 @@ def test_a_short_seeded_chaos_run_passes_every_invariant() -> None:
         run = subprocess.run(
             [sys.executable, "-m", "tests.chaos", "--targets", "10", "--minutes", "1",
              "--interval", "3", "--seed", "7", "--rendered-every", "5"],
-            capture_output=True, text=True, timeout=420, env={**os.environ, "TMPDIR": scratch},
+            # The run's own bounds: set-up, a minute of faults, up to two of armed windows,
+            # three of settling, then the checks.
+            capture_output=True, text=True, timeout=540, env={**os.environ, "TMPDIR": scratch},
         )  # fmt: skip
         report = run.stdout[run.stdout.index("pricewatch chaos:") :]
         assert run.returncode == 0, report + run.stderr[-3000:]
