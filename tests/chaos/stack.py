@@ -140,11 +140,13 @@ class Workers:
         name = f"render-{index - self.count}" if rendering else str(index)
         log = self.folder / f"worker-{name}-{time.time():.3f}.log"
         with open(log, "wb") as output:
-            return subprocess.Popen(
+            process = subprocess.Popen(
                 [sys.executable, "-m", "tests.chaos.worker"],
                 cwd=REPO, env=self.render_env if rendering else self.env, stdout=output,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
+        lifeline.guard(process.pid)  # stopped if the run is killed (a test's timeout)
+        return process
 
     @property
     def plain(self) -> list[subprocess.Popen[bytes]]:
@@ -201,6 +203,7 @@ class Workers:
                 cwd=REPO, env={**self.env, **preload, "FAKETIME": skew}, stdout=output,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
+        lifeline.guard(process.pid)
         return process
 
     def logs(self) -> list[Path]:
