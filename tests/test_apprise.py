@@ -18,6 +18,8 @@ import asyncpg
 import httpx
 import pytest
 from aiohttp import web
+from apprise.plugins.discord import USER_ROLE_DETECTION_RE
+from apprise.plugins.slack import NotifySlack
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
@@ -408,6 +410,30 @@ async def test_a_page_change_and_a_price_change_reach_every_kind_once(
     assert [r["status"] for r in sent] == ["sent"] * 10
     for history in histories:
         assert GOTIFY_TOKEN not in history and MATTERMOST_TOKEN not in history
+
+
+async def test_what_a_page_says_arrives_inert_at_every_kind(
+    time_skipping_env: WorkflowEnvironment, pool: asyncpg.Pool, page_server: PageServer,
+    services_app: Services, start: Start, task_queue: str,
+) -> None:  # fmt: skip
+    """Issue 40: a page line holding `<!channel>`, `@everyone`, a disguised link and a
+    fence reaches each real receiver escaped, and no service would read a mention, a link
+    or the end of the code block in it (Apprise's Slack conversion, Discord's detection)."""
+    env = time_skipping_env
+    page = await stored(pool, target(page_server, list(services_app.urls().values())))
+    async with running_worker(env.client, task_queue, pool):
+        await start(page, start_at=await anchor_of(env))
+        await env.sleep(timedelta(hours=1, minutes=30))
+        hostile = "&lt;!channel&gt; @everyone [free](http://evil.example) ```"
+        page_server.set(f"/{page.target_id}", f"<p>price 12 {hostile}</p>")
+        await env.sleep(timedelta(hours=2))
+    for kind in services_app.urls():
+        [text] = [t for t in services_app.texts(kind) if page.target_id in t]
+        assert "+price 12 <!channel> @\u200beveryone [free](http://evil.example) ```" in text, text
+        assert "````\n" in text, text  # a fence longer than the page's backticks
+        assert "@everyone" not in text and not USER_ROLE_DETECTION_RE.search(text), text
+        slack = NotifySlack._commonmark_to_slack(text)  # type: ignore[no-untyped-call]
+        assert "<!channel>" not in slack and "<http://evil.example|" not in slack, slack
 
 
 # End to end: the CLI, a real worker, a kill --------------------------------------------
