@@ -508,6 +508,13 @@ async def test_secrets_stay_in_postgres_and_notify_test_reports_each_channel(
     assert secret.encode() not in b"".join(logged) and GOTIFY_TOKEN.encode() not in b"".join(logged)
 
 
+# Cheap on a 26-character excerpt, hours on one at its cap (issue 40: it hung `add`).
+NESTED_LOOPS = (
+    "{% for a in excerpt or '' %}{% for b in excerpt or '' %}{% for c in excerpt or '' %}"
+    "{% endfor %}{% endfor %}{% endfor %}{{ target }}"
+)
+
+
 async def test_bad_notify_options_are_one_line_and_start_nothing(
     env: dict[str, str], temporal_address: str
 ) -> None:
@@ -518,6 +525,14 @@ async def test_bad_notify_options_are_one_line_and_start_nothing(
         (
             ["--notify", "json://127.0.0.1:9/x", "--notify-body", "{{ nope }}"],
             "'nope' is undefined",
+        ),
+        (
+            ["--notify", "json://127.0.0.1:9/x", "--notify-body", '{{ "x" * 10**9 }}'],
+            "repeats a value to more than 64000 items",
+        ),
+        (
+            ["--notify", "json://127.0.0.1:9/x", "--notify-body", NESTED_LOOPS],
+            "on a page change with the largest excerpt, took longer than 1 s: make it cheaper",
         ),
         (["--notify-title", "x"], "--notify-title and --notify-body shape the --notify channels"),
         (
