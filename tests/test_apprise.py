@@ -7,6 +7,7 @@ import asyncio
 import json
 import re
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -259,6 +260,30 @@ async def test_a_services_answer_is_classified(
         with pytest.raises(ApplicationError, match="channel disabled"):
             await ActivityEnvironment().run(notify.deliver_notice, later)
         assert len(services_app.received) == 1
+
+
+async def test_a_template_that_overruns_at_send_fails_its_message_and_is_not_retried(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, services_app: Services
+) -> None:
+    """Cheap on every sample `add` tries (their target is `acme-pricing`), a billion steps
+    for this target: stopped at the deadline, named, permanent; nothing is sent."""
+    slow = (
+        '{% if target == "acme" %}{% for i in range(10**5) %}{% for j in range(10**4) %}'
+        "{% endfor %}{% endfor %}{% endif %}{{ headline }}"
+    )
+    config = await synced(pool, [services_app.urls()["json"]], body=slow)
+    notify = NotifyActivities(pool, http, NO_SMTP, LOOPBACK)
+    started = time.monotonic()
+    with pytest.raises(ApplicationError) as caught:
+        await ActivityEnvironment().run(
+            notify.deliver_notice, delivery(config, ChannelKind.APPRISE)
+        )
+    assert time.monotonic() - started < notices.RENDER_SECONDS + 5
+    assert caught.value.type == PERMANENT_DELIVERY_ERROR and caught.value.non_retryable
+    said = "the message template failed: the body template took longer than 2 s"
+    assert caught.value.message == said
+    assert await pool.fetchval("SELECT status FROM deliveries") == "failed"
+    assert services_app.received == []
 
 
 async def test_a_service_that_hangs_is_given_up_within_the_deadline(
