@@ -163,6 +163,21 @@ async def test_a_form_without_the_session_s_csrf_token_changes_nothing(
         bad = await browser.post("/targets", data={**form, "id": "Bad Id", "csrf": token})
         assert bad.status_code == 400 and "pricewatch: " in bad.text
 
+        # Remove asks first, on a page of its own; its form is CSRF-protected like the rest.
+        target_page = (await browser.get("/targets/shop")).text
+        assert 'method="post" action="/targets/shop/remove"' not in target_page
+        assert 'method="get" action="/targets/shop/remove"' in target_page
+        confirm = await browser.get("/targets/shop/remove")
+        assert confirm.status_code == 200 and "deletes its whole history" in confirm.text
+        assert 'method="post" action="/targets/shop/remove"' in confirm.text
+        assert (await browser.get("/api/v1/targets/shop")).status_code == 200  # still there
+        assert (await browser.get("/targets/nope/remove")).status_code == 404
+        refused = await browser.post("/targets/shop/remove", data={"csrf": "forged"})
+        assert refused.status_code == 403
+        removed = await browser.post("/targets/shop/remove", data={"csrf": token})
+        assert (removed.status_code, removed.headers["location"]) == (303, "/")
+        assert (await browser.get("/api/v1/targets/shop")).status_code == 404
+
 
 async def test_urls_page_text_and_errors_render_escaped(
     env: dict[str, str], page_server: PageServer
