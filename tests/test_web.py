@@ -120,6 +120,14 @@ async def test_api_errors_are_the_cli_s_one_line(
             (lambda: http.get("/targets", params={"limit": 0}), 422, "limit:"),
             (lambda: http.get("/targets", params={"state": "odd"}), 422, "state:"),
             (lambda: http.get("/nothing-here"), 404, "no such page: /api/v1/nothing-here"),
+            (  # refused before it is read: Temporal would have refused it as an outage
+                lambda: http.put(
+                    "/targets/a",
+                    json={**entry(page_server, "a"), "notify": ["json://" + "x" * 10 * 2**20]},
+                ),
+                413,
+                "the request body is over the limit of 1 MiB",
+            ),
             (
                 lambda: http.put("/targets/a", json=entry(page_server, "a", every="1ms")),
                 422,
