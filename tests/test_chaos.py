@@ -41,6 +41,8 @@ def test_a_short_seeded_chaos_run_passes_every_invariant() -> None:
             capture_output=True, text=True, timeout=540, env={**os.environ, "TMPDIR": scratch},
         )  # fmt: skip
         report = run.stdout[run.stdout.index("pricewatch chaos:") :]
+        if run.returncode != 0:
+            report = keep_data(report)
         assert run.returncode == 0, report + run.stderr[-3000:]
         for kind in ALL_RATES:
             assert kind in report
@@ -53,6 +55,18 @@ def test_a_short_seeded_chaos_run_passes_every_invariant() -> None:
         assert not left, [p.cmdline[:100] for p in left]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def keep_data(report: str) -> str:
+    """A failed run keeps its data folder (logs, databases, hits) below the scratch dir this
+    test removes: move it out, to the test's own temporary directory, and say where."""
+    kept = "data kept for inspection"
+    for line in report.splitlines():
+        if line.strip().startswith(kept):
+            folder = line.strip().removeprefix(kept).strip()
+            moved = shutil.move(folder, tempfile.mkdtemp(prefix="pricewatch-chaos-failed-"))
+            return report.replace(folder, moved)
+    return report
 
 
 async def test_the_proxy_measures_a_hang_until_the_client_gives_up() -> None:
