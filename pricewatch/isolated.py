@@ -7,6 +7,10 @@ forked from a small `forkserver` that has imported `preload` once, not from the 
 worker full of threads and sockets), so starting one costs a fork and a pickle: a few ms
 (docs/notifications.md has the measurement).
 
+The forkserver imports the main module once (a script's `if __name__ == "__main__"` keeps
+it from running), so children do not each import it again; a main module read from stdin
+has no file to import, and there children fail to start.
+
 The deadline counts from the moment the child is ready, not from its start: on a busy
 machine starting a process can take a while, and that is not the function's cost.
 """
