@@ -1,1 +1,0 @@
-"""Tests that kill the mutants `make mutants` found surviving in channels (docs/testing.md#mutation-testing)."""
