@@ -12,7 +12,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from activities.browser_proxy import Reply, parse_absolute, parse_authority, valid
+from activities.browser_proxy import (
+    Reply,
+    closing_head,
+    parse_absolute,
+    parse_authority,
+    response,
+    valid,
+)
 
 hosts = st.sampled_from(["example.com", "shop.example", "93.184.216.34", "[2001:db8::1]"])
 ports = st.integers(min_value=1, max_value=65535)
@@ -88,3 +95,50 @@ def test_a_target_the_proxy_cannot_read_is_a_400_that_names_it(
     parse: object, target: str, text: str
 ) -> None:
     assert refusal(parse, target) == (400, text)
+
+
+def test_an_origins_head_is_passed_on_closing_and_without_its_hop_by_hop_fields() -> None:
+    """Fields `Connection` names go with it, in any case and spacing; the rest stay in order."""
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nKeep-Alive: timeout=5\r\n"
+        b"CONNECTION: X-Trace ,  Upgrade\r\nx-trace: 1\r\nProxy-Connection: keep-alive\r\n"
+        b"Set-Cookie: a=b:c\r\nContent-Length: 3\r\n\r\n"
+    )
+    assert closing_head(head) == (
+        200,
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nSet-Cookie: a=b:c\r\n"
+        b"Content-Length: 3\r\nConnection: close\r\n\r\n",
+    )
+    reason = b"HTTP/1.1 404 Not  Found Here\r\nA: 1\r\n\r\n"  # a reason with spaces
+    assert closing_head(reason) == (
+        404,
+        b"HTTP/1.1 404 Not  Found Here\r\nA: 1\r\nConnection: close\r\n\r\n",
+    )
+
+
+@pytest.mark.parametrize(
+    ("head", "status"),
+    [
+        (b"HTTP/1.1 100 Continue\r\n\r\n", 100),
+        (b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\r\n", 101),
+        (b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\n", 200),  # not a whole head yet
+        (b"HTTP/1.1 xyz OK\r\n\r\n", 0),
+        (b"garbage\r\n\r\n", 0),
+    ],
+)
+def test_an_interim_unfinished_or_unreadable_head_passes_unchanged(
+    head: bytes, status: int
+) -> None:
+    assert closing_head(head) == (status, head)
+
+
+def test_the_proxys_own_answer_is_plain_text_that_closes() -> None:
+    assert response(403, "refused example.com:80: private", ("Proxy-Authenticate: Basic",)) == (
+        b"HTTP/1.1 403 Forbidden\r\nProxy-Authenticate: Basic\r\n"
+        b"Content-Type: text/plain; charset=utf-8\r\nContent-Length: 32\r\n"
+        b"Connection: close\r\n\r\nrefused example.com:80: private\n"
+    )
+    assert response(418, "\u00e9").startswith(b"HTTP/1.1 418 Error\r\n")
+    assert response(418, "\u00e9").endswith(
+        b"Content-Length: 3\r\nConnection: close\r\n\r\n\xc3\xa9\n"
+    )

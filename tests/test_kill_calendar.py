@@ -128,7 +128,7 @@ def test_a_calendar_grid_is_its_targets_jittered_calendar(moment: datetime, targ
     assert grid.at_or_before(moment) == latest_at_or_before(JITTERED, target, moment)
     later = moment + timedelta(days=3)
     assert grid.between(moment, later) == slots_between(JITTERED, target, moment, later)
-    assert len(grid.between(moment, later)) in (2, 3)
+    assert 2 <= len(grid.between(moment, later)) <= 4  # a day apart, each moved < 1 h
 
 
 def test_targets_on_one_jittered_calendar_fall_due_apart() -> None:
