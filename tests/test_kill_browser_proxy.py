@@ -17,6 +17,7 @@ from activities.browser_proxy import (
     closing_head,
     parse_absolute,
     parse_authority,
+    parse_head,
     response,
     valid,
 )
@@ -142,3 +143,34 @@ def test_the_proxys_own_answer_is_plain_text_that_closes() -> None:
     assert response(418, "\u00e9").endswith(
         b"Content-Length: 3\r\nConnection: close\r\n\r\n\xc3\xa9\n"
     )
+
+
+def test_a_request_head_is_read_strictly() -> None:
+    head = b"GET http://example.com/ HTTP/1.0\r\nHost: example.com\r\nX-A:\t v \r\n\r\n"
+    request = parse_head(head)
+    assert (request.method, request.target, request.version) == (
+        "GET",
+        "http://example.com/",
+        "HTTP/1.0",
+    )
+    assert request.headers == [("Host", "example.com"), ("X-A", "v")]
+
+
+@pytest.mark.parametrize(
+    ("line", "status", "text"),
+    [
+        ("GET  http://example.com/ HTTP/1.1", 400, "not an HTTP request line"),  # two spaces
+        (" http://example.com/ HTTP/1.1", 400, "not an HTTP request line"),  # no method
+        ("G(T http://example.com/ HTTP/1.1", 400, "not an HTTP request line"),
+        ("GET http://example.com/", 400, "not an HTTP request line"),
+        ("GET\thttp://example.com/\tHTTP/1.1", 400, "not an HTTP request line"),
+        ("GET http://example.com/ HTTP/2", 505, "HTTP/1.0 and HTTP/1.1 only"),
+        ("GET http://example.com/ http/1.0", 505, "HTTP/1.0 and HTTP/1.1 only"),
+    ],
+)
+def test_a_request_line_the_proxy_cannot_read_is_answered(
+    line: str, status: int, text: str
+) -> None:
+    with pytest.raises(Reply) as refused:
+        parse_head(f"{line}\r\nHost: x\r\n\r\n".encode("latin-1"))
+    assert (refused.value.status, refused.value.text) == (status, text)
