@@ -136,3 +136,8 @@ def test_targets_on_one_jittered_calendar_fall_due_apart() -> None:
     start = datetime(2026, 8, 7, tzinfo=UTC)
     first, second = (CalendarGrid(JITTERED, t).after(start) for t in ("t-1", "t-2"))
     assert first != second
+
+
+def test_the_command_lines_flags_are_the_default_wording() -> None:
+    with pytest.raises(ValueError, match=r"^--cron and --at are two calendars: pick one$"):
+        written("@daily", ["08:00"], None, None, None)
