@@ -174,3 +174,12 @@ def test_a_request_line_the_proxy_cannot_read_is_answered(
     with pytest.raises(Reply) as refused:
         parse_head(f"{line}\r\nHost: x\r\n\r\n".encode("latin-1"))
     assert (refused.value.status, refused.value.text) == (status, text)
+
+
+@pytest.mark.parametrize(
+    "line", ["NoColon", ": empty name", "Bad Name: x", "X-A: a\0b", "X(A): b", " Folded: x"]
+)
+def test_a_header_line_a_proxy_and_an_origin_could_read_apart_is_refused(line: str) -> None:
+    with pytest.raises(Reply) as refused:
+        parse_head(f"GET http://example.com/ HTTP/1.1\r\n{line}\r\n\r\n".encode("latin-1"))
+    assert (refused.value.status, refused.value.text) == (400, f"malformed header line {line!r}")
