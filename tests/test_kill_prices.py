@@ -1,1 +1,0 @@
-"""Tests that kill the mutants `make mutants` found surviving in prices (docs/testing.md#mutation-testing)."""
