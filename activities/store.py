@@ -357,6 +357,11 @@ async def delete_target(pool: asyncpg.Pool, target_id: str) -> None:
     await QUERIES["forget_notify_urls"].execute(pool)
 
 
+async def forget_unused_notify_urls(pool: asyncpg.Pool, refs: list[str]) -> None:
+    """Delete these stored Apprise URLs unless a channel uses one (an add that failed)."""
+    await QUERIES["forget_unused_notify_urls"].execute(pool, refs=refs)
+
+
 async def keep_notify_url(pool: asyncpg.Pool, url: str) -> str:
     """The ref an Apprise URL is stored under (stored now if it was not)."""
     ref: str = await QUERIES["keep_notify_url"].fetchval(pool, url=url)

@@ -32,7 +32,7 @@ the line of the entry (or of its bad field) and changes nothing.
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import (
@@ -40,14 +40,22 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
 
 from client.channels import apprise_channel
 from pricewatch import calendar
-from pricewatch.durations import format_duration, parse_duration
-from pricewatch.models import Channel, ChannelKind, PriceSettings, RenderSettings, TargetConfig
+from pricewatch.durations import PATTERN, format_duration, parse_duration
+from pricewatch.models import (
+    Channel,
+    ChannelKind,
+    PriceSettings,
+    RenderSettings,
+    TargetConfig,
+    in_range,
+)
 
 DEFAULTS: dict[str, Any] = {
     name: field.default for name, field in TargetConfig.model_fields.items()
@@ -59,6 +67,13 @@ ENTRY_FIELDS = {
     "target_id": "id", "interval_seconds": "every", "channels": "webhooks",
     "timeout_seconds": "timeout", "calendar": "cron",
 }  # fmt: skip
+
+
+# A duration as `add` takes it (`15m`, `1h30m`): the document says so, and so does the parser
+# (a number is refused: `--every 3600` is too, and YAML reads `1:30` as 90).
+Duration = Annotated[
+    timedelta, WithJsonSchema({"type": "string", "pattern": PATTERN, "examples": ["15m", "1h30m"]})
+]
 
 
 class PriceEntry(PriceSettings):
@@ -91,15 +106,17 @@ class Entry(BaseModel):
 
     id: str
     url: str
-    every: timedelta | None = None
+    every: Duration | None = None
     """Every so long (default 24h); or a calendar: `cron:`, or `at:` with `on:`."""
     cron: str | None = None
     at: list[str] = []
     """Local times, `08:00` or a list of them."""
     on: str | None = None
     tz: str | None = None
-    jitter: timedelta | None = None
-    start_at: datetime | None = None
+    jitter: Duration | None = None
+    start_at: datetime | None = Field(
+        default=None, description="The first slot, when added: 1970-01-01 to before 2200 (UTC)."
+    )
     """Only when the target is added: the first slot."""
     paused: bool = False
     max_attempts: int = DEFAULTS["max_attempts"]
@@ -113,7 +130,7 @@ class Entry(BaseModel):
     json_pointer: str | None = None
     user_agent: str | None = None
     prices: PriceEntry | None = None
-    timeout: timedelta | None = None
+    timeout: Duration | None = None
     """How long the page may take (`--timeout`): 5s to 120s."""
     render: bool = False
     """Load the page in Chromium first (`--render`)."""
@@ -137,7 +154,23 @@ class Entry(BaseModel):
     @field_validator("every", "timeout", "jitter", mode="before")
     @classmethod
     def _duration(cls, value: object) -> object:
-        return parse_duration(value) if isinstance(value, str) else value
+        if isinstance(value, str):
+            return parse_duration(value)
+        if value is None or isinstance(value, timedelta):  # a caller's own (the dashboard)
+            return value
+        raise ValueError(f"write a duration like 90s, 15m, 24h or 1d, not {value!r}")
+
+    @field_validator("every")
+    @classmethod
+    def _some_time(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and value < timedelta(seconds=1):  # `0s` is not "unset"
+            raise ValueError("must be at least 1s")
+        return value
+
+    @field_validator("start_at")
+    @classmethod
+    def _start_in_range(cls, value: datetime | None) -> datetime | None:
+        return None if value is None else in_range(value)
 
     @field_validator("at", mode="before")
     @classmethod
@@ -149,7 +182,7 @@ class Entry(BaseModel):
         grid = calendar.written(self.cron, self.at, self.on, self.tz, jitter, flag="")
         if grid is not None and self.every is not None:
             raise ValueError("every and a calendar (cron, at) are two schedules: pick one")
-        every = self.every or timedelta(hours=24)
+        every = timedelta(hours=24) if self.every is None else self.every
         schedule = (
             {"calendar": grid}
             if grid is not None
@@ -161,8 +194,8 @@ class Entry(BaseModel):
             **schedule,
             max_attempts=self.max_attempts,
             unhealthy_after=self.unhealthy_after,
-            channels=[Channel(kind=ChannelKind.WEBHOOK, destination=u) for u in self.webhooks]
-            + [Channel(kind=ChannelKind.EMAIL, destination=a) for a in self.emails]
+            channels=[_channel("webhooks", ChannelKind.WEBHOOK, u) for u in self.webhooks]
+            + [_channel("emails", ChannelKind.EMAIL, a) for a in self.emails]
             + [
                 apprise_channel(n)
                 if isinstance(n, str)
@@ -177,6 +210,14 @@ class Entry(BaseModel):
             timeout_seconds=None if self.timeout is None else int(self.timeout.total_seconds()),
             render=RenderSettings(steps=self.steps) if self.render else None,
         )
+
+
+def _channel(field: str, kind: ChannelKind, destination: str) -> Channel:
+    """A webhook or email channel; ValueError naming the entry's field, not `destination`."""
+    try:
+        return Channel(kind=kind, destination=destination)
+    except ValidationError as err:
+        raise ValueError(f"{field}: {field_error(err).removeprefix('destination: ')}") from err
 
 
 def _notify_fields(written: "str | NotifyEntry") -> tuple[str, str | None, str | None]:
@@ -247,16 +288,29 @@ def _entry_nodes(path: Path, root: yaml.Node | None, data: Any) -> list[yaml.Nod
 
 def _field_error(path: Path, node: yaml.Node, where: str, err: ValidationError) -> str:
     """The first problem, at the line of the field it is about when there is one."""
-    first = err.errors()[0]
-    field = str(first["loc"][0]) if first["loc"] else None
-    field = ENTRY_FIELDS.get(field or "", field)
+    field = entry_field(err)
     if field and isinstance(node, yaml.MappingNode):
         for key, _ in node.value:
             if key.value == field:
                 where = f"{path}:{key.start_mark.line + 1}"
-    message = first["msg"].removeprefix("Value error, ")
+    return f"{where}: {field_error(err)}"
+
+
+def entry_field(err: ValidationError) -> str | None:
+    """The entry's field the first problem is about, in the file's words (`every`)."""
+    first = err.errors()[0]
+    field = str(first["loc"][0]) if first["loc"] else None
+    return ENTRY_FIELDS.get(field or "", field)
+
+
+def field_error(err: ValidationError) -> str:
+    """The first problem as one line, `field: why` in the file's words (`prices.below: ...`):
+    what `apply` and the API say of an entry."""
+    first = err.errors()[0]
+    field = entry_field(err)
+    message = " ".join(first["msg"].removeprefix("Value error, ").split())
     inner = "".join(f".{part}" for part in first["loc"][1:])  # e.g. prices.below
-    return f"{where}: {field}{inner}: {message}" if field else f"{where}: {message}"
+    return f"{field}{inner}: {message}" if field else message
 
 
 def dump(targets: list[tuple[TargetConfig, bool]]) -> str:

@@ -11,7 +11,8 @@ import contextlib
 import dataclasses
 import functools
 import math
-from collections.abc import Callable
+import re
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -21,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import asyncpg
+from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -56,6 +58,7 @@ from pricewatch.models import (
     PruneProgress,
     RetryRequest,
     TargetConfig,
+    in_range,
 )
 from pricewatch.names import WORKFLOW_TYPE, Query, Signal, Update
 from pricewatch.settings import Settings
@@ -99,6 +102,41 @@ class BadInput(Exception):
 
 class Unknown(BadInput):
     """No such target, work id or recorded check (the API's 404)."""
+
+
+# What Postgres' text and jsonb refuse: NUL, and a lone UTF-16 surrogate (JSON's `\ud800`).
+UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(name: str, text: str) -> str:
+    """`text`, or BadInput naming `name` if Postgres cannot hold or compare it (a search or
+    a setting that would otherwise come back as "Postgres: invalid byte sequence", an
+    outage, or stop a target's workflow at its registration)."""
+    if found := UNSTORABLE.search(text):
+        what = "a NUL character" if found[0] == "\x00" else "a lone surrogate (half a character)"
+        raise BadInput(f"{name}: holds {what}, which no text here may")
+    return text
+
+
+def moment(name: str, value: datetime) -> datetime:
+    """`value` in UTC, or BadInput naming `name` if it is outside the times pricewatch
+    reads and writes (`pricewatch.models.in_range`)."""
+    try:
+        return in_range(value)
+    except ValueError as err:
+        raise BadInput(f"{name}: {err}") from err
+
+
+def texts(value: object, name: str = "") -> Iterator[tuple[str, str]]:
+    """Every string in a dumped model, with where it is (`channels.0.title`)."""
+    if isinstance(value, str):
+        yield name, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from texts(item, f"{name}.{key}" if name else str(key))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from texts(item, f"{name}.{index}")
 
 
 class Action(StrEnum):
@@ -241,24 +279,49 @@ class Pricewatch:
         reconfigure the running workflow. The grid's anchor is decided here, once: the
         first registration records it and every later start or reset adopts the recorded
         one."""
+        if start_at is not None:
+            start_at = moment("start_at", start_at)
         await self.validate(config)
-        config = await channels.with_refs(await self.pool(), config, keep=True)
+        async with self._stored(config) as config:
+            try:
+                handle = await self.workflow(config.target_id)
+            except BadInput:
+                config, anchor = self.placed(config, await self.site_slots())
+                await self._start(config, start_at or anchor, paused=False)
+                return Added.ADDED
+            status = await handle.query(Query.STATUS, result_type=MonitorStatus)
+            if config.calendar is not None:
+                config = self.kept(status.config, config, await self.site_slots())
+            if status.config == config:
+                return Added.UNCHANGED
+            await handle.execute_update(Update.RECONFIGURE, config, result_type=MonitorStatus)
+            return Added.RECONFIGURED
+
+    @contextlib.asynccontextmanager
+    async def _stored(self, config: TargetConfig) -> AsyncIterator[TargetConfig]:
+        """The config with its Apprise URLs stored (`channels.with_refs`) for what follows
+        to start or reconfigure with; if that fails, the URLs stored for it are deleted again
+        (unless a channel uses one by then): an add that failed leaves nothing behind. Not
+        one transaction: the worker copies a stored URL into its channel's row at once."""
+        pool = await self.pool()
+        new = {c.url for c in config.channels if c.url is not None}
+        new -= {url for url in new if await store.find_notify_url(pool, url) is not None}
+        stored = await channels.with_refs(pool, config, keep=True)
         try:
-            handle = await self.workflow(config.target_id)
-        except BadInput:
-            config, anchor = self.placed(config, await self.site_slots())
-            await self._start(config, start_at or anchor, paused=False)
-            return Added.ADDED
-        status = await handle.query(Query.STATUS, result_type=MonitorStatus)
-        if config.calendar is not None:
-            config = self.kept(status.config, config, await self.site_slots())
-        if status.config == config:
-            return Added.UNCHANGED
-        await handle.execute_update(Update.RECONFIGURE, config, result_type=MonitorStatus)
-        return Added.RECONFIGURED
+            yield stored
+        except Exception:
+            written = zip(config.channels, stored.channels, strict=True)
+            refs = [after.ref for before, after in written if before.url in new and after.ref]
+            if refs:
+                await store.forget_unused_notify_urls(pool, refs)
+            raise
 
     async def validate(self, config: TargetConfig) -> None:
         """BadInput (or BlockedAddress) for what the workflow or the fetch would refuse."""
+        for name, text in texts(config.model_dump()):
+            storable(name, text)
+        for channel in config.channels:
+            storable("notify", channel.url or "")
         rules = Extraction(
             selector=config.selector, ignore=config.ignore, json_pointer=config.json_pointer
         )
@@ -492,13 +555,13 @@ class Pricewatch:
 
     async def _apply(self, step: Step) -> None:
         located = step.located
-        if step.action in (Action.ADD, Action.RECONFIGURE) and located is not None:
-            config = await channels.with_refs(await self.pool(), located.config, keep=True)
         if step.action is Action.ADD and located is not None:
-            await self._start(config, step.start_at, located.entry.paused)
+            async with self._stored(located.config) as config:
+                await self._start(config, step.start_at, located.entry.paused)
         elif step.action is Action.RECONFIGURE and located is not None:
-            handle = await self.workflow(step.target_id)
-            await handle.execute_update(Update.RECONFIGURE, config, result_type=MonitorStatus)
+            async with self._stored(located.config) as config:
+                handle = await self.workflow(step.target_id)
+                await handle.execute_update(Update.RECONFIGURE, config, result_type=MonitorStatus)
         elif step.action is Action.PAUSE:
             await self.pause(step.target_id)
         elif step.action is Action.RESUME:
@@ -522,9 +585,10 @@ class Pricewatch:
         was done, or `unchanged`. `where` names the entry in errors (a form's: nothing)."""
         try:
             located = Located(entry, entry.config(), where)
-        except ValueError as err:  # a ValidationError too: both name what is wrong
-            prefix = f"{where}: " if where else ""
-            raise BadInput(f"{prefix}{entry.id}: {str(err).splitlines()[0]}") from err
+        except ValidationError as err:  # `url: ...`, as `apply` names the field
+            raise BadInput(manifest.field_error(err)) from err
+        except ValueError as err:
+            raise BadInput(str(err).splitlines()[0]) from err
         steps = await self.plan([located], prune=False)
         todo = [step for step in steps if step.action is not Action.UNCHANGED]
         await self.apply(todo, lambda _: None)
@@ -544,7 +608,7 @@ class Pricewatch:
     async def retry(self, work_id: str) -> CheckResult:
         """Re-run one failed slot through its workflow, on its own row."""
         pool = await self.pool()
-        stored = await store.stored_check(pool, work_id)
+        stored = await store.stored_check(pool, storable("work_id", work_id))
         target_id = await store.check_target(pool, work_id)
         if stored is None or target_id is None:
             raise Unknown(f"unknown work id {work_id!r}")
@@ -578,6 +642,8 @@ class Pricewatch:
     ) -> TargetsPage:
         """Targets by id: those whose id or URL holds `search`, in `state`; `limit` of them
         from `offset` on, and how many match in all."""
+        if search:
+            storable("search", search)
         rows = await store.list_targets(
             await self.pool(), search=search or None, state=state, limit=limit, offset=offset
         )
@@ -610,6 +676,8 @@ class Pricewatch:
         self, target_id: str, limit: int, before: datetime | None = None
     ) -> list[CheckResult]:
         """Newest slot first; `before`: the slots before that one (the next page)."""
+        if before is not None:
+            before = moment("before", before)
         pool = await self.pool()
         results = await store.check_history(pool, valid_id(target_id), limit, before)
         if not results:
@@ -666,6 +734,7 @@ class Pricewatch:
 
     async def prices(self, target_id: str, since: datetime, limit: int) -> list[PricesRow]:
         """The prices each check read (price mode), oldest first."""
+        since = moment("since", since)
         rows = await store.price_history(await self.pool(), valid_id(target_id), since, limit)
         if not rows:
             await self.known(target_id)
@@ -685,7 +754,7 @@ class Pricewatch:
     async def screenshot(self, work_id: str) -> bytes:
         """A rendered check's screenshot (PNG): kept for a new state (the baseline, a change)
         and pruned with its snapshot."""
-        found, shot = await store.screenshot(await self.pool(), work_id)
+        found, shot = await store.screenshot(await self.pool(), storable("work_id", work_id))
         if not found:
             raise Unknown(f"no recorded check {work_id!r}")
         if shot is None:
@@ -697,6 +766,8 @@ class Pricewatch:
 
     async def change(self, target_id: str, work_id: str | None = None) -> ChangeView:
         """A change (default: the newest) against the snapshot before it."""
+        if work_id is not None:
+            storable("work_id", work_id)
         row = await store.snapshots_for_diff(await self.pool(), valid_id(target_id), work_id)
         if row is None:
             await self.known(target_id)

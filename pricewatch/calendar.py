@@ -585,7 +585,8 @@ def written(
             extra = f"{flag}tz" if tz is not None else f"{flag}jitter"
             raise ValueError(f"{extra} needs {flag}cron or {flag}at (a calendar)")
         return None
-    zone, spread = tz or "UTC", jitter_seconds or 0
+    # Given empty is not left out: `--tz ''` is no zone, not UTC, and `--on ''` no days.
+    zone, spread = "UTC" if tz is None else tz, jitter_seconds or 0
     if cron is not None:
         return Calendar.parse(cron, zone, spread)
-    return Calendar.at(at or [], on or "daily", zone, spread)
+    return Calendar.at(at or [], "daily" if on is None else on, zone, spread)

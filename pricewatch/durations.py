@@ -1,18 +1,20 @@
-"""Human durations for the CLI: `90s`, `15m`, `24h`, `1d`, `1h30m`."""
+"""Human durations for the CLI and the targets file: `90s`, `15m`, `24h`, `1d`, `1h30m`."""
 
 import re
 from datetime import timedelta
 
-_PART = re.compile(r"(\d+)([smhd])")
+_PART = re.compile(r"([0-9]+)([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+PATTERN = "^([0-9]+[smhdSMHD])+$"
+"""What `parse_duration` reads, as the API's document declares it (ASCII digits only: `\\d`
+would take other scripts' digits, which `int` reads too)."""
 
 
 def parse_duration(text: str) -> timedelta:
-    compact = text.strip().lower()
-    parts = _PART.findall(compact)
-    if not compact or "".join(n + u for n, u in parts) != compact:
+    if not re.fullmatch(PATTERN, text):
         raise ValueError(f"invalid duration {text!r}: use forms like 90s, 15m, 24h, 1d or 1h30m")
     try:
+        parts = _PART.findall(text.lower())
         return sum((timedelta(**{_UNITS[u]: int(n)}) for n, u in parts), timedelta(0))
     except OverflowError as err:
         raise ValueError(f"duration {text!r} is too long") from err

@@ -4,6 +4,7 @@ Every field added later must carry a default, so histories recorded with older
 shapes still decode. Models are side-effect free so the workflow sandbox can import them.
 """
 
+import contextlib
 import hashlib
 import re
 from datetime import UTC, datetime, timedelta
@@ -46,6 +47,26 @@ def _utc(value: datetime) -> datetime:
 
 
 UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
+
+# The times a user may name: a first slot (`start_at`), a page of the record (`before`,
+# `since`). From the grid's epoch to a date far enough ahead that a slot plus a year's
+# interval, an offset and a jitter still fits Python's datetime and Postgres' timestamptz
+# (year 1 and 9999 overflow both once a grid is added: issue 40).
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(2200, 1, 1, tzinfo=UTC)
+
+
+def in_range(value: datetime) -> datetime:
+    """`value` in UTC (a naive one read as UTC), or ValueError saying the range."""
+    moment = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    with contextlib.suppress(OverflowError):  # year 1 east of UTC, 9999 west of it: out
+        moment = moment.astimezone(UTC)
+        if EARLIEST <= moment < LATEST:
+            return moment
+    raise ValueError(
+        f"must be from {EARLIEST:%Y-%m-%d} to before {LATEST:%Y-%m-%d} (UTC), "
+        f"not {value.isoformat()}"
+    )
 
 
 class Model(BaseModel):

@@ -24,6 +24,7 @@ from surfaces.render import masked
 REF = "#/components/schemas/{model}"
 ID_PATTERN = "^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 WORK_ID_PATTERN = "^[a-z0-9-]{1,63}:(manual:)?[0-9T:.Z-]{1,40}$"
+NO_NUL = "^[^\\x00]*$"  # Postgres holds no NUL: a search with one can match nothing
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # The document's version: the API's, not the package's (a release that adds nothing to the
 # API leaves docs/openapi.json as it is).
@@ -93,7 +94,7 @@ def answer(command: str, value: object) -> Response:
 @router.get("/targets", **returns("list", "Targets by id."))
 async def targets(
     pricewatch: Client,
-    search: Annotated[str | None, Query(max_length=200)] = None,
+    search: Annotated[str | None, Query(max_length=200, pattern=NO_NUL)] = None,
     state: TargetState | None = None,
     limit: Limit = 50,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
@@ -243,9 +244,17 @@ async def screenshot(pricewatch: Client, work_id: WorkId) -> Response:
 
 def openapi(routes: list[Any]) -> dict[str, Any]:
     """The API's document: FastAPI's, with the `--json` views' schemas as the CLI names
-    their fields (`slot`, not the wire's `scheduled_for`)."""
+    their fields (`slot`, not the wire's `scheduled_for`), and the bearer token on every
+    operation (PRICEWATCH_API_TOKEN; without one set, on loopback, it is not asked for)."""
     document = get_openapi(title="pricewatch", version=API_VERSION, routes=routes)
-    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    components = document.setdefault("components", {})
+    components["securitySchemes"] = {
+        "bearer": {"type": "http", "scheme": "bearer", "description": "PRICEWATCH_API_TOKEN"}
+    }
+    for path, methods in document.get("paths", {}).items():
+        for operation in methods.values() if path.startswith(router.prefix) else ():
+            operation["security"] = [{"bearer": []}]
+    schemas = components.setdefault("schemas", {})
     for shape in OUTPUTS.values():
         written = shape.json_schema(mode="serialization", by_alias=False, ref_template=REF)
         schemas.update(written.get("$defs", {}))

@@ -323,6 +323,12 @@ DELETE FROM notify_urls n
  WHERE n.created_at < now() - interval '1 hour'
    AND NOT EXISTS (SELECT 1 FROM channels c WHERE c.channel_id = 'apprise-' || n.ref);
 
+-- name: forget_unused_notify_urls
+-- The Apprise URLs an add stored for a start that then failed, unless a channel uses one.
+DELETE FROM notify_urls n
+ WHERE n.ref = ANY(:refs::text[])
+   AND NOT EXISTS (SELECT 1 FROM channels c WHERE c.channel_id = 'apprise-' || n.ref);
+
 -- name: unnotified_changes
 -- Changes between two slots with a channel (that existed when the change was recorded) that
 -- has neither sent nor given up: the run that recorded them is not the one asking, so
