@@ -160,24 +160,21 @@ class Entry(BaseModel):
             return value
         raise ValueError(f"write a duration like 90s, 15m, 24h or 1d, not {value!r}")
 
-    @field_validator("every")
-    @classmethod
-    def _some_time(cls, value: timedelta | None) -> timedelta | None:
-        if value is not None and value < timedelta(seconds=1):  # `0s` is not "unset"
-            raise ValueError("must be at least 1s")
-        return value
-
-    @field_validator("start_at")
-    @classmethod
-    def _start_in_range(cls, value: datetime | None) -> datetime | None:
-        return None if value is None else in_range(value)
-
     @field_validator("at", mode="before")
     @classmethod
     def _one_or_more(cls, value: object) -> object:
         return [value] if isinstance(value, str) else value
 
     def config(self) -> TargetConfig:
+        """The target this entry asks for; ValueError (or ValidationError) naming the field
+        it cannot take, as written: the well-formed entry asking for what cannot be."""
+        if self.every is not None and self.every < timedelta(seconds=1):
+            raise ValueError("every: must be at least 1s (`0s` is not unset)")
+        if self.start_at is not None:
+            try:
+                in_range(self.start_at)
+            except ValueError as err:
+                raise ValueError(f"start_at: {err}") from err
         jitter = None if self.jitter is None else int(self.jitter.total_seconds())
         grid = calendar.written(self.cron, self.at, self.on, self.tz, jitter, flag="")
         if grid is not None and self.every is not None:
@@ -235,8 +232,9 @@ class Located:
     where: str
 
     def error(self, message: str) -> ManifestError:
-        where = f"{self.where}: " if self.where else ""  # a form's entry is all there is
-        return ManifestError(f"{where}{self.entry.id}: {message}")
+        if not self.where:  # a form's or a request's entry is all there is
+            return ManifestError(message)
+        return ManifestError(f"{self.where}: {self.entry.id}: {message}")
 
 
 def load(path: Path) -> list[Located]:

@@ -122,7 +122,7 @@ async def put_target(
     nothing (`unchanged`)."""
     if entry.id != target_id:
         raise BadInput(f"the entry's id {entry.id!r} is not the path's {target_id!r}")
-    steps = await pricewatch.put(entry, where="body")
+    steps = await pricewatch.put(entry, where="")
     return AppliedView(
         target_id=target_id,
         actions=[step.action.value for step in steps],

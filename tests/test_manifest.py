@@ -183,3 +183,46 @@ def test_a_calendar_that_cannot_be_names_its_entry(tmp_path: Path, extra: str, s
     with pytest.raises(ManifestError, match=says) as err:
         load(write(tmp_path, text))
     assert "targets.yaml:2" in str(err.value)
+
+
+ONE = "targets:\n  - id: acme\n    url: https://acme.example/\n"
+
+
+@pytest.mark.parametrize(
+    ("extra", "error"),
+    [
+        # Given empty or zero is not left out: no default takes its place (issue 40).
+        ("    every: 0s\n", "targets.yaml:2: every: must be at least 1s"),
+        ("    at: '08:00'\n    tz: ''\n", "targets.yaml:2: unknown time zone ''"),
+        ("    at: '08:00'\n    on: ''\n", "targets.yaml:2: --on '': use day names"),
+        ("    cron: ''\n", "targets.yaml:2: cron '': needs 5 fields"),
+        ("    at: ''\n", "targets.yaml:2: --at '': use a 24-hour local time"),
+        ("    tz: ''\n", "targets.yaml:2: tz needs cron or at"),
+        # A first slot no grid can be added to: a line, not an OverflowError.
+        ("    start_at: 0001-01-01T00:00:00Z\n", "targets.yaml:2: start_at: must be from 1970"),
+        ("    start_at: 9999-12-31T23:59:59Z\n", "targets.yaml:2: start_at: must be from 1970"),
+        ("    start_at: 0001-01-01T00:00:00+05:00\n", "start_at: must be from 1970-01-01"),
+        # A duration is written as `add` takes it; YAML reads 1:30 as the number 90.
+        ("    every: 3600\n", "targets.yaml:4: every: write a duration like 90s"),
+        (
+            "    every: 1:30\n",
+            "targets.yaml:4: every: write a duration like 90s, 15m, 24h or 1d, not 90",
+        ),
+        ("    every: ' 15m'\n", "targets.yaml:4: every: invalid duration ' 15m'"),
+        ("    webhooks: [ftp://hooks.example/]\n", "targets.yaml:2: webhooks: URL scheme should"),
+        ("    emails: [nobody]\n", "targets.yaml:2: emails: not an email address: 'nobody'"),
+    ],
+)
+def test_a_value_given_empty_zero_or_out_of_range_names_its_field(
+    tmp_path: Path, extra: str, error: str
+) -> None:
+    with pytest.raises(ManifestError) as raised:
+        load(write(tmp_path, ONE + extra))
+    assert error in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("start", ["1970-01-01T00:00:00Z", "2199-12-31T23:59:59Z"])
+def test_a_first_slot_within_the_range_is_taken(tmp_path: Path, start: str) -> None:
+    (acme,) = load(write(tmp_path, ONE + f"    start_at: {start}\n"))
+    assert acme.entry.start_at is not None and acme.entry.start_at.year in (1970, 2199)
