@@ -307,8 +307,14 @@ def field_error(err: ValidationError) -> str:
     first = err.errors()[0]
     field = entry_field(err)
     message = " ".join(first["msg"].removeprefix("Value error, ").split())
-    inner = "".join(f".{part}" for part in first["loc"][1:])  # e.g. prices.below
-    return f"{field}{inner}: {message}" if field else message
+    inner = "".join(f".{_said(part)}" for part in first["loc"][1:])  # e.g. prices.below
+    return f"{_said(field)}{inner}: {message}" if field is not None else message
+
+
+def _said(name: str | int) -> str:
+    """A field's name as a line may show it: a key someone made up is quoted (`'\\n'`)."""
+    text = str(name)
+    return text if text.isidentifier() or text.isdigit() else repr(text)
 
 
 def dump(targets: list[tuple[TargetConfig, bool]]) -> str:

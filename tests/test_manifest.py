@@ -226,3 +226,12 @@ def test_a_value_given_empty_zero_or_out_of_range_names_its_field(
 def test_a_first_slot_within_the_range_is_taken(tmp_path: Path, start: str) -> None:
     (acme,) = load(write(tmp_path, ONE + f"    start_at: {start}\n"))
     assert acme.entry.start_at is not None and acme.entry.start_at.year in (1970, 2199)
+
+
+@pytest.mark.parametrize(("key", "named"), [("'\\n'", "'\\n': Extra"), ("''", "'': Extra")])
+def test_a_made_up_key_is_named_quoted_on_one_line(tmp_path: Path, key: str, named: str) -> None:
+    """Found by tests/test_fuzz_entry.py: a key of a newline split the error line in two,
+    an empty one lost its name."""
+    with pytest.raises(ManifestError) as raised:
+        load(write(tmp_path, ONE + f'    "{key[1:-1]}": 1\n'))
+    assert f": {named}" in str(raised.value) and "\n" not in str(raised.value)
