@@ -16,7 +16,6 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import typer
-from rich.console import Console
 from rich.progress import Progress
 from temporalio.envconfig import ClientConfig
 from typer.core import TyperOption
@@ -119,7 +118,7 @@ def command(fn: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
 
 
 def fail(message: str, code: int) -> None:
-    typer.echo(f"pricewatch: {message}", err=True)
+    typer.echo(render.inert(f"pricewatch: {message}"), err=True)
     raise typer.Exit(code)
 
 
@@ -586,7 +585,8 @@ async def notify_test(
     for view, error in answers:
         where = f"{view.channel_id} ({view.kind}, {view.destination})"
         disabled = f" [disabled: {view.disabled_reason}]" if view.disabled_reason else ""
-        typer.echo(f"{where}{disabled}: " + ("sent" if error is None else f"failed: {error}"))
+        said = "sent" if error is None else f"failed: {error}"
+        typer.echo(render.inert(f"{where}{disabled}: {said}"))
     if any(error is not None for _, error in answers):
         raise typer.Exit(UNAVAILABLE)
 
@@ -649,7 +649,7 @@ async def diff(
         change = await client.change(target_id, work_id)
     if as_json:
         return print_json("diff", change)
-    typer.echo(change.diff)
+    typer.echo(render.inert(change.diff))
 
 
 @app.command()
@@ -820,7 +820,7 @@ async def apply(
         if dry_run or not todo:
             return
         started = time.monotonic()
-        with Progress(console=Console(stderr=True), transient=True) as progress:
+        with Progress(console=render.console(stderr=True), transient=True) as progress:
             bar = progress.add_task("applying", total=len(todo))
             await client.apply(todo, lambda _: progress.advance(bar))
     changes = f"{len(todo)} change{'' if len(todo) == 1 else 's'}"

@@ -1,6 +1,7 @@
 """How the CLI shows what the client returns: tables for lists (fitted to the terminal; one
 row per line when piped, for grep and awk), lines for one record. Scripts use `--json`."""
 
+import re
 import sys
 from collections.abc import Sequence
 from decimal import Decimal
@@ -22,6 +23,26 @@ from pricewatch.views import (
 )
 
 SPARKS = "▁▂▃▄▅▆▇█"
+# C0 and C1 controls, DEL, and the bidi overrides that reorder a line: page text must not
+# drive the terminal (colours, a cleared screen, a rewritten line). A table's cell keeps
+# neither tab nor newline either, so that a record stays on one line.
+_CONTROLS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
+_IN_LINES = re.compile(f"[{_CONTROLS}]")
+_IN_A_CELL = re.compile(f"[\t\n{_CONTROLS}]")
+
+
+def inert(text: str, cell: bool = False) -> str:
+    """Text from outside (a page, a URL, an error) as the terminal should show it: every
+    control character written as its escape (`\\x1b`), so it prints and does nothing. Rich
+    markup needs no escaping here: no console of ours reads markup (`console`)."""
+    controls = _IN_A_CELL if cell else _IN_LINES
+    return controls.sub(lambda found: ascii(found.group())[1:-1], text)
+
+
+def console(**options: object) -> Console:
+    """The CLI's one kind of console: text is shown as given, never read as markup
+    (`[/bold]` in a plan's name crashed `list`), emoji codes or highlighted numbers."""
+    return Console(markup=False, emoji=False, highlight=False, **options)  # type: ignore[arg-type]
 
 
 def check(result: CheckResult) -> str:
@@ -33,7 +54,7 @@ def check(result: CheckResult) -> str:
         line += f"  next attempt not before {format_slot(result.next_attempt_at)}"
     if result.error_message:
         line += f"  error={result.error_message}"
-    return line
+    return inert(line)
 
 
 def status(status: MonitorStatus, retrying: list[CheckResult], link: str) -> list[str]:
@@ -55,7 +76,7 @@ def status(status: MonitorStatus, retrying: list[CheckResult], link: str) -> lis
         lines.append(f"checking:   {format_slot(status.checking)} (in flight)")
     lines += [f"now:        {check(result)}" for result in retrying]
     last = check(status.last_result) if status.last_result else "(no check yet)"
-    return [*lines, f"last:       {last}", f"history:    {link}"]
+    return [inert(line) for line in [*lines, f"last:       {last}", f"history:    {link}"]]
 
 
 def fetch_timeout(config: TargetConfig) -> str:
@@ -85,9 +106,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     for header in headers:
         grid.add_column(header, overflow="fold")
     for row in rows:
-        grid.add_row(*row)
+        grid.add_row(*(inert(text, cell=True) for text in row))
     width = None if sys.stdout.isatty() else 100_000
-    Console(width=width, soft_wrap=False, highlight=False).print(grid)
+    console(width=width, soft_wrap=False).print(grid)
 
 
 def targets(rows: Sequence[TargetSummary]) -> None:
@@ -151,7 +172,7 @@ def prices(rows: Sequence[PricesRow]) -> None:
 def tried(view: TryView) -> None:
     """What a check would record: the prices and where each was read, what was skipped, the
     hash; for a text target, the text that is hashed."""
-    print(f"{view.url}: HTTP {view.http_status}, {view.body_bytes} bytes")
+    print(inert(f"{view.url}: HTTP {view.http_status}, {view.body_bytes} bytes"))
     if view.prices is not None:
         table(
             ["PRICE", "AMOUNT", "WAS", "STOCK", "READ FROM"],
@@ -166,11 +187,11 @@ def tried(view: TryView) -> None:
         lines = view.text.splitlines()
         print(f"text that is hashed ({len(lines)} lines{', first 20' if len(lines) > 20 else ''}):")
         for line in lines[:20]:
-            print(f"  {line}")
+            print(f"  {inert(line)}")
     for value in view.skipped_values:
-        print(f"skipped: {value}")
+        print(inert(f"skipped: {value}"))
     for request in view.refused_requests:
-        print(f"refused request: {request}")
+        print(inert(f"refused request: {request}"))
     print(f"sha256: {view.result_hash}  (nothing was written)")
 
 
