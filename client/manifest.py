@@ -29,8 +29,10 @@ Every entry is read and validated before anything is started; an error names the
 the line of the entry (or of its bad field) and changes nothing.
 """
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -40,6 +42,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -76,10 +79,37 @@ Duration = Annotated[
 ]
 
 
+# An amount as a string (YAML's `below: "9.50"`): what the document says, and all that is
+# read (Decimal itself also takes `1_000`, ` 1 `, other scripts' digits and `NaN`).
+AMOUNT = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$"
+PERCENT = r"^\+?([0-9]*[1-9][0-9]*(\.[0-9]*)?|[0-9]*\.[0-9]*[1-9][0-9]*)$"  # above 0
+
+
+def _amount(pattern: str, minimum: dict[str, int]) -> Any:
+    number = {"type": "number", **minimum}
+    shape = {"anyOf": [number, {"type": "string", "pattern": pattern}, {"type": "null"}]}
+    return Annotated[Decimal | None, WithJsonSchema(shape)]
+
+
 class PriceEntry(PriceSettings):
     """`prices:` as written: a misspelt rule is an error, not a rule quietly not applied."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    below: _amount(AMOUNT, {}) = None  # type: ignore[valid-type]
+    above: _amount(AMOUNT, {}) = None  # type: ignore[valid-type]
+    min_change_percent: _amount(PERCENT, {"exclusiveMinimum": 0}) = Field(  # type: ignore[valid-type]
+        default=None, gt=0
+    )
+
+    @field_validator("below", "above", "min_change_percent", mode="before")
+    @classmethod
+    def _as_documented(cls, value: object, info: ValidationInfo) -> object:
+        percent = info.field_name == "min_change_percent"
+        if isinstance(value, str) and not re.fullmatch(PERCENT if percent else AMOUNT, value):
+            like = "a percentage above 0 like 5 or 2.5" if percent else "an amount like 9.50"
+            raise ValueError(f"write {like}, not {value!r}")
+        return value
 
 
 class NotifyEntry(BaseModel):
@@ -145,12 +175,6 @@ class Entry(BaseModel):
             data = {("on" if key is True else key): value for key, value in data.items()}
         return data
 
-    @model_validator(mode="after")
-    def _steps_need_render(self) -> "Entry":
-        if self.steps and not self.render:
-            raise ValueError("steps run in the browser: they need render: true")
-        return self
-
     @field_validator("every", "timeout", "jitter", mode="before")
     @classmethod
     def _duration(cls, value: object) -> object:
@@ -168,6 +192,8 @@ class Entry(BaseModel):
     def config(self) -> TargetConfig:
         """The target this entry asks for; ValueError (or ValidationError) naming the field
         it cannot take, as written: the well-formed entry asking for what cannot be."""
+        if self.steps and not self.render:
+            raise ValueError("steps run in the browser: they need render: true")
         if self.every is not None and self.every < timedelta(seconds=1):
             raise ValueError("every: must be at least 1s (`0s` is not unset)")
         if self.start_at is not None:
