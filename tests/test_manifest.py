@@ -76,7 +76,7 @@ def test_a_good_file_reads_as_configs(tmp_path: Path) -> None:
         ("- id: a\n", "expected a mapping with one key, `targets`"),
         ("targets: {id: a}\n", "targets.yaml:1: `targets` must be a list"),
         (GOOD.replace("below:", "belw:"), "targets.yaml:16: prices.belw: Extra inputs"),
-        (GOOD.replace('"9.50"', "cheap"), "targets.yaml:16: prices.below: Input should be a"),
+        (GOOD.replace('"9.50"', "cheap"), "targets.yaml:16: prices.below: write an amount like"),
     ],
 )
 def test_a_bad_entry_names_its_line_and_nothing_is_read(
