@@ -111,6 +111,11 @@ class PriceEntry(PriceSettings):
             raise ValueError(f"write {like}, not {value!r}")
         return value
 
+    def _name_needs_selector(self) -> "PriceEntry":  # type: ignore[override]
+        """Not here: which rules go together is `Entry.config`'s to say (a 400, the entry
+        well formed), as PriceSettings does it."""
+        return self
+
 
 class NotifyEntry(BaseModel):
     """One `notify:` channel with templates: `url` is the Apprise URL, or `apprise-<ref>`
@@ -189,6 +194,14 @@ class Entry(BaseModel):
     def _one_or_more(cls, value: object) -> object:
         return [value] if isinstance(value, str) else value
 
+    def _price_mode(self) -> PriceSettings | None:
+        if self.prices is None:
+            return None
+        try:
+            return PriceSettings(**dict(self.prices))
+        except ValidationError as err:
+            raise ValueError(f"prices: {field_error(err)}") from err
+
     def config(self) -> TargetConfig:
         """The target this entry asks for; ValueError (or ValidationError) naming the field
         it cannot take, as written: the well-formed entry asking for what cannot be."""
@@ -229,7 +242,7 @@ class Entry(BaseModel):
             ignore=self.ignore,
             json_pointer=self.json_pointer,
             user_agent=self.user_agent,
-            price_mode=PriceSettings(**dict(self.prices)) if self.prices is not None else None,
+            price_mode=self._price_mode(),
             timeout_seconds=None if self.timeout is None else int(self.timeout.total_seconds()),
             render=RenderSettings(steps=self.steps) if self.render else None,
         )
