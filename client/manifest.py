@@ -184,7 +184,7 @@ class Entry(BaseModel):
     @classmethod
     def _duration(cls, value: object) -> object:
         if isinstance(value, str):
-            return parse_duration(value)
+            return parse_duration(value, strict=True)
         if value is None or isinstance(value, timedelta):  # a caller's own (the dashboard)
             return value
         raise ValueError(f"write a duration like 90s, 15m, 24h or 1d, not {value!r}")

@@ -11,10 +11,12 @@ take other scripts' digits, which `int` reads too), few enough that every match 
 timedelta (999999d is 2,700 years; the largest setting takes one)."""
 
 
-def parse_duration(text: str) -> timedelta:
-    if not re.fullmatch(PATTERN, text):
+def parse_duration(text: str, strict: bool = False) -> timedelta:
+    """Surrounding space ignored (the command line's) unless `strict`: a targets file and
+    the API take the document's pattern alone."""
+    if not re.fullmatch(PATTERN, text if strict else text.strip()):
         raise ValueError(f"invalid duration {text!r}: use forms like 90s, 15m, 24h, 1d or 1h30m")
-    parts = _PART.findall(text.lower())
+    parts = _PART.findall(text.strip().lower())
     return sum((timedelta(**{_UNITS[u]: int(n)}) for n, u in parts), timedelta(0))
 
 
