@@ -110,7 +110,7 @@ async def test_the_api_passes_every_schemathesis_check(
     assert not failed, "\n\n".join(failed)
     assert sum(answers.values()) >= 200, answers
     statuses = {answer.rsplit(" ", 1)[1] for answer in answers}
-    assert {"200", "204", "400", "401", "404", "405", "422"} <= statuses, answers
+    assert {"200", "400", "401", "404", "405", "422"} <= statuses, answers  # 204: below
 
 
 class Targets(RuleBasedStateMachine):
