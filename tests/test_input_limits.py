@@ -153,6 +153,11 @@ async def test_the_api_and_the_cli_answer_bad_input_with_its_field(
         (put("z", unhealthy_after=-1), 400, "unhealthy_after: Input should be greater than"),
         (put("z", selector="p\x00"), 400, "selector: holds a NUL character"),
         (put("z", webhooks=["ftp://hooks.example/"]), 400, "webhooks: URL scheme should be"),
+        # Found by schemathesis: a body the document calls well formed answered 422.
+        (put("z", prices={"attribute": "content"}), 400, "prices: a price attribute needs"),
+        (put("z", steps=["click #a"]), 400, "steps run in the browser: they need render"),
+        (put("z", prices={"below": "1_000"}), 422, "prices.below: write an amount like 9.50"),
+        (put("z", at="08:00", jitter="9999999d"), 422, "jitter: invalid duration '9999999d'"),
         (get("/targets", search="a\x00b"), 422, "search: String should match pattern"),
         (get("/targets/z/history", before="0001-01-01T00:00:00+01:00"), 400, "before: must be"),
         (get("/targets/z/history", before="9999-12-31T23:59:59-01:00"), 400, "before: must be"),

@@ -211,6 +211,14 @@ ONE = "targets:\n  - id: acme\n    url: https://acme.example/\n"
         ("    every: ' 15m'\n", "targets.yaml:4: every: invalid duration ' 15m'"),
         ("    webhooks: [ftp://hooks.example/]\n", "targets.yaml:2: webhooks: URL scheme should"),
         ("    emails: [nobody]\n", "targets.yaml:2: emails: not an email address: 'nobody'"),
+        # Found by schemathesis: what the document allows parses, the rest is refused.
+        ("    every: 99999999999999999999d\n", "targets.yaml:4: every: invalid duration"),
+        ("    prices: {below: '1_000'}\n", "prices.below: write an amount like 9.50"),
+        (
+            "    prices: {min_change_percent: '0'}\n",
+            "prices.min_change_percent: write a percentage",
+        ),
+        ("    prices: {name: th}\n", "targets.yaml:2: prices: a price name selector needs a"),
     ],
 )
 def test_a_value_given_empty_zero_or_out_of_range_names_its_field(
