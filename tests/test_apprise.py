@@ -4,13 +4,10 @@ be set: json://, form://, ntfy://, gotify:// and mmost:// (Mattermost), all serv
 aiohttp app on 127.0.0.1."""
 
 import asyncio
-import json
 import re
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -34,7 +31,7 @@ from pricewatch import notices
 from pricewatch.models import ChannelKind, PriceSettings, TargetConfig
 from pricewatch.policy import PERMANENT_DELIVERY_ERROR, TRANSIENT_DELIVERY_ERROR
 from tests.chaos.stack import serve
-from tests.conftest import LOOPBACK, PageServer, Start
+from tests.conftest import GOTIFY_TOKEN, LOOPBACK, MATTERMOST_TOKEN, PageServer, Services, Start
 from tests.helpers import (
     CHANGED,
     NO_SMTP,
@@ -48,58 +45,6 @@ from tests.helpers import (
     worker_process,
 )
 from tests.waits import eventually
-
-MATTERMOST_TOKEN = "3ccdd113474722377935511fc85d3dd4"
-GOTIFY_TOKEN = "AbCdEfGhIjKlMnO"
-
-
-@dataclass
-class Services:
-    """Five self-hosted services in one app: what each received, and scripted answers."""
-
-    base: str = ""
-    received: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    answers: dict[str, list[int]] = field(default_factory=dict)
-    hold: asyncio.Event | None = None
-    arrived: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def handle(self, request: web.Request) -> web.Response:
-        kind = {"/": "ntfy", "/message": "gotify"}.get(request.path, request.path.split("/")[1])
-        kind = "mmost" if kind == "hooks" else kind
-        if request.content_type == "application/x-www-form-urlencoded":
-            body: dict[str, Any] = dict(await request.post())
-        else:
-            body = json.loads(await request.read())
-        self.received.append((kind, body))
-        self.arrived.set()
-        if self.hold is not None:
-            await self.hold.wait()
-        scripted = self.answers.get(kind)
-        status = scripted.pop(0) if scripted else 200
-        return web.json_response({"error": "invalid token"} if status >= 400 else {}, status=status)
-
-    def urls(self) -> dict[str, str]:
-        host = self.base.removeprefix("http://")
-        return {
-            "json": f"json://{host}/json",
-            "form": f"form://{host}/form",
-            "ntfy": f"ntfy://{host}/prices",
-            "gotify": f"gotify://{host}/{GOTIFY_TOKEN}",
-            "mmost": f"mmost://{host}/{MATTERMOST_TOKEN}",
-        }
-
-    def texts(self, kind: str) -> list[str]:
-        """Each message's title and body as one text (the services name them apart)."""
-        return [" ".join(str(v) for v in body.values()) for k, body in self.received if k == kind]
-
-
-@pytest.fixture
-async def services_app() -> AsyncIterator[Services]:
-    app = Services()
-    routes = [web.post(path, app.handle) for path in ("/", "/message", "/json", "/form")]
-    async with serve([*routes, web.post("/hooks/{token}", app.handle)]) as base:
-        app.base = base
-        yield app
 
 
 async def stored(pool: asyncpg.Pool, config: TargetConfig) -> TargetConfig:

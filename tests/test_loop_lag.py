@@ -10,9 +10,8 @@ import time
 import asyncpg
 import pytest
 
-from tests.conftest import PageServer
+from tests.conftest import PageServer, Services
 from tests.helpers import cli, worker_process
-from tests.test_apprise import Services, services_app  # noqa: F401 (the fixture)
 from tests.waits import eventually
 from workers.observability import LOOP_LAG_WORTH_A_LINE, watching_loop_lag
 
@@ -51,7 +50,7 @@ SLOW_BODY = (
 async def test_a_costly_template_blocks_no_check_and_every_change_is_told_once(
     env: dict[str, str],
     pool: asyncpg.Pool,
-    services_app: Services,  # noqa: F811
+    services_app: Services,
     page_server: PageServer,
 ) -> None:
     """Before 1.9 the render ran on the worker's loop: each slow message blocked every
