@@ -194,9 +194,39 @@ def read_prices(html: str, settings: PriceSettings) -> Reading:
     return Reading(_unique_names(found), skipped)
 
 
+# No price has this many integer digits or decimal places (a satoshi is 8 places): such a
+# value (`1E+999999` in a JSON-LD offer) is a skipped value, never a stored amount that
+# Postgres, a chart or a terminal then has to hold.
+MAX_INTEGER_DIGITS = 15
+MAX_DECIMAL_PLACES = 8
+
+
+class Implausible(ExtractionError):
+    """An amount no real price has."""
+
+
 def parse_amount(text: str, where: str, *, structured: bool = False) -> tuple[Decimal, str | None]:
     """Amount and currency (an ISO code where the symbol is unambiguous, else as written) of
-    one price text."""
+    one price text; Implausible for a magnitude or precision no price has."""
+    amount, currency = _parse_amount(text, where, structured)
+    return _plausible(amount, text, where), currency
+
+
+def _plausible(amount: Decimal, text: str, where: str) -> Decimal:
+    exponent = amount.normalize().as_tuple().exponent
+    if amount and (
+        amount.adjusted() >= MAX_INTEGER_DIGITS
+        or (isinstance(exponent, int) and -exponent > MAX_DECIMAL_PLACES)
+    ):
+        said = f"{where}: " if where else ""
+        raise Implausible(
+            f"{said}{text.strip()[:40]!r} is no price (more than {MAX_INTEGER_DIGITS} digits "
+            f"or {MAX_DECIMAL_PLACES} decimal places)"
+        )
+    return amount
+
+
+def _parse_amount(text: str, where: str, structured: bool) -> tuple[Decimal, str | None]:
     if structured and text.isascii():  # schema.org: a plain number with a dot (the common case)
         try:
             amount = Decimal(text)  # which, like split(), ignores surrounding whitespace
@@ -333,6 +363,9 @@ def _selected(tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str
                 regular = None
             else:
                 amount, currency, regular = _shown_amount(match, named)
+        except Implausible as err:
+            skipped.append(f"price selector {selector!r}: {_match(match, position)}: {err}")
+            continue
         except ExtractionError:
             skipped.append(f"price selector {selector!r}: no price in {_match(match, position)}")
             continue
@@ -402,7 +435,7 @@ def _shown_amount(
         with contextlib.suppress(ExtractionError):
             regular = parse_amount(struck_text, "")[0]
             break
-    return amount, currency, regular
+    return _plausible(amount, text, ""), currency, regular
 
 
 def _visible_text(node: LexborNode, named: int | None, shown: list[str], struck: list[str]) -> None:

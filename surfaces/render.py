@@ -132,7 +132,10 @@ def targets(rows: Sequence[TargetSummary]) -> None:
 
 
 def amount(price: PriceView) -> str:
-    return f"{price.amount:f} {price.currency or ''}".rstrip()
+    """`9.90 EUR`; an amount no price has (stored before 1.9 read them as skipped) in
+    scientific notation, not a million digits."""
+    written = f"{price.amount:.3e}" if price.amount.adjusted() >= 15 else f"{price.amount:f}"
+    return f"{written} {price.currency or ''}".rstrip()
 
 
 def price_summary(row: TargetSummary) -> str:

@@ -8,7 +8,8 @@
 -- needs: the slot's row if it exists and the last good observation. The lease is taken
 -- only if it is free, expired (by the database's clock) or already ours, and, for the due
 -- slot (not a manual check or a retry), only while the target is enabled and not yet past
--- this slot: a stale attempt for a slot the schedule left behind never claims. A lease
+-- this slot: a stale attempt for a slot the schedule left behind never claims. A lease held
+-- by an earlier attempt of the same run is taken over at once (`supersedes`, 0013). A lease
 -- another attempt holds says how long it has left (`lease_left`): when to ask again.
 WITH target AS (
     SELECT enabled, next_slot, lease_token, lease_expires_at FROM monitor_targets
@@ -21,7 +22,8 @@ WITH target AS (
     UPDATE monitor_targets
        SET lease_token = :execution_id, lease_expires_at = now() + :lease::interval
      WHERE id = :target_id
-       AND (lease_token IS NULL OR lease_expires_at <= now() OR lease_token = :execution_id)
+       AND (lease_token IS NULL OR lease_expires_at <= now() OR lease_token = :execution_id
+            OR false)
        AND (NOT :on_schedule::boolean OR (enabled AND next_slot <= :slot))
        AND NOT EXISTS (SELECT 1 FROM existing WHERE status NOT IN ('retrying', 'failed'))
     RETURNING id
@@ -132,10 +134,13 @@ SELECT lease_expires_at - now() FROM monitor_targets
 -- no attempt got that far), advance the schedule (:advance) if it still points at or
 -- before this slot, with a skipped row per slot it passes, and clear the (expired) lease so
 -- the attempt that held it can never complete the row later. Waits for nobody: a live lease
--- means an attempt is still running, so this refuses (no row).
+-- means an attempt is still running, so this refuses (no row), unless an earlier attempt of
+-- this run holds it (`supersedes`): the run gave up on that one.
 WITH target AS (
     SELECT id, next_slot <= :slot AND :advance::boolean AS advance FROM monitor_targets
-     WHERE id = :target_id AND (lease_token IS NULL OR lease_expires_at <= now())
+     WHERE id = :target_id
+       AND (lease_token IS NULL OR lease_expires_at <= now()
+            OR false)
        FOR UPDATE
 ), recorded AS (
     INSERT INTO source_checks AS c (work_id, target_id, scheduled_for, kind, checked_at,
@@ -422,6 +427,9 @@ SELECT p ->> 'name' AS name, newest.slot, (p ->> 'amount')::numeric AS amount
          ORDER BY scheduled_for DESC LIMIT :limit) newest,
        jsonb_array_elements(newest.prices) WITH ORDINALITY AS listed(p, place)
  WHERE p ->> 'name' IS NOT NULL AND jsonb_typeof(p -> 'amount') IN ('string', 'number')
+   -- an amount 1.8 stored with an exponent numeric cannot hold (1E+999999) is left out,
+   -- not a failed page: 1.9's reader skips any amount of more than 15 digits
+   AND p ->> 'amount' ~ '^[-+]?[0-9]{0,40}[.]?[0-9]{0,40}([eE][-+]?[0-9]{1,2})?$'
  ORDER BY newest.slot, listed.place;
 
 -- name: check_history
