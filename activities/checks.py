@@ -203,7 +203,16 @@ class CheckActivities:
             return report.recorded(result, outcome)
         finally:
             if not committed:
-                await store.release(self.pool, target_id=check.target_id, execution_id=execution_id)
+                await self._release(check.target_id, execution_id)
+
+    async def _release(self, target_id: str, execution_id: str) -> None:
+        """Free the lease of an attempt that gave up or was cancelled, for the next one.
+        Best effort: with Postgres away this fails too, and the attempt's own failure is the
+        one to report; the next attempt of the run takes the lease over (`supersedes`)."""
+        try:
+            await store.release(self.pool, target_id=target_id, execution_id=execution_id)
+        except Exception as err:  # whatever it was, the lease is left to lapse
+            CHECK_LOG.debug("%s: lease left to lapse (%r)", target_id, err)
 
     async def _claim(self, check: CheckInput, execution_id: str) -> store.Claim:
         """Take the target's lease and read what the check compares with. A target the
@@ -295,6 +304,7 @@ class CheckActivities:
             error_message=failure.error_message,
             advance=check.on_schedule,
             temporal_now=temporal_now(check),
+            execution_id=this_execution_id(),
         )
         if result is not None:
             count("pricewatch_dead_letters", "slots recorded failed after giving up")

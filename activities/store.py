@@ -214,12 +214,16 @@ async def record_failed(
     error_message: str,
     advance: bool,
     temporal_now: datetime | None = None,
+    execution_id: str = "",
 ) -> CheckResult | None:
     """Finalise a given-up slot as failed; None if an attempt still holds the lease or the
-    slot is already final. `next_slot` is where the schedule stands afterwards."""
+    slot is already final. `next_slot` is where the schedule stands afterwards.
+    `execution_id`: this dead letter's own attempt, which supersedes the check's attempts
+    of the same run (a lease one of them left is no reason to wait)."""
     row = await QUERIES["record_failed"].fetchrow(
         pool, target_id=target_id, work_id=work_id, slot=slot, kind=kind.value,
         error_message=error_message, advance=advance, temporal_now=temporal_now,
+        execution_id=execution_id,
     )  # fmt: skip
     return None if row is None else _result(row)
 

@@ -23,7 +23,7 @@ WITH target AS (
        SET lease_token = :execution_id, lease_expires_at = now() + :lease::interval
      WHERE id = :target_id
        AND (lease_token IS NULL OR lease_expires_at <= now() OR lease_token = :execution_id
-            OR false)
+            OR supersedes(:execution_id, lease_token))
        AND (NOT :on_schedule::boolean OR (enabled AND next_slot <= :slot))
        AND NOT EXISTS (SELECT 1 FROM existing WHERE status NOT IN ('retrying', 'failed'))
     RETURNING id
@@ -140,7 +140,7 @@ WITH target AS (
     SELECT id, next_slot <= :slot AND :advance::boolean AS advance FROM monitor_targets
      WHERE id = :target_id
        AND (lease_token IS NULL OR lease_expires_at <= now()
-            OR false)
+            OR supersedes(:execution_id, lease_token))
        FOR UPDATE
 ), recorded AS (
     INSERT INTO source_checks AS c (work_id, target_id, scheduled_for, kind, checked_at,
