@@ -584,7 +584,9 @@ class Pricewatch:
         """One targets-file entry made true, as `apply` does for it (never a removal): what
         was done, or `unchanged`. `where` names the entry in errors (a form's: nothing)."""
         try:
-            located = Located(entry, entry.config(), where)
+            # Off the loop: a channel's template is tried on the largest notice (up to 1 s
+            # in a child process), and a server's loop answers other requests meanwhile.
+            located = Located(entry, await asyncio.to_thread(entry.config), where)
         except ValidationError as err:  # `url: ...`, as `apply` names the field
             raise BadInput(manifest.field_error(err)) from err
         except ValueError as err:

@@ -357,7 +357,11 @@ def target_config(
     schedule: dict[str, object] = (
         {"calendar": grid}
         if grid is not None
-        else {"interval_seconds": int(parse_duration(every or "24h").total_seconds())}
+        else {
+            "interval_seconds": int(
+                parse_duration("24h" if every is None else every).total_seconds()
+            )
+        }
     )
     return TargetConfig(
         target_id=valid_id(target_id),

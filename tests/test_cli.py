@@ -63,6 +63,9 @@ def assert_one_error_line(result: subprocess.CompletedProcess[str], code: int) -
         (["add", "acme", "ftp://example.com/prices"], "url"),
         (["add", "acme", "https://example.com", "--every", "1m"], "below the minimum 15m"),
         (["add", "acme", "https://example.com", "--every", "1x"], "invalid duration '1x'"),
+        (["add", "acme", "https://example.com", "--every", ""], "invalid duration ''"),
+        (["add", "acme", "https://example.com", "--tz", ""], "tz"),
+        (["add", "acme", "https://example.com", "--start-at", "0001-01-01T00:00:00Z"], "start"),
         (["add", "acme", "https://example.com", "--start-at", "tomorrow"], "--start-at"),
         *(
             (
