@@ -23,6 +23,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import store
 from activities.fetch import FetchError, Page, Request, fetch_page, request_of
+from activities.freezes import STALLS
 from activities.metrics import count, observe_seconds
 from activities.outcomes import outcome_of
 from activities.tracing import span
@@ -191,7 +192,12 @@ class CheckActivities:
                     page = await self._fetch(check, execution_id, claim)
                     outcome = await outcome_of(claim, page, rules, check.price_mode)
             except FetchError as err:
+                if err.transient and (stalled := report.stalled()):
+                    raise report.stalled_out(stalled) from err
                 failure, outcome = err, failed_attempt(err)
+            except (asyncio.CancelledError, ApplicationError):
+                report.given_up_if_stalled()
+                raise
 
             result = await self._commit(check, execution_id, outcome)
             committed = result is not None
@@ -199,6 +205,7 @@ class CheckActivities:
                 report.attempt_failed(failure, outcome.next_attempt_in)
                 raise fetch_failed(failure) from failure
             if result is None:
+                report.given_up_if_stalled()
                 return await self._lost_lease(check, report)
             return report.recorded(result, outcome)
         finally:
@@ -270,6 +277,10 @@ class CheckActivities:
                     fetch.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await fetch
+                elif not fetch.cancelled():
+                    # Taken, so never "Task exception was never retrieved": when this attempt
+                    # is cancelled as the fetch fails (a thawed worker), nobody else reads it.
+                    fetch.exception()
 
     async def _commit(
         self, check: CheckInput, execution_id: str, outcome: store.Outcome
@@ -386,6 +397,10 @@ class CheckActivities:
         )
 
 
+# A transient fetch failure of an attempt whose worker stalled meanwhile (frozen, or its
+# loop stuck): the worker's doing, not the page's; retried at once, no row written.
+WORKER_STALLED = "WorkerStalled"
+
 # A claim refused by a live lease is tried again when the lease expires (by the database's
 # clock, which the claim read), this much later: the commit or release of an attempt that
 # is still alive lands first, and a worker's timer firing early by a few ms finds it lapsed.
@@ -429,6 +444,8 @@ class Report:
         self.check = check
         self.execution_id = execution_id
         self.started = time.monotonic()
+        self.given_up = False
+        """The worker stalled and the attempt was given up for it (see `given_up_if_stalled`)."""
 
     def already_recorded(self, stored: CheckResult) -> None:
         self._count_check(stored, "already_recorded")
@@ -465,19 +482,39 @@ class Report:
         return result
 
     def not_committed(self, why: str) -> None:
-        self._tell(f"not committed: {why}")
+        self._tell(f"not committed: {why}", quiet=self.given_up)
+
+    def stalled(self) -> float:
+        """How long this worker did not run since the attempt began (0: it ran all along)."""
+        return STALLS.stalled_since(self.started)
+
+    def stalled_out(self, seconds: float) -> ApplicationError:
+        """The fetch failed (its deadline ran out, a connection dropped) while this worker
+        was not running: not the page's failure. Counted in the freeze's summary line."""
+        self.given_up_if_stalled()
+        message = f"not checked: this worker was stalled for {seconds:.0f} s during the fetch"
+        self._tell(message, quiet=True)
+        return expected_failure(message, WORKER_STALLED, next_retry_delay=LEASE_RETRY_MARGIN)
+
+    def given_up_if_stalled(self) -> None:
+        """A cancelled attempt or a lost lease after a stall: the worker's freeze took the
+        check from it. Its lines go to debug; the freeze's summary names the target."""
+        if not self.given_up and self.stalled():
+            self.given_up = True
+            STALLS.gave_up(self.check.target_id)
 
     def _count_check(self, result: CheckResult, outcome: str) -> None:
         count("pricewatch_checks", "checks by outcome", kind=self.check.kind.value,
               status=result.status.value, outcome=outcome)  # fmt: skip
 
-    def _tell(self, outcome: str) -> None:
+    def _tell(self, outcome: str, quiet: bool = False) -> None:
         check = self.check
         elapsed_ms = round((time.monotonic() - self.started) * 1000)
         manual = " (manual)" if check.kind is CheckKind.MANUAL else ""
         ids = {"target_id": check.target_id, "work_id": check.work_id,
                "execution_id": self.execution_id}  # fmt: skip
-        CHECK_LOG.info(
+        CHECK_LOG.log(
+            logging.DEBUG if quiet else logging.INFO,
             "%s%s %s %d ms", check.target_id, manual, outcome, elapsed_ms,
             extra={**ids, "outcome": outcome, "elapsed_ms": elapsed_ms},
         )  # fmt: skip

@@ -29,6 +29,7 @@ from temporalio.runtime import (
     TelemetryFilter,
 )
 
+from activities.freezes import STALLS, quiet_after_a_stall
 from activities.outages import TEMPORAL, watching
 from pricewatch.policy import CHECK_TIMEOUT
 
@@ -143,6 +144,9 @@ def core_runtime(metrics_address: str | None = None) -> Runtime:
         ),
     )
     CORE_LOG.addFilter(report_poll_errors)  # once: a logger keeps one of each filter
+    # A thawed worker's completions the server no longer knows: the freeze's lines say it.
+    CORE_LOG.addFilter(quiet_after_a_stall)
+    logging.getLogger("temporalio.activity").addFilter(quiet_after_a_stall)
     metrics = PrometheusConfig(bind_address=metrics_address) if metrics_address else None
     return Runtime(telemetry=TelemetryConfig(logging=logs, metrics=metrics))
 
@@ -243,15 +247,30 @@ class LoopWatch:
                 lag = max(time.monotonic() - started - LOOP_PROBE_EVERY, 0.0)
                 if self.lags is not None:
                     self.lags.record(lag)
-                if lag > LOOP_LAG_WORTH_A_LINE:
+                if lag > LOOP_LAG_WORTH_A_LINE and not self._frozen(started, lag):
                     where = f" in {self.blocked_in}" if self.blocked_in else ""
                     self.log.warning("the event loop was blocked for %.0f ms%s", lag * 1000, where)
                 self.blocked_in = None
         finally:
             self.stopped.set()
 
+    @staticmethod
+    def _frozen(started: float, lag: float) -> bool:
+        """Whether the whole process was stopped for most of this lag: not the loop's
+        block, and the freeze's own line says it (`activities.freezes`)."""
+        STALLS.beat()  # the loop may run before the watchdog after a thaw
+        return STALLS.stalled_since(started, frozen=True) > lag / 2
+
     def _watch(self, loop_thread: int) -> None:
+        try:
+            self._beat(loop_thread)
+        finally:
+            STALLS.stop()
+
+    def _beat(self, loop_thread: int) -> None:
+        STALLS.beat()
         while not self.stopped.wait(LOOP_PROBE_EVERY):
+            STALLS.beat()
             overdue = time.monotonic() - self.beat - LOOP_PROBE_EVERY
             if overdue > LOOP_LAG_WORTH_A_LINE / 2 and self.blocked_in is None:
                 frame = sys._current_frames().get(loop_thread)
