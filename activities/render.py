@@ -259,7 +259,7 @@ class BrowserFetcher:
         try:
             browser = await self._playwright.chromium.launch(
                 executable_path=self._executable,
-                args=[*self._args, f"{LAUNCH_MARK}{profile}"],
+                args=[*self._args, f"{LAUNCH_MARK}{profile}", f"--crash-dumps-dir={profile}"],
                 proxy={"server": "http://per-context"},  # every context sets its own
                 env={**os.environ, "TMPDIR": profile},
             )

@@ -37,6 +37,7 @@ from workers.observability import (
     configure_dev_console,
     configure_tracing,
     core_runtime,
+    watching_loop_lag,
     watching_temporal,
 )
 from workers.worker import (
@@ -185,7 +186,8 @@ async def serve(
         configure_tracing()
     stop = stop_on_signals()
     try:
-        client = await temporal_when_up(stop, settings.tracing, core_runtime())
+        runtime = core_runtime()
+        client = await temporal_when_up(stop, settings.tracing, runtime)
     except Stopping:
         print("stopping...", flush=True)
         return
@@ -202,6 +204,7 @@ async def serve(
         build_worker(client, settings.task_queue, activities, tuning),
         contextlib.AsyncExitStack() as rendering,
         watching_temporal(client),
+        watching_loop_lag(runtime),  # a stalled loop, said in one line as `worker` does
     ):
         renders = False
         try:  # the render task queue too, where a Chromium can be had
