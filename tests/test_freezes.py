@@ -8,6 +8,9 @@ exception was never retrieved"."""
 import asyncio
 import gc
 import logging
+import os
+import re
+import signal
 import time
 from datetime import timedelta
 
@@ -22,7 +25,8 @@ from activities.fetch import FetchError, Page, Request
 from activities.freezes import STALL_AFTER, SUMMARY_AFTER, Stalls
 from pricewatch.models import CheckInput, TargetConfig
 from tests.conftest import PageServer
-from tests.helpers import SLOT, attempt
+from tests.helpers import SLOT, attempt, cli, worker_process
+from tests.waits import eventually
 
 
 def test_a_freeze_is_one_line_at_the_thaw_and_one_naming_what_it_cost(
@@ -159,3 +163,56 @@ async def test_a_fetch_failing_as_its_attempt_is_cancelled_leaves_no_unread_exce
     await asyncio.sleep(0.1)
     loop.set_exception_handler(None)
     assert not unread, unread
+
+
+# Past the lease (45 s), the fetch's deadline (30 s) and the heartbeat timeout (20 s).
+FROZEN_FOR = 50
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(240)
+async def test_a_worker_frozen_past_its_lease_tells_it_in_plain_words(
+    env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer
+) -> None:
+    """A real worker, stopped (SIGSTOP) with a check in flight, for longer than its lease,
+    then continued: after the thaw its output holds the freeze's line, no traceback and no
+    timeout blamed on the page (which answered at once), and no row calls it one."""
+    output: list[bytes] = []
+    page_server.set("/p", "price 10")
+    hold = page_server.hold_next("/p")
+    async with worker_process(env, output) as worker:
+        code, _, err = await cli(env, "add", "frozen", page_server.url("/p"), "--every", "5s")
+        assert code == 0, err
+        await asyncio.wait_for(hold.arrived.wait(), timeout=60)
+        assert worker.stdout is not None
+        os.kill(worker.pid, signal.SIGSTOP)
+        try:
+            hold.release.set()  # the page answers; the worker is not there to read it
+            await asyncio.sleep(FROZEN_FOR)
+        finally:
+            os.kill(worker.pid, signal.SIGCONT)
+        thawed = await pool.fetchval("SELECT now()")
+
+        async def checked_after_the_thaw() -> bool:
+            query = (
+                "SELECT count(*) FROM source_checks WHERE target_id = 'frozen' "
+                "AND status IN ('unchanged', 'changed') AND checked_at > $1"
+            )
+            return bool(await pool.fetchval(query, thawed))
+
+        await eventually(checked_after_the_thaw, within=60, what="a check after the thaw")
+        await asyncio.sleep(freezes.SUMMARY_AFTER + 2)
+        assert (await cli(env, "remove", "frozen"))[0] == 0
+    log = b"".join(output).decode(errors="replace")
+    print(log)
+    assert re.search(r"this worker was frozen for (4\d|5\d|6\d) s", log), log
+    assert "Traceback" not in log, log
+    assert "timed out" not in log, log
+    assert "never retrieved" not in log, log
+    assert "Task not found" not in log and "Cannot find activity" not in log, log
+    assert "event loop was blocked" not in log, log
+    rows = await pool.fetch(
+        "SELECT status, error_message FROM source_checks WHERE target_id = 'frozen' "
+        "AND error_message LIKE '%timed out%'"
+    )
+    assert not rows, [dict(row) for row in rows]

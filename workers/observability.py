@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
@@ -147,6 +148,8 @@ def core_runtime(metrics_address: str | None = None) -> Runtime:
     # A thawed worker's completions the server no longer knows: the freeze's lines say it.
     CORE_LOG.addFilter(quiet_after_a_stall)
     logging.getLogger("temporalio.activity").addFilter(quiet_after_a_stall)
+    # The SDK's cancel of a local attempt that has just ended (a thaw does it): nothing to do.
+    warnings.filterwarnings("ignore", "Cannot find activity to cancel", UserWarning)
     metrics = PrometheusConfig(bind_address=metrics_address) if metrics_address else None
     return Runtime(telemetry=TelemetryConfig(logging=logs, metrics=metrics))
 
