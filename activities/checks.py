@@ -13,7 +13,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -25,6 +25,7 @@ from activities import store
 from activities.fetch import FetchError, Page, Request, fetch_page, request_of
 from activities.freezes import STALLS
 from activities.metrics import count, observe_seconds
+from activities.outages import POSTGRES
 from activities.outcomes import outcome_of
 from activities.tracing import span
 from pricewatch.decisions import (
@@ -33,6 +34,7 @@ from pricewatch.decisions import (
     final_result,
     retry_delay,
     rules_fingerprint,
+    skip_cause,
 )
 from pricewatch.durations import format_duration
 from pricewatch.models import (
@@ -199,7 +201,8 @@ class CheckActivities:
                 report.given_up_if_stalled()
                 raise
 
-            result = await self._commit(check, execution_id, outcome)
+            cause = skip_cause_of(check, claim, report)
+            result = await self._commit(check, execution_id, outcome, cause)
             committed = result is not None
             if failure is not None:
                 report.attempt_failed(failure, outcome.next_attempt_in)
@@ -283,7 +286,7 @@ class CheckActivities:
                     fetch.exception()
 
     async def _commit(
-        self, check: CheckInput, execution_id: str, outcome: store.Outcome
+        self, check: CheckInput, execution_id: str, outcome: store.Outcome, skip_cause: str
     ) -> CheckResult | None:
         """Record the attempt on the slot's one row; None if the lease was lost or the slot
         was final already. Only a result advances the schedule: a failed attempt's row waits
@@ -300,6 +303,7 @@ class CheckActivities:
                 advance=check.on_schedule and outcome.status not in UNSETTLED,
                 temporal_now=temporal_now(check),
                 snapshots_kept=self.snapshots_kept,
+                skip_cause=skip_cause,
             )
 
     @activity.defn(name=Activity.RECORD_FAILED_SLOT)
@@ -316,6 +320,7 @@ class CheckActivities:
             advance=check.on_schedule,
             temporal_now=temporal_now(check),
             execution_id=this_execution_id(),
+            skip_cause=gave_up_cause(check),
         )
         if result is not None:
             count("pricewatch_dead_letters", "slots recorded failed after giving up")
@@ -369,8 +374,9 @@ class CheckActivities:
             return stored.model_copy(update={"already_recorded": True, "next_slot": None})
         now = temporal_now(check)
         next_slot = await store.advance_past_final(
-            self.pool, target_id=check.target_id, slot=check.slot, temporal_now=now
-        )
+            self.pool, target_id=check.target_id, slot=check.slot, temporal_now=now,
+            skip_cause=behind_cause(check.slot),
+        )  # fmt: skip
         unnotified = []
         if next_slot is not None and next_slot > check.slot:
             unnotified = await store.unnotified_changes(
@@ -415,6 +421,49 @@ def after_lease(left: timedelta | None) -> timedelta | None:
     if left is None:
         return None
     return min(max(left, timedelta(0)), CHECK_LEASE) + LEASE_RETRY_MARGIN
+
+
+def held_back_since(since: float) -> tuple[timedelta, timedelta]:
+    """How long, since `since` (monotonic: the slot), this worker was frozen and Postgres
+    unreachable, as far as this worker saw."""
+    return (
+        timedelta(seconds=STALLS.stalled_since(since, frozen=True)),
+        timedelta(seconds=POSTGRES.away_since(since)),
+    )
+
+
+def monotonic_at(moment: datetime, now: datetime | None = None) -> float:
+    """`moment` on the monotonic clock, by `now` (the worker's wall clock if not given)."""
+    return time.monotonic() - ((now or datetime.now(UTC)) - moment).total_seconds()
+
+
+def skip_cause_of(check: CheckInput, claim: store.Claim, report: "Report") -> str:
+    """What held this slot back, for the skipped rows its commit may write: how late the
+    attempt's claim came (the database's clock), how long it ran, how many attempts the slot
+    took, and any freeze or outage since the slot."""
+    late = claim.claimed_at - check.slot if claim.claimed_at else timedelta(0)
+    frozen, database_away = held_back_since(report.started - late.total_seconds())
+    return skip_cause(
+        late=late,
+        took=timedelta(seconds=time.monotonic() - report.started),
+        attempts=(claim.existing.attempt_count + 1) if claim.existing else 1,
+        frozen=frozen,
+        database_away=database_away,
+    )
+
+
+def gave_up_cause(check: CheckInput) -> str:
+    """What held a dead-lettered slot back: its attempts, until Temporal's time now."""
+    now = temporal_now(check)
+    late = now - check.slot if now else timedelta(0)
+    frozen, database_away = held_back_since(monotonic_at(check.slot, now))
+    return skip_cause(late=late, attempts=None, frozen=frozen, database_away=database_away)
+
+
+def behind_cause(slot: datetime) -> str:
+    """What held back a schedule a re-run finds behind: only a freeze or outage it knows of."""
+    frozen, database_away = held_back_since(monotonic_at(slot))
+    return skip_cause(late=timedelta(0), frozen=frozen, database_away=database_away)
 
 
 def failed_attempt(err: FetchError) -> store.Outcome:

@@ -21,6 +21,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -74,6 +75,8 @@ class Dependency:
         self.address = address
         self.waiting = waiting
         self.down_since: float | None = None
+        self.outages: deque[tuple[float, float]] = deque(maxlen=16)
+        """The last outages, (start, end) monotonic: what held a check back (skip causes)."""
         self._lock = threading.Lock()  # the SDK's log forwarding may call from a thread
 
     def failed(self, err: BaseException | str, started: float | None = None) -> None:
@@ -97,12 +100,22 @@ class Dependency:
         with self._lock:
             if self.down_since is None or started < self.down_since:
                 return
-            away = round(time.monotonic() - self.down_since)
+            now = time.monotonic()
+            away = round(now - self.down_since)
+            self.outages.append((self.down_since, now))
             self.down_since = None
         OUTAGE_LOG.info(
             "%s is back after %d s", self.name, away,
             extra={"dependency": self.name, "state": "back", "outage_seconds": away},
         )  # fmt: skip
+
+    def away_since(self, since: float) -> float:
+        """How long the outages that reached past `since` (monotonic) lasted, each whole,
+        the one still going so far."""
+        now = time.monotonic()
+        with self._lock:
+            spans = [*self.outages, *([(self.down_since, now)] if self.down_since else [])]
+        return sum(end - start for start, end in spans if end > since)
 
     @property
     def down(self) -> bool:

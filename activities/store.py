@@ -54,6 +54,8 @@ class Claim:
     previous_skipped_values: list[str] = field(default_factory=list)
     lease_left: timedelta | None = None
     """Not claimed because another attempt holds a live lease: how long it has left."""
+    claimed_at: datetime | None = None
+    """The database's clock at the claim."""
 
     def without_previous(self) -> "Claim":
         """The claim with nothing to compare against: the next check is a new baseline."""
@@ -149,6 +151,7 @@ async def claim(
         ),
         previous_skipped_values=previous.get("skipped_values") or [],
         lease_left=None if row["claimed"] else row["lease_left"],
+        claimed_at=row["claimed_at"],
     )
 
 
@@ -164,11 +167,13 @@ async def commit(
     advance: bool,
     temporal_now: datetime | None = None,
     snapshots_kept: int = 50,
+    skip_cause: str | None = None,
 ) -> CheckResult | None:
     """Record the attempt; None if the lease was lost or the slot was already final.
 
     With `advance` (a final outcome of the next slot), the schedule moves to the first grid
-    point after now (`next_slot`), and each slot it passes gets a skipped row."""
+    point after now (`next_slot`), and each slot it passes gets a skipped row, saying
+    `skip_cause` (what held this slot back) if given."""
     row = await QUERIES["commit"].fetchrow(
         pool, target_id=target_id, execution_id=execution_id, work_id=work_id, slot=slot,
         kind=kind.value, status=outcome.status.value, result_hash=outcome.result_hash,
@@ -180,6 +185,7 @@ async def commit(
         notify=outcome.notify, skipped_values=outcome.skipped_values or None,
         screenshot=outcome.screenshot,
         snapshots_kept=snapshots_kept, advance=advance, temporal_now=temporal_now,
+        skip_cause=skip_cause,
     )  # fmt: skip
     return None if row is None else _result(row)
 
@@ -215,6 +221,7 @@ async def record_failed(
     advance: bool,
     temporal_now: datetime | None = None,
     execution_id: str = "",
+    skip_cause: str | None = None,
 ) -> CheckResult | None:
     """Finalise a given-up slot as failed; None if an attempt still holds the lease or the
     slot is already final. `next_slot` is where the schedule stands afterwards.
@@ -223,17 +230,22 @@ async def record_failed(
     row = await QUERIES["record_failed"].fetchrow(
         pool, target_id=target_id, work_id=work_id, slot=slot, kind=kind.value,
         error_message=error_message, advance=advance, temporal_now=temporal_now,
-        execution_id=execution_id,
+        execution_id=execution_id, skip_cause=skip_cause,
     )  # fmt: skip
     return None if row is None else _result(row)
 
 
 async def advance_past_final(
-    pool: asyncpg.Pool, *, target_id: str, slot: datetime, temporal_now: datetime | None
+    pool: asyncpg.Pool,
+    *,
+    target_id: str,
+    slot: datetime,
+    temporal_now: datetime | None,
+    skip_cause: str | None = None,
 ) -> datetime | None:
     """Where the schedule stands once `slot` is final; None if the target has no row."""
     value = await QUERIES["advance_past_final"].fetchval(
-        pool, target_id=target_id, slot=slot, temporal_now=temporal_now
+        pool, target_id=target_id, slot=slot, temporal_now=temporal_now, skip_cause=skip_cause
     )
     return value if isinstance(value, datetime) else None
 

@@ -86,3 +86,48 @@ def retry_delay(
     growth = policy.backoff_coefficient ** (attempt - 1)
     seconds = min(policy.initial_interval.total_seconds() * growth, cap.total_seconds())
     return timedelta(seconds=seconds)
+
+
+# Below this, a delay is the ordinary cost of a check (a wake-up, a fetch), not a cause.
+NOTABLE_DELAY = timedelta(seconds=1)
+
+
+def skip_cause(
+    *,
+    late: timedelta,
+    took: timedelta = timedelta(0),
+    attempts: int | None = 1,
+    frozen: timedelta = timedelta(0),
+    database_away: timedelta = timedelta(0),
+) -> str:
+    """What held a slot's check back so that later slots came due before it was final, as
+    the skipped rows say it: from facts the check measured, never a guess. `late`: how long
+    after its slot the final attempt began (the database's clock at its claim); `took`: how
+    long that attempt ran; `attempts`: how many the slot needed; `frozen` and
+    `database_away`: how long this worker did not run, and Postgres was unreachable, since
+    the slot (0: not that this worker saw). `attempts` None: they all failed, `late` after
+    the slot. "cause unknown" if nothing stands out."""
+    causes = []
+    if attempts is None:
+        causes.append(f"its attempts failed until {_duration(late)} after the slot")
+    elif attempts > 1:
+        causes.append(f"its check needed {attempts} attempts, the last began "
+                      f"{_duration(late)} after the slot")  # fmt: skip
+    elif late >= NOTABLE_DELAY:
+        causes.append(f"its check began {_duration(late)} after the slot (the workflow woke late)")
+    if took >= NOTABLE_DELAY:
+        causes.append(f"its fetch took {_duration(took)}")
+    if frozen >= NOTABLE_DELAY:
+        causes.append(f"this worker was frozen for {_duration(frozen)}")
+    if database_away >= NOTABLE_DELAY:
+        causes.append(f"Postgres was unreachable for {_duration(database_away)}")
+    return "; ".join(causes) or "cause unknown"
+
+
+def _duration(value: timedelta) -> str:
+    """`52 s`, `3 min 5 s`: a delay in plain words, whole seconds."""
+    seconds = max(0, round(value.total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"

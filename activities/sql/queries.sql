@@ -33,6 +33,7 @@ SELECT
     (SELECT enabled FROM target) AS enabled,
     (SELECT next_slot FROM target) AS next_slot,
     EXISTS (SELECT 1 FROM claimed) AS claimed,
+    now() AS claimed_at,  -- the database's clock: how late the check began (skip causes)
     (SELECT lease_expires_at - now() FROM target
       WHERE lease_token <> :execution_id AND lease_expires_at > now()) AS lease_left,
     -- The latest observation, whichever check made it: each change is reported once. Its
@@ -56,7 +57,8 @@ SELECT
 -- and re-checks the holder, so a stale attempt whose lease was taken over matches nothing and
 -- writes nothing. A row that is already final is left alone (the DO UPDATE's WHERE), and
 -- then nothing else happens either. Each grid point the schedule passes gets a `skipped`
--- row; each is at or before the clock that decided, so none is in the future.
+-- row; each is at or before the clock that decided, so none is in the future. Each says
+-- what held the slot back (:skip_cause, `pricewatch.decisions.skip_cause`) when given.
 WITH lease AS (
     SELECT id FROM monitor_targets WHERE id = :target_id AND lease_token = :execution_id FOR UPDATE
 ), recorded AS (
@@ -107,7 +109,8 @@ WITH lease AS (
     RETURNING next_slot,
               CASE WHEN :advance::boolean
                    THEN skip_passed(monitor_targets, :slot, next_slot,
-                                    'not checked: came due before ' || :work_id || ' was final')
+                                    'not checked: came due before ' || :work_id || ' was final'
+                                    || coalesce(': ' || :skip_cause::text, ''))
               END AS skipped
 )
 SELECT recorded.*, (SELECT next_slot FROM moved WHERE :advance::boolean) AS next_slot
@@ -166,7 +169,8 @@ WITH target AS (
     RETURNING t.next_slot,
               CASE WHEN target.advance
                    THEN skip_passed(t, :slot, t.next_slot,
-                                    'not checked: came due before ' || :work_id || ' gave up')
+                                    'not checked: came due before ' || :work_id || ' gave up'
+                                    || coalesce(': ' || :skip_cause::text, ''))
               END AS skipped
 )
 SELECT recorded.*, (SELECT next_slot FROM moved WHERE :advance::boolean) AS next_slot
@@ -184,7 +188,8 @@ WITH moved AS (
      WHERE id = :target_id AND next_slot <= :slot
     RETURNING next_slot,
               skip_passed(monitor_targets, :slot, next_slot,
-                          'not checked: the schedule was behind') AS skipped
+                          'not checked: the schedule was behind'
+                          || coalesce(': ' || :skip_cause::text, '')) AS skipped
 )
 SELECT COALESCE((SELECT next_slot FROM moved),
                 (SELECT next_slot FROM monitor_targets WHERE id = :target_id));
