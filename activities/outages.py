@@ -23,6 +23,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -204,6 +205,38 @@ class _ReportingActivity(ActivityInboundInterceptor):
                                              "workflow_id": info.workflow_id,
                                              "attempt": info.attempt}},
             )  # fmt: skip
-            raise expected_failure(message, DEPENDENCY_UNREACHABLE) from err
+            back = await until_back(POSTGRES, wait_left(info, started))
+            raise expected_failure(
+                message, DEPENDENCY_UNREACHABLE, next_retry_delay=RETRY_WHEN_BACK if back else None
+            ) from err
         POSTGRES.succeeded(started)
         return result
+
+
+# An attempt that met a Postgres outage waits up to this long for its end (the watcher
+# probes every PROBE_EVERY) before it fails: retried RETRY_WHEN_BACK later if Postgres is
+# back, so checks resume within seconds of its return instead of a check's 30 s backoff
+# later; by its policy's backoff if not. What it keeps of its start-to-close, beyond the
+# wait, is WAIT_MARGIN.
+WAIT_FOR_RETURN = 30.0
+WAIT_MARGIN = 10.0
+RETRY_WHEN_BACK = timedelta(seconds=1)
+
+
+def wait_left(info: activity.Info, started: float) -> float:
+    """How long this attempt may wait for a dependency, within its start-to-close."""
+    if info.start_to_close_timeout is None:
+        return WAIT_FOR_RETURN
+    left = info.start_to_close_timeout.total_seconds() - (time.monotonic() - started)
+    return max(0.0, min(WAIT_FOR_RETURN, left - WAIT_MARGIN))
+
+
+async def until_back(dependency: Dependency, limit: float) -> bool:
+    """Wait up to `limit` seconds for `dependency` to be back (a normal activity heartbeats
+    meanwhile); whether it is."""
+    ends = time.monotonic() + limit
+    while dependency.down and time.monotonic() < ends:
+        if not activity.info().is_local:
+            activity.heartbeat()
+        await asyncio.sleep(0.5)
+    return not dependency.down

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import httpx
 import pytest
+from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from temporalio.testing import ActivityEnvironment
@@ -19,8 +20,10 @@ from activities import store
 from activities.checks import CheckActivities
 from pricewatch.models import CheckInput, CheckResult, CheckStatus, RecordFailureInput, TargetConfig
 from tests.chaos.proxy import Proxy, postgres_upstream, through
+from tests.chaos.stack import serve
 from tests.conftest import PageServer
-from tests.helpers import SLOT, attempt, local_attempt
+from tests.helpers import SLOT, attempt, cli, local_attempt, worker_process
+from tests.waits import eventually
 
 
 def later_activity(activity_id: str, number: int = 1) -> ActivityEnvironment:
@@ -164,3 +167,75 @@ async def test_only_a_later_attempt_of_the_same_run_supersedes(
     )  # fmt: skip
     assert said is later
     assert await pool.fetchval("SELECT supersedes($1, $1)", claimant) is False
+
+
+TARGETS = 8
+EVERY = 5  # seconds
+HOLE_SECONDS = 20
+
+
+async def resumed_after_a_database_hole(
+    env: dict[str, str], database_url: str, pool: asyncpg.Pool
+) -> list[float]:
+    """A worker with TARGETS targets every EVERY s, its Postgres swallowed for HOLE_SECONDS
+    (a frozen database: connections accepted, nothing answered): seconds from the end of
+    the hole to each target's first check, fastest first."""
+    proxy = Proxy("postgres", postgres_upstream(database_url))
+    await proxy.start()
+    env = {**env, "PRICEWATCH_DATABASE_URL": through(database_url, proxy)}
+
+    async def page(request: web.Request) -> web.Response:
+        return web.Response(text="<p>EUR 4.49</p>", content_type="text/html")
+
+    async def all_checked() -> bool:
+        query = (
+            "SELECT count(DISTINCT target_id) = $1 FROM source_checks "
+            "WHERE status IN ('unchanged', 'changed')"
+        )
+        return bool(await pool.fetchval(query, TARGETS))
+
+    try:
+        async with serve([web.get("/page", page)]) as base, worker_process(env):
+            for n in range(TARGETS):
+                code, _, err = await cli(
+                    env, "add", f"db-{n}", f"{base}/page", "--every", f"{EVERY}s"
+                )
+                assert code == 0, err
+            await eventually(all_checked, within=60, what="every target's first check")
+            await asyncio.sleep(2 * EVERY)  # in their stride
+            await proxy.fault("blackhole", HOLE_SECONDS)
+            healed = await pool.fetchval("SELECT now()")
+            resumed: dict[str, float] = {}
+            for _ in range(240):
+                rows = await pool.fetch(
+                    "SELECT target_id, min(checked_at) - $1 FROM source_checks "
+                    "WHERE status IN ('unchanged', 'changed') AND checked_at > $1 "
+                    "GROUP BY target_id",
+                    healed,
+                )
+                resumed = {row[0]: row[1].total_seconds() for row in rows}
+                if len(resumed) == TARGETS:
+                    break
+                await asyncio.sleep(0.5)
+            for n in range(TARGETS):
+                await cli(env, "remove", f"db-{n}")
+    finally:
+        await proxy.stop()
+    assert len(resumed) == TARGETS, resumed
+    return sorted(resumed.values())
+
+
+# Each target is checked within one interval of the hole's end, plus this: the retry's
+# wait for Postgres's answer (the outage probe asks every 2 s), one claim, one fetch, one
+# commit, on a busy two-core machine.
+RESUME_BOUND = 8
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+async def test_every_target_is_checked_within_one_interval_of_a_database_hole(
+    env: dict[str, str], database_url: str, pool: asyncpg.Pool
+) -> None:
+    waits = await resumed_after_a_database_hole(env, database_url, pool)
+    print(f"after a {HOLE_SECONDS} s hole: first target {waits[0]:.1f} s, last {waits[-1]:.1f} s")
+    assert waits[-1] <= EVERY + RESUME_BOUND, waits
