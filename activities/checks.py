@@ -446,10 +446,19 @@ def skip_cause_of(check: CheckInput, claim: store.Claim, report: "Report") -> st
     return skip_cause(
         late=late,
         took=timedelta(seconds=time.monotonic() - report.started),
-        attempts=(claim.existing.attempt_count + 1) if claim.existing else 1,
+        attempts=max(
+            (claim.existing.attempt_count + 1) if claim.existing else 1, attempt_number(check)
+        ),
         frozen=frozen,
         database_away=database_away,
     )
+
+
+def attempt_number(check: CheckInput) -> int:
+    """Which attempt of its slot this is, by Temporal: a normal activity's attempts follow
+    the local first one, except a rendered check's, which are all normal (workflows/calls.py)."""
+    info = activity.info()
+    return info.attempt + (0 if info.is_local or check.render is not None else 1)
 
 
 def gave_up_cause(check: CheckInput) -> str:

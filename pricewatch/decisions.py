@@ -114,7 +114,9 @@ def skip_cause(
         causes.append(f"its check needed {attempts} attempts, the last began "
                       f"{_duration(late)} after the slot")  # fmt: skip
     elif late >= NOTABLE_DELAY:
-        causes.append(f"its check began {_duration(late)} after the slot (the workflow woke late)")
+        explained = max(frozen, database_away) >= NOTABLE_DELAY  # then that is why
+        woke = "" if explained else " (the workflow woke late)"
+        causes.append(f"its check began {_duration(late)} after the slot{woke}")
     if took >= NOTABLE_DELAY:
         causes.append(f"its fetch took {_duration(took)}")
     if frozen >= NOTABLE_DELAY:

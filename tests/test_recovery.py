@@ -203,6 +203,7 @@ async def resumed_after_a_database_hole(
                 assert code == 0, err
             await eventually(all_checked, within=60, what="every target's first check")
             await asyncio.sleep(2 * EVERY)  # in their stride
+            opened = await pool.fetchval("SELECT now()")
             await proxy.fault("blackhole", HOLE_SECONDS)
             healed = await pool.fetchval("SELECT now()")
             resumed: dict[str, float] = {}
@@ -217,6 +218,12 @@ async def resumed_after_a_database_hole(
                 if len(resumed) == TARGETS:
                     break
                 await asyncio.sleep(0.5)
+            skipped = await pool.fetch(
+                "SELECT error_message FROM source_checks WHERE status = 'skipped' "
+                "AND scheduled_for BETWEEN $1 AND $2 ORDER BY scheduled_for", opened, healed,
+            )  # fmt: skip
+            print(f"{len(skipped)} slots skipped by the hole, e.g.:")
+            print("\n".join(sorted({row[0] for row in skipped})[:4]))
             for n in range(TARGETS):
                 await cli(env, "remove", f"db-{n}")
     finally:

@@ -18,7 +18,7 @@ from activities.checks import CheckActivities
 from pricewatch.decisions import NOTABLE_DELAY, skip_cause
 from pricewatch.models import CheckInput, RecordFailureInput, TargetConfig
 from tests.conftest import PageServer
-from tests.helpers import attempt
+from tests.helpers import attempt, local_attempt
 
 DELAYS = st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=2))
 
@@ -80,7 +80,7 @@ async def skipped(pool: asyncpg.Pool) -> list[str]:
 async def test_a_late_check_says_how_late_on_the_slots_it_passed(
     pool: asyncpg.Pool, http: httpx.AsyncClient, late_check: CheckInput
 ) -> None:
-    await attempt(1).run(CheckActivities(pool, http).check_slot, late_check)
+    await local_attempt().run(CheckActivities(pool, http).check_slot, late_check)
     reasons = await skipped(pool)
     assert len(reasons) == 2, reasons
     for reason in reasons:
@@ -96,8 +96,8 @@ async def test_retries_a_freeze_and_an_outage_are_named(
     late_check: CheckInput,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Two failed attempts on the slot's row, a 40 s freeze and a 20 s Postgres outage that
-    this worker saw since the slot: each is on the skipped rows."""
+    """Two failed attempts on the slot's row (this is the third), a 40 s freeze and a 20 s
+    Postgres outage that this worker saw since the slot: each is on the skipped rows."""
     await pool.execute(
         "INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at, "
         "status, attempt_count, error_message) "
@@ -136,3 +136,14 @@ async def test_a_dead_letter_says_how_long_its_attempts_failed(
         f"not checked: came due before {late_check.work_id} gave up: "
         "its attempts failed until 121 min"
     ), reasons
+
+
+async def test_a_retry_after_an_outage_counts_the_attempt_the_outage_kept_off_the_row(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, late_check: CheckInput
+) -> None:
+    """The local first attempt failed on Postgres and wrote nothing: the retry (the normal
+    activity's first attempt) is the slot's second, whatever the row says."""
+    await attempt(1).run(CheckActivities(pool, http).check_slot, late_check)
+    reasons = await skipped(pool)
+    assert "its check needed 2 attempts, the last began 121 min" in reasons[0], reasons
+    assert "woke late" not in reasons[0], reasons
