@@ -213,7 +213,9 @@ async def test_a_fetch_longer_than_the_lease_keeps_it_to_the_end(
 ) -> None:
     """A 120 s fetch outlives the 45 s lease: scaled down (a 1 s lease, a beat every 0.2 s),
     a fetch held for three leases keeps it, with heartbeats (a normal attempt) and without
-    (a local first attempt): another attempt is refused all along, and the first commits."""
+    (a local first attempt): another run's attempt (a reset's) is refused all along, and the
+    first commits. (A later attempt of the same run takes the lease over: Temporal starts one
+    only once it gave up on this one, test_fencing.)"""
     monkeypatch.setattr(checks, "CHECK_LEASE", timedelta(seconds=1))
     monkeypatch.setattr(checks, "HEARTBEAT_EVERY", timedelta(seconds=0.2))
     page_server.set("/p", "price 10")
@@ -228,11 +230,16 @@ async def test_a_fetch_longer_than_the_lease_keeps_it_to_the_end(
     for _ in range(3):
         await asyncio.sleep(1.1)  # past the lease as it was claimed, or last extended
         with pytest.raises(ApplicationError) as refused:
-            await attempt(2, local=False).run(activities.check_slot, check)
+            await another_run(attempt(2, local=False)).run(activities.check_slot, check)
         assert refused.value.type == LEASE_HELD
     hold.release.set()
     result: CheckResult = await first
     assert result.status is CheckStatus.UNCHANGED and not result.already_recorded
+
+
+def another_run(env: ActivityEnvironment) -> ActivityEnvironment:
+    env.info = dataclasses.replace(env.info, workflow_run_id="run-2")
+    return env
 
 
 def attempt(number: int, local: bool) -> ActivityEnvironment:
