@@ -43,6 +43,16 @@ def test_a_structured_amount_no_price_has_is_skipped_by_name(written: str) -> No
     assert any("is no price" in why and written in why for why in reading.skipped)
 
 
+@pytest.mark.parametrize("written", ["NaN", "Infinity", "-Infinity", "1e999999", "1e50"])
+def test_a_json_number_no_price_has_is_skipped(written: str) -> None:
+    """Unquoted, JSON reads `1e999999` as infinity and `NaN` as not a number: no price either."""
+    reading = read_prices(
+        json_ld("9.90", written).replace(f'"{written}"', written), PriceSettings()
+    )
+    assert [p.amount for p in reading.prices] == [Decimal("9.90")]
+    assert len(reading.skipped) == 1 and "Plan 1" in reading.skipped[0]
+
+
 def test_a_selected_amount_no_price_has_is_skipped_with_its_reason() -> None:
     page = '<p class="p">€ 9,90</p><p class="p">€ 99999999999999999999</p>'
     reading = read_prices(page, PriceSettings(selector=".p"))
