@@ -84,7 +84,8 @@ def test_a_stored_amount_no_price_has_prints_short() -> None:
 async def test_a_stored_amount_numeric_cannot_hold_leaves_the_charts_whole(
     pool: asyncpg.Pool,
 ) -> None:
-    """1.8 stored `1E+999999`; the charts' query cast it and failed the page on every load."""
+    """1.8 stored `1E+999999`; the charts' query cast it and failed the page on every load,
+    and the sparkline drew it as `nan`."""
     target_id = "magnitude-stored"
     await pool.execute(
         "INSERT INTO monitor_targets (id, url, interval_seconds, anchor, next_slot) "
@@ -101,3 +102,5 @@ async def test_a_stored_amount_numeric_cannot_hold_leaves_the_charts_whole(
         )  # fmt: skip
     series = await store.price_points(pool, target_id, 10)
     assert [amount for _, amount in series["Pro"]] == [Decimal("9.90")]
+    (listed,) = [t for t in await store.list_targets(pool) if t["id"] == target_id]
+    assert listed["trend"] == ["9.90"]  # the sparkline's amounts

@@ -403,6 +403,8 @@ SELECT t.id, t.url, t.interval_seconds, t.config -> 'calendar' AS calendar, t.en
        (SELECT COALESCE(jsonb_agg(r.amount ORDER BY r.checked_at), '[]') FROM (
             SELECT checked_at, prices -> 0 ->> 'amount' AS amount FROM source_checks
              WHERE target_id = t.id AND prices IS NOT NULL
+               -- as in price_points: an amount 1.8 stored that no price has is left out
+               AND prices -> 0 ->> 'amount' ~ '^[-+]?[0-9]{0,40}[.]?[0-9]{0,40}([eE][-+]?[0-9]{1,2})?$'
              ORDER BY checked_at DESC LIMIT :trend) r) AS trend
   FROM chosen t
   LEFT JOIN LATERAL (
