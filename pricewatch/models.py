@@ -264,6 +264,13 @@ class TargetConfig(Model):
             data = {**data, "interval_seconds": min(spacing_seconds(found), MAX_INTERVAL_SECONDS)}
         return data
 
+    @field_validator("selector", "ignore", "json_pointer", "user_agent", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        """An empty one is no filter (and the default User-Agent), as leaving it out is: so a
+        target written with `ignore: ''` exports, and loads back, as the same target."""
+        return None if value == "" else value
+
     @field_validator("timeout_seconds")
     @classmethod
     def _timeout(cls, value: int | None) -> int | None:

@@ -135,6 +135,7 @@ def test_an_entry_is_a_target_or_one_line(raw: dict[Any, Any]) -> None:
 
 @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
 @given(raw=entries())
+@example(raw={"id": "0", "url": "https://acme.example/", "ignore": ""})  # exported as no filter
 def test_a_file_of_an_entry_loads_as_one_line_and_exports_back(
     tmp_path_factory: pytest.TempPathFactory, raw: dict[Any, Any]
 ) -> None:
