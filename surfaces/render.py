@@ -23,10 +23,11 @@ from pricewatch.views import (
 )
 
 SPARKS = "▁▂▃▄▅▆▇█"
-# C0 and C1 controls, DEL, and the bidi overrides that reorder a line: page text must not
-# drive the terminal (colours, a cleared screen, a rewritten line). A table's cell keeps
-# neither tab nor newline either, so that a record stays on one line.
-_CONTROLS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
+# C0 and C1 controls, DEL, the line and paragraph separators (a line break to Rich and to
+# `splitlines`), and the bidi overrides that reorder a line: page text must not drive the
+# terminal (colours, a cleared screen, a rewritten line). A table's cell keeps neither tab
+# nor newline either, so that a record stays on one line.
+_CONTROLS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
 _IN_LINES = re.compile(f"[{_CONTROLS}]")
 _IN_A_CELL = re.compile(f"[\t\n{_CONTROLS}]")
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pricewatch.views import ChannelView, PriceView, TargetSummary
@@ -54,6 +54,7 @@ def test_markup_in_page_text_is_printed_as_written(
 
 @settings(max_examples=150, deadline=None)
 @given(name=TEXT, destination=TEXT, reason=TEXT)
+@example(name="0", destination="0\x1f\u2028\x1f", reason="")  # a line separator broke the row
 def test_any_text_in_any_table_is_shown_whole_and_inert(
     name: str, destination: str, reason: str
 ) -> None:
