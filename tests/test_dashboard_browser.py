@@ -116,6 +116,12 @@ async def test_the_chart_has_a_point_per_slot_and_the_diff_shows_the_change(
         target = {"id": "plans", "url": page_server.url("/plans"), "every": "1h", "prices": {}}
         assert (await http.put("/api/v1/targets/plans", json=target)).status_code == 200
         await registered(http, "plans")
+
+        async def first_slot_recorded() -> bool:  # else it can land after `rows` is read
+            history = (await http.get("/api/v1/targets/plans/history")).json()
+            return any(row["status"] != "retrying" for row in history)
+
+        await eventually(first_slot_recorded, what="the first slot's check recorded")
         for pro in ["10.00", "12.00", "9.00"]:
             page_server.set("/plans", plans(pro))
             checked = await http.post("/api/v1/targets/plans/check")
