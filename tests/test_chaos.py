@@ -17,12 +17,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 
 import pytest
 
 from tests.chaos import procs
 from tests.chaos.proxy import Proxy
-from tests.chaos.run import ALL_RATES
+from tests.chaos.run import ALL_RATES, judge_windows
 
 
 @pytest.mark.e2e
@@ -98,3 +99,26 @@ async def test_the_proxy_measures_a_hang_until_the_client_gives_up() -> None:
     finally:
         await proxy.stop()
         server.close()
+
+
+def test_a_window_reached_is_a_figure_and_one_never_tried_fails() -> None:
+    """The judgement of windows never hit. A fresh-clone `make test` failed on 'browser
+    killed (13 render while armed)': its hook had taken the arm, killed the browser and
+    waited for the render to fail, when a render beside it took 'render worker killed' and
+    the process died before it could record either outcome."""
+    armed = [(100.0, k) for k in ("browser killed", "after_send", "mid_fetch", "zombie")]
+    chances = {"render": [101.0, 105.0, 150.0], "webhook send": [], "fetch": [102.0, 110.0]}
+    judged = judge_windows(
+        ["browser killed", "after_send", "mid_fetch", "zombie"],
+        armed,
+        {"zombie": 111.0},  # disarmed at 111: the fetch at 110 came within the margin
+        chances,
+        Counter({"browser killed": 4}),
+        {"browser killed": Counter({"too late": 2, "no browser": 1})},
+        now=200.0,
+    )
+    assert judged.reached == [
+        "browser killed (taken 4: 2 too late, 1 no browser, 1 its process killed first)"
+    ]
+    assert judged.no_chance == ["after_send (no webhook send while armed)"]
+    assert judged.untried == ["mid_fetch (2 fetch while armed)", "zombie (1 fetch while armed)"]

@@ -11,8 +11,8 @@ CPU: busy processes at nice -10 on every core for seconds (`cpu starved`), a wor
 Temporal server frozen (SIGSTOP, SIGCONT seconds later: a frozen process is not a dead one).
 The run's own slowness must not look like the product's: a target's slots are due from its
 workflow's start, not its anchor; a fault is judged only where it hit (a browser kill whose
-render read its page first is put back); and a window never hit fails the run only if the
-work that reaches it came while it was armed. Pages
+render read its page first is put back, noted as a miss); and a window never hit fails the
+run only if the work that reaches it came while it was armed and its hook never tried. Pages
 answer 429/503, trickle or drop the connection; the receiver sometimes answers 500. Every
 `apprise_every`-th target (default: all) also has two Apprise channels (`json://`, added
 through `client.channels` as a user's are: the URLs stored in Postgres, only their refs in
@@ -718,31 +718,30 @@ class Chaos:
         await self.check_windows()
 
     async def check_windows(self) -> None:
-        """Every armed window was hit, or had no chance: a window is reached only by the
-        work it waits on (a fetch, a commit, a send, a render), and on a starved machine
-        that work may not come while it is armed. A kind never hit although such work
-        came while one of its arms was armed (and at least WINDOW_MARGIN before it was
-        disarmed) fails the run: its hook is broken, not the machine slow. One without any
-        is named as not reached, with its reason, and does not fail the run."""
+        """Every armed window was hit, reached, or had no chance (`judge_windows`)."""
         r = self.report
-        chances = await self.window_chances()
-        missed, no_chance = [], []
-        for kind in (*ARMED_WINDOWS, *APPRISE_FAULTS):
-            if not r.injected[kind] or r.hit[kind]:
-                continue
-            armed = min(at for at, k in self.injected_at if k == kind)
-            until = self.disarmed_at.get(kind, time.time()) - WINDOW_MARGIN
-            met = sum(armed <= at <= until for at in chances[WINDOW_CHANCES[kind]])
-            if met:
-                missed.append(f"{kind} ({met} {WINDOW_CHANCES[kind]} while armed)")
-            else:
-                no_chance.append(f"{kind} (no {WINDOW_CHANCES[kind]} while armed)")
-        r.figures["armed windows not reached: no chance while armed"] = no_chance or "none"
+        kinds = [k for k in (*ARMED_WINDOWS, *APPRISE_FAULTS) if r.injected[k] and not r.hit[k]]
+        tries = Counter(str(take["window"]) for take in self.read_log("takes.jsonl"))
+        misses: dict[str, Counter[str]] = {}
+        for miss in self.read_log("misses.jsonl"):
+            misses.setdefault(str(miss["window"]), Counter())[str(miss["reason"])] += 1
+        judged = judge_windows(
+            kinds, self.injected_at, self.disarmed_at, await self.window_chances(), tries, misses,
+            time.time(),
+        )  # fmt: skip
+        r.figures["armed windows not reached: no chance while armed"] = judged.no_chance or "none"
+        r.figures["armed windows reached, never hit (each try)"] = judged.reached or "none"
         r.check(
             "run valid: every armed window was hit, or had no chance",
-            not missed,
-            f"never hit, though reachable: {missed or 'none'}",
+            not judged.untried,
+            f"never tried, though reachable: {judged.untried or 'none'}",
         )
+
+    def read_log(self, name: str) -> list[dict[str, object]]:
+        """The lines of a log the fault hooks write (tests/chaos/worker.py)."""
+        log = self.folder / "faults" / name
+        lines = log.read_text().splitlines() if log.exists() else []
+        return [json.loads(line) for line in lines]
 
     async def window_chances(self) -> dict[str, list[float]]:
         """When each kind of work a window waits on happened (`WINDOW_CHANCES`)."""
@@ -1076,10 +1075,10 @@ class Chaos:
             outcome = "no row" if row is None else f"{row['status']} x{row['attempt_count']}"
             outcomes[f"page leaks memory: {outcome}"] += 1
         r.figures["faulted renders' slots (status x attempts)"] = dict(outcomes)
-        misses = self.folder / "faults" / "misses.jsonl"
-        r.figures["browser kills after their render had read its page (put back)"] = (
-            len(misses.read_text().splitlines()) if misses.exists() else 0
-        )
+        r.figures["browser kills put back: render read its page first / no browser"] = (
+            " / ".join(str(sum(m["reason"] == reason for m in self.read_log("misses.jsonl")))
+                       for reason in ("too late", "no browser"))
+        )  # fmt: skip
         r.check(
             "every faulted render's slot retried and recorded",
             not bad,
@@ -1311,6 +1310,53 @@ end = time.monotonic() + float(sys.argv[1])
 while time.monotonic() < end:
     pass
 """
+
+
+@dataclass
+class WindowJudgement:
+    untried: list[str] = field(default_factory=list)
+    """Kinds whose work came while armed and whose hook never took an arm: a broken hook."""
+    reached: list[str] = field(default_factory=list)
+    """Kinds whose hook took an arm but never hit: it put the arm back (its fault would
+    have come too late: a browser kill after the render read its page; or found nothing to
+    hit), or its process was killed by another window before it could tell."""
+    no_chance: list[str] = field(default_factory=list)
+    """Kinds no work reached while armed: a starved machine, not a broken hook."""
+
+
+def judge_windows(
+    kinds: list[str],
+    injected_at: list[tuple[float, str]],
+    disarmed_at: dict[str, float],
+    chances: dict[str, list[float]],
+    tries: Counter[str],
+    misses: dict[str, Counter[str]],
+    now: float,
+) -> WindowJudgement:
+    """Judge the armed window kinds never hit. A window is reached only by the work it waits
+    on (a fetch, a commit, a send, a render), and on a starved machine that work may not come
+    while it is armed. A hook that took an arm (`tries`, per kind) reached its window: a
+    figure, with what came of each try (`misses`: per kind, the reasons its arms were put
+    back). A kind never taken was armed from its first arming to its disarming (`now` if
+    never disarmed); work in that span, up to WINDOW_MARGIN before its end, was a chance, and
+    a kind with a chance it never took fails the run."""
+    judged = WindowJudgement()
+    for kind in kinds:
+        work = WINDOW_CHANCES[kind]
+        if tries[kind]:
+            outcomes = Counter(misses.get(kind, Counter()))
+            outcomes["its process killed first"] = tries[kind] - outcomes.total()
+            told = ", ".join(f"{n} {what}" for what, n in outcomes.items() if n)
+            judged.reached.append(f"{kind} (taken {tries[kind]}: {told})")
+            continue
+        armed = min(at for at, k in injected_at if k == kind)
+        until = disarmed_at.get(kind, now) - WINDOW_MARGIN
+        met = sum(armed <= at <= until for at in chances[work])
+        if met:
+            judged.untried.append(f"{kind} ({met} {work} while armed)")
+        else:
+            judged.no_chance.append(f"{kind} (no {work} while armed)")
+    return judged
 
 
 def burner(seconds: float) -> subprocess.Popen[bytes]:

@@ -52,11 +52,14 @@ class Faults:
         self.hits = folder / "hits.jsonl"
         self.sends = folder / "sends.jsonl"
         self.misses = folder / "misses.jsonl"
+        self.takes = folder / "takes.jsonl"
 
     def take(self, *windows: str) -> tuple[str, str] | None:
         """Claim the oldest armed fault for any of `windows` (window, arm); only one process
         can get each. Oldest first, so one window kind cannot starve another at the same
-        point (after a fetch: `after_fetch` and `zombie`)."""
+        point (after a fetch: `after_fetch` and `zombie`). Each take is noted in
+        `takes.jsonl` before anything else: the hook reached its window, whatever comes of
+        it (a hit, a miss put back, or this process killed by another window first)."""
         for name in sorted(os.listdir(self.armed), key=self._armed_at):
             window = name.partition(".")[0]
             if window in windows:
@@ -64,6 +67,9 @@ class Faults:
                     os.rename(self.armed / name, self.taken / name)
                 except FileNotFoundError:  # another worker took it first
                     continue
+                with open(self.takes, "a") as log:
+                    taken = {"window": window, "arm": name, "pid": os.getpid(), "at": time.time()}
+                    log.write(json.dumps(taken) + "\n")
                 return window, name
         return None
 
@@ -85,10 +91,13 @@ class Faults:
             log.flush()
             os.fsync(log.fileno())
 
-    def missed(self, window: str, **details: object) -> None:
-        """Note a window taken and put back: its fault came too late to hit its work."""
+    def missed(self, window: str, arm: str, reason: str, **details: object) -> None:
+        """Put a taken window back and note why: its hook reached it, but the fault could not
+        hit its work (`reason`). The run counts these as tries, not as a broken hook."""
+        self.untake(arm)
+        miss = {"window": window, "reason": reason, "pid": os.getpid(), "at": time.time()}
         with open(self.misses, "a") as log:
-            log.write(json.dumps({"window": window, "pid": os.getpid(), **details}) + "\n")
+            log.write(json.dumps({**miss, **details}) + "\n")
 
     def sending(self, **details: object) -> None:
         """Note which process sends a notice, as it starts: a kill that takes the process
@@ -181,8 +190,8 @@ def install_render(faults: Faults) -> None:
                     faults.fire(window, arm, url=url, began=began)
                 elif browsers := browsers_under(os.getpid()):
                     await kill_browser(faults, arm, rendering, browsers[0], url, began)
-                else:  # no browser to kill: leave it for another render
-                    faults.untake(arm)
+                else:  # none below this worker: it just died (a kill of a render beside it)
+                    faults.missed(window, arm, "no browser", url=url, began=began)
             return await rendering
         finally:
             rendering.cancel()
@@ -207,8 +216,7 @@ async def kill_browser(
     if rendering.cancelled() or rendering.exception() is not None:
         faults.record("browser killed", arm, **details)
         return
-    faults.untake(arm)
-    faults.missed("browser killed", **details)
+    faults.missed("browser killed", arm, "too late", **details)
 
 
 def main() -> None:
