@@ -562,3 +562,17 @@ RETURN CASE
        > (split_part(holder, '/', 2)::integer, split_part(holder, '/', 3)::integer)
     ELSE false
 END;
+
+-- One row per worker process and task queue it polls: its heartbeat (issue 48). `last_seen`
+-- is the database's clock at the worker's latest beat (every few seconds); the loop lag is
+-- the worst its event loop ran late in the last minute. A clean stop deletes the row; a
+-- killed worker's is forgotten an hour after its last beat.
+CREATE TABLE workers (
+    identity         text NOT NULL,
+    task_queue       text NOT NULL,
+    started_at       timestamptz NOT NULL DEFAULT now(),
+    last_seen        timestamptz NOT NULL DEFAULT now(),
+    loop_lag_seconds double precision NOT NULL DEFAULT 0
+                     CONSTRAINT workers_loop_lag_seconds_check CHECK (loop_lag_seconds >= 0),
+    PRIMARY KEY (identity, task_queue)
+);

@@ -1,0 +1,227 @@
+"""Schedule health (issue 48): the window's due slots counted from constructed rows in real
+Postgres (on time, late, skipped by cause, failed, pending; the window's edges; targets
+unchecked for N slots named), and the view on every surface."""
+
+import itertools
+import statistics
+from datetime import timedelta
+
+import asyncpg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from activities.health import schedule_health, worker_beat, worker_beats, worker_gone
+from pricewatch.health import ON_TIME_FLOOR, parse_window
+
+HOUR = timedelta(hours=1)
+FINAL = "not checked: came due before t:2026-12-04T19:30:43Z was final: "
+NAMES = (f"t{n}" for n in itertools.count())
+
+
+async def add_target(
+    pool: asyncpg.Pool, interval: int = 60, next_in: timedelta = HOUR, enabled: bool = True
+) -> str:
+    """A target whose next slot is `next_in` from Postgres's now (negative: overdue)."""
+    target_id = next(NAMES)
+    await pool.execute(
+        "INSERT INTO monitor_targets (id, url, interval_seconds, next_slot, anchor, enabled)"
+        " VALUES ($1, 'https://example.com/', $2, now() + $3::interval,"
+        "         now() + $3::interval, $4)",
+        target_id, interval, next_in, enabled,
+    )  # fmt: skip
+    return target_id
+
+
+async def add_row(
+    pool: asyncpg.Pool,
+    target_id: str,
+    ago: timedelta,
+    status: str,
+    late: timedelta = timedelta(seconds=1),
+    message: str | None = None,
+    kind: str = "scheduled",
+) -> None:
+    """A row for the slot `ago` before Postgres's now, recorded `late` after it."""
+    hashed = status in ("unchanged", "changed")
+    await pool.execute(
+        "INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at, status,"
+        "                           result_hash, previous_hash, error_message)"
+        " VALUES ($1 || ':' || (now() - $2::interval)::text || $4, $1, now() - $2::interval, $4,"
+        "         now() - $2::interval + $3::interval, $5, $6, $7, $8)",
+        target_id, ago, late, kind, status, "h" if hashed else None,
+        "p" if status == "changed" else None, message,
+    )  # fmt: skip
+
+
+async def test_counts_each_slot_by_what_became_of_it(pool: asyncpg.Pool) -> None:
+    target = await add_target(pool, interval=60)
+    minute = timedelta(minutes=1)
+    await add_row(pool, target, 50 * minute, "unchanged", late=timedelta(seconds=3))
+    await add_row(pool, target, 49 * minute, "changed", late=ON_TIME_FLOOR)  # at the bound
+    await add_row(pool, target, 48 * minute, "unchanged", late=timedelta(seconds=30))
+    await add_row(
+        pool,
+        target,
+        47 * minute,
+        "skipped",
+        message=FINAL + "its check began 52 s after the slot (the workflow woke late)",
+    )
+    await add_row(pool, target, 46 * minute, "skipped",
+                  message=FINAL + "its check needed 2 attempts, the last began 21 s after the "
+                  "slot; Postgres was unreachable for 3 min 20 s")  # fmt: skip
+    await add_row(
+        pool,
+        target,
+        45 * minute,
+        "skipped",
+        message=FINAL + "its check began 7 s after the slot (the workflow woke late)",
+    )
+    await add_row(
+        pool, target, 44 * minute, "skipped", message="not checked: the schedule was behind"
+    )
+    await add_row(pool, target, 43 * minute, "failed", message="HTTP 404")
+    await add_row(pool, target, 42 * minute, "retrying", message="HTTP 503")
+    await add_row(pool, target, 30 * minute, "unchanged", kind="manual")  # not a slot
+    await add_row(pool, target, 2 * HOUR, "skipped", message=FINAL + "cause unknown")  # before
+
+    health = await schedule_health(pool, HOUR)
+
+    [row] = health.targets
+    assert (row.on_time, row.late, row.skipped, row.failed, row.retrying, row.pending) == (
+        2, 1, 4, 1, 1, 0,
+    )  # fmt: skip
+    assert row.due == 9
+    assert row.on_time_rate == pytest.approx(2 / 8)
+    assert row.skip_causes == {
+        "its check began … after the slot (the workflow woke late)": 2,
+        "its check needed N attempts, the last began … after the slot": 1,
+        "Postgres was unreachable for …": 1,
+        "cause not recorded": 1,
+    }
+    assert row.lateness_p50_seconds == pytest.approx(10)
+    assert 29 < (row.lateness_p99_seconds or 0) <= 30
+    assert health.deployment.skip_causes == row.skip_causes
+    assert health.deployment.due == 9
+    assert health.unchecked == []
+
+
+async def test_the_window_ends_at_postgres_now_and_starts_a_window_before(
+    pool: asyncpg.Pool,
+) -> None:
+    target = await add_target(pool, interval=60)
+    await add_row(pool, target, HOUR - timedelta(seconds=5), "unchanged")  # inside
+    await add_row(pool, target, HOUR + timedelta(seconds=5), "unchanged")  # outside
+    await add_row(pool, target, -timedelta(minutes=5), "skipped")  # not due yet: outside
+    health = await schedule_health(pool, HOUR)
+    assert health.deployment.due == 1
+    assert health.window_seconds == 3600
+    assert await pool.fetchval("SELECT now() - $1::timestamptz", health.at) >= timedelta(0)
+
+
+async def test_a_schedule_that_does_not_move_is_pending_and_named_unchecked(
+    pool: asyncpg.Pool,
+) -> None:
+    """Slots due with no row count as pending; a target whose newest 3 due slots went
+    unchecked (skipped, or due with no row) is named, a paused one never."""
+    stuck = await add_target(pool, interval=60, next_in=-timedelta(seconds=150))  # 3 due
+    in_flight = await add_target(pool, interval=60, next_in=-timedelta(seconds=2))  # 1 due
+    skipping = await add_target(pool, interval=60)
+    await add_row(pool, skipping, timedelta(minutes=4), "unchanged")
+    for minutes in (3, 2, 1):
+        await add_row(pool, skipping, timedelta(minutes=minutes), "skipped")
+    paused = await add_target(pool, interval=60, next_in=-HOUR, enabled=False)
+    await add_row(pool, paused, timedelta(minutes=61), "unchanged")
+    health = await schedule_health(pool, HOUR)
+    by_id = {t.target_id: t for t in health.targets}
+    assert by_id[stuck].pending == 3 and by_id[stuck].unchecked_slots == 3
+    assert by_id[in_flight].pending == 1 and by_id[in_flight].unchecked_slots == 1
+    assert by_id[skipping].unchecked_slots == 3 and by_id[skipping].skipped == 3
+    assert paused not in by_id  # nothing due in the window, and paused
+    assert health.unchecked == [stuck, skipping]
+    assert health.deployment.pending == 4
+    # Fewer than 3 in a row: not named. A window that starts after the stuck slot's first
+    # due slot counts only the pending ones in it.
+    assert (await schedule_health(pool, HOUR, unchecked_after=4)).unchecked == []
+    assert (await schedule_health(pool, timedelta(seconds=100))).deployment.pending == 3
+
+
+async def test_a_calendar_target_counts_its_own_slots_due(pool: asyncpg.Pool) -> None:
+    """Every minute by a calendar in UTC: its overdue slots are the calendar's."""
+    target = await add_target(pool, interval=60)
+    await pool.execute(
+        "UPDATE monitor_targets SET time_zone = 'UTC', calendar_times = ARRAY(SELECT"
+        " generate_series(0, 1439)), calendar_days = ARRAY(SELECT generate_series(1, 31)),"
+        " calendar_months = ARRAY(SELECT generate_series(1, 12)), calendar_weekdays ="
+        " ARRAY(SELECT generate_series(0, 6)), calendar_days_or = false,"
+        " next_slot = date_trunc('minute', now()) - interval '4 minutes' WHERE id = $1",
+        target,
+    )
+    [row] = (await schedule_health(pool, HOUR)).targets
+    assert row.pending == 5 and row.unchecked_slots == 5
+
+
+statuses = st.sampled_from(["unchanged", "changed", "skipped", "failed", "retrying"])
+slot_rows = st.lists(
+    st.tuples(statuses, st.integers(0, 120), st.integers(0, 90)), max_size=30,
+    unique_by=lambda row: row[1],
+)  # fmt: skip
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(rows=slot_rows, interval=st.integers(1, 900), window=st.integers(1, 100))
+async def test_every_due_slot_counts_once(
+    pool: asyncpg.Pool, rows: list[tuple[str, int, int]], interval: int, window: int
+) -> None:
+    """Generated slots (minutes ago, seconds late): each in the window is counted once, as
+    what became of it, on time exactly when recorded within the stated bound."""
+    await pool.execute("DELETE FROM monitor_targets")
+    target = await add_target(pool, interval=interval)
+    for status, minutes, late in rows:
+        ago, after = timedelta(minutes=minutes, seconds=30), timedelta(seconds=late)
+        await add_row(pool, target, ago, status, after, message="not checked: cause unknown")
+    health = await schedule_health(pool, timedelta(minutes=window))
+    inside = [(s, late) for s, minutes, late in rows if minutes < window]
+    bound = max(ON_TIME_FLOOR.total_seconds(), interval * 0.1)
+    recorded = [late for s, late in inside if s in ("unchanged", "changed")]
+    counts = health.deployment
+    assert counts.on_time == sum(late <= bound for late in recorded)
+    assert counts.late == sum(late > bound for late in recorded)
+    for status in ("skipped", "failed", "retrying"):
+        assert getattr(counts, status) == sum(s == status for s, _ in inside)
+    assert counts.due == len(inside) and counts.pending == 0
+    assert counts.skip_causes == ({"cause unknown": counts.skipped} if counts.skipped else {})
+    if recorded:
+        assert counts.lateness_p50_seconds == pytest.approx(statistics.median(recorded))
+    else:
+        assert counts.lateness_p50_seconds is None
+
+
+@given(text=st.text(max_size=12) | st.from_regex(r"[0-9]{1,4}[smhd]", fullmatch=True))
+def test_a_window_is_a_duration_from_a_minute_to_a_week(text: str) -> None:
+    try:
+        window = parse_window(text)
+    except ValueError as err:
+        assert str(err).startswith("window: ") and "\n" not in str(err)
+    else:
+        assert timedelta(minutes=1) <= window <= timedelta(days=7)
+    assert parse_window("1h") == HOUR and parse_window(" 7d ") == timedelta(days=7)
+
+
+async def test_worker_heartbeats_are_kept_by_the_database_clock(pool: asyncpg.Pool) -> None:
+    await worker_beat(pool, "1@host", ["pricewatch", "pricewatch-render"], 0.25)
+    await worker_beat(pool, "1@host", ["pricewatch", "pricewatch-render"], 0.5)
+    await pool.execute(
+        "INSERT INTO workers (identity, task_queue, last_seen) VALUES"
+        " ('gone@host', 'pricewatch', now() - interval '61 minutes')"
+    )
+    await worker_beat(pool, "2@host", ["pricewatch"], 0.0)  # forgets the one unseen for 1 h
+    beats = await worker_beats(pool)
+    assert [(b["identity"], b["task_queue"]) for b in beats] == [
+        ("1@host", "pricewatch"), ("2@host", "pricewatch"), ("1@host", "pricewatch-render"),
+    ]  # fmt: skip
+    assert beats[0]["loop_lag_seconds"] == 0.5 and beats[0]["silent_seconds"] < 5
+    await worker_gone(pool, "1@host")
+    assert [b["identity"] for b in await worker_beats(pool)] == ["2@host"]
