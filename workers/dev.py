@@ -37,6 +37,7 @@ from workers.observability import (
     configure_dev_console,
     configure_tracing,
     core_runtime,
+    heartbeating,
     watching_loop_lag,
     watching_temporal,
 )
@@ -204,7 +205,7 @@ async def serve(
         build_worker(client, settings.task_queue, activities, tuning),
         contextlib.AsyncExitStack() as rendering,
         watching_temporal(client),
-        watching_loop_lag(runtime),  # a stalled loop, said in one line as `worker` does
+        watching_loop_lag(runtime) as watch,  # a stalled loop, said in one line as `worker` does
     ):
         renders = False
         try:  # the render task queue too, where a Chromium can be had
@@ -219,6 +220,10 @@ async def serve(
             renders = True
         except ChromiumMissing as missing:
             print(f"render:    off, {missing}: targets added with --render wait", flush=True)
+        polled = [settings.task_queue, *([render_queue(settings.task_queue)] if renders else [])]
+        await rendering.enter_async_context(
+            heartbeating(watch, activities.checks.pool, client.identity, polled)
+        )
         await ensure_retention_schedule(client, settings.task_queue)
         if demo_url:
             demos = [

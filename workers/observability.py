@@ -16,9 +16,11 @@ import threading
 import time
 import traceback
 import warnings
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
+import asyncpg
 from temporalio import workflow
 from temporalio.client import Client
 from temporalio.runtime import (
@@ -31,7 +33,9 @@ from temporalio.runtime import (
 )
 
 from activities.freezes import STALLS, quiet_after_a_stall
+from activities.health import worker_beat, worker_gone
 from activities.outages import TEMPORAL, watching
+from pricewatch.health import HEARTBEAT_EVERY
 from pricewatch.policy import CHECK_TIMEOUT
 
 # Fields that activity and workflow loggers attach (`temporal_activity`/`temporal_workflow`)
@@ -233,6 +237,8 @@ class LoopWatch:
             unit="s",
         ) if meter is not None else None  # fmt: skip
         self.beat = time.monotonic()
+        self.worst = 0.0
+        """The worst lag since `take_worst` last read it (a freeze is not the loop's lag)."""
         self.blocked_in: str | None = None
         self.stopped = threading.Event()
         self.log = logging.getLogger("pricewatch.worker")
@@ -250,12 +256,19 @@ class LoopWatch:
                 lag = max(time.monotonic() - started - LOOP_PROBE_EVERY, 0.0)
                 if self.lags is not None:
                     self.lags.record(lag)
-                if lag > LOOP_LAG_WORTH_A_LINE and not self._frozen(started, lag):
+                blocked = lag <= LOOP_LAG_WORTH_A_LINE or not self._frozen(started, lag)
+                if blocked:
+                    self.worst = max(self.worst, lag)
+                if lag > LOOP_LAG_WORTH_A_LINE and blocked:
                     where = f" in {self.blocked_in}" if self.blocked_in else ""
                     self.log.warning("the event loop was blocked for %.0f ms%s", lag * 1000, where)
                 self.blocked_in = None
         finally:
             self.stopped.set()
+
+    def take_worst(self) -> float:
+        worst, self.worst = self.worst, 0.0
+        return worst
 
     @staticmethod
     def _frozen(started: float, lag: float) -> bool:
@@ -312,6 +325,40 @@ async def watching_loop_lag(runtime: Runtime | None) -> AsyncIterator[LoopWatch]
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+@contextlib.asynccontextmanager
+async def heartbeating(
+    watch: LoopWatch, pool: asyncpg.Pool, identity: str, task_queues: list[str]
+) -> AsyncIterator[None]:
+    """This worker's row in `workers`, written every HEARTBEAT_EVERY with the worst loop
+    lag of the last minute, for `pricewatch health`: Temporal's list of pollers keeps a
+    frozen worker's poll for up to a minute and knows nothing of its loop. Postgres away: the
+    beat is missed (its outage has its own line). Deleted on a clean stop."""
+    task = asyncio.create_task(_beat(watch, pool, identity, task_queues))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        with contextlib.suppress(*DATABASE_AWAY):
+            async with asyncio.timeout(HEARTBEAT_EVERY.total_seconds()):
+                await worker_gone(pool, identity)
+
+
+DATABASE_AWAY = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
+
+
+async def _beat(watch: LoopWatch, pool: asyncpg.Pool, identity: str, queues: list[str]) -> None:
+    every = HEARTBEAT_EVERY.total_seconds()
+    recent: deque[float] = deque(maxlen=round(60 / every))
+    while True:
+        recent.append(watch.take_worst())
+        with contextlib.suppress(*DATABASE_AWAY):
+            async with asyncio.timeout(every * 2):
+                await worker_beat(pool, identity, queues, max(recent))
+        await asyncio.sleep(every)
 
 
 async def serve_health(address: str, ready: Callable[[], Awaitable[bool]]) -> asyncio.Server:

@@ -38,6 +38,7 @@ from workers.observability import (
     configure_logging,
     configure_tracing,
     core_runtime,
+    heartbeating,
     serve_health,
     watch_gc_pauses,
     watching_loop_lag,
@@ -395,7 +396,12 @@ async def _serve(settings: Settings, stop: asyncio.Event) -> None:
         if settings.health_address:
             health = await serve_health(settings.health_address, ready)
         try:
-            async with worker, watching_temporal(client), watching_loop_lag(runtime):
+            async with (
+                worker,
+                watching_temporal(client),
+                watching_loop_lag(runtime) as watch,
+                heartbeating(watch, pool, client.identity, [polled]),
+            ):
                 print(f"worker polling task queue {polled!r}", flush=True)
                 await stop.wait()
         finally:
