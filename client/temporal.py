@@ -1,8 +1,10 @@
 """Temporal names and the one client factory used by the CLI, the worker and the tests."""
 
+import asyncio
+import dataclasses
 import json
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio.api.enums.v1 import EventType, IndexedValueType
 from temporalio.api.history.v1 import HistoryEvent
@@ -13,6 +15,11 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import (
     Client,
+    DescribeWorkflowInput,
+    Interceptor,
+    ListWorkflowsInput,
+    OutboundInterceptor,
+    QueryWorkflowInput,
     Schedule,
     ScheduleActionStartWorkflow,
     ScheduleAlreadyRunningError,
@@ -21,6 +28,10 @@ from temporalio.client import (
     SchedulePolicy,
     ScheduleSpec,
     ScheduleUpdate,
+    SignalWorkflowInput,
+    StartWorkflowInput,
+    WorkflowExecutionAsyncIterator,
+    WorkflowExecutionDescription,
     WorkflowHandle,
 )
 from temporalio.common import (
@@ -47,10 +58,12 @@ from pricewatch.policy import PRUNE_EVERY
 
 # The marker the SDK records for a completed local activity.
 LOCAL_ACTIVITY_MARKER = "core_local_activity"
-# A one-off call of ours (not the worker's polls) gives up after this. Every call, polls too,
-# also runs on a connection whose HTTP/2 keepalive (the SDK's default: a ping every 30 s,
-# 15 s to answer) closes it when the frontend stops answering (docs/failures.md).
+# A one-off call of ours (not the worker's polls) gives up after this, and so does connecting:
+# a frozen frontend accepts the TCP connection and then answers nothing. Every call, polls
+# too, also runs on a connection whose HTTP/2 keepalive (the SDK's default: a ping every
+# 30 s, 15 s to answer) closes it when the frontend stops answering (docs/failures.md).
 RPC_TIMEOUT = timedelta(seconds=10)
+DEFAULT_ADDRESS = "localhost:7233"
 SEARCH_ATTRIBUTES = {
     TARGET_SEARCH_ATTRIBUTE.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
     UNHEALTHY_SEARCH_ATTRIBUTE.name: IndexedValueType.INDEXED_VALUE_TYPE_BOOL,
@@ -162,26 +175,94 @@ async def missing_search_attributes(client: Client) -> list[str]:
     return []
 
 
+class QueryUnanswered(RPCError):
+    """A query had no answer within its timeout: Temporal or the worker it asked (a query
+    runs on a worker) did not answer, and which one the client cannot tell."""
+
+
+class Bounded(Interceptor):
+    """Every one-off call the CLI and the API make (start, describe, query, signal, list)
+    gives up after RPC_TIMEOUT unless the caller set its own timeout: without one, a frozen
+    frontend holds the call until the keepalive closes the connection (up to 45 s). Updates
+    (check-now, retry, reconfigure) wait for a check on a worker and keep the keepalive's
+    bound; the describe each of them starts with is bounded."""
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        return _BoundedCalls(next)
+
+
+Input = TypeVar(
+    "Input", StartWorkflowInput, DescribeWorkflowInput, QueryWorkflowInput, SignalWorkflowInput,
+    ListWorkflowsInput,
+)  # fmt: skip
+
+
+def _bounded(input: Input) -> Input:
+    return input if input.rpc_timeout else dataclasses.replace(input, rpc_timeout=RPC_TIMEOUT)
+
+
+class _BoundedCalls(OutboundInterceptor):
+    async def start_workflow(self, input: StartWorkflowInput) -> WorkflowHandle[Any, Any]:
+        return await super().start_workflow(_bounded(input))
+
+    async def describe_workflow(self, input: DescribeWorkflowInput) -> WorkflowExecutionDescription:
+        return await super().describe_workflow(_bounded(input))
+
+    async def query_workflow(self, input: QueryWorkflowInput) -> Any:
+        try:
+            return await super().query_workflow(_bounded(input))
+        except RPCError as err:
+            if err.status not in TIMED_OUT:
+                raise
+            raise QueryUnanswered(
+                f"no answer in time to the query of {input.id} (Temporal, or the worker it asked)",
+                err.status,
+                err.raw_grpc_status,
+            ) from err
+
+    async def signal_workflow(self, input: SignalWorkflowInput) -> None:
+        await super().signal_workflow(_bounded(input))
+
+    def list_workflows(self, input: ListWorkflowsInput) -> WorkflowExecutionAsyncIterator:
+        return super().list_workflows(_bounded(input))
+
+
+# How a call past its timeout fails: the client's own deadline is CANCELLED ("Timeout
+# expired"), the server's DEADLINE_EXCEEDED.
+TIMED_OUT = (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED)
+
+
+def address() -> str:
+    """Where `connect` connects (TEMPORAL_ADDRESS, or the profile's): what an error names."""
+    return str(ClientConfig.load_client_connect_config().get("target_host", DEFAULT_ADDRESS))
+
+
 async def connect(runtime: Runtime | None = None, tracing: bool = False) -> Client:
-    """Connect using Temporal's environment convention, with the pydantic converter. With
-    `tracing`, OpenTelemetry spans follow every start, workflow task and activity (a worker
-    built on this client inherits the interceptor)."""
+    """Connect using Temporal's environment convention, with the pydantic converter and
+    every one-off call bounded (`Bounded`). With `tracing`, OpenTelemetry spans follow
+    every start, workflow task and activity (a worker built on this client inherits the
+    interceptor)."""
     connect_config = ClientConfig.load_client_connect_config()
-    connect_config.setdefault("target_host", "localhost:7233")
-    interceptors = []
+    connect_config.setdefault("target_host", DEFAULT_ADDRESS)
+    interceptors: list[Interceptor] = [Bounded()]
     if tracing:
         from temporalio.contrib.opentelemetry import TracingInterceptor
 
         interceptors.append(TracingInterceptor())
+    where = connect_config["target_host"]
     try:
-        return await Client.connect(
-            **connect_config, data_converter=DATA_CONVERTER, runtime=runtime,
-            interceptors=interceptors,
+        return await asyncio.wait_for(
+            Client.connect(
+                **connect_config, data_converter=DATA_CONVERTER, runtime=runtime,
+                interceptors=interceptors,
+            ),
+            RPC_TIMEOUT.total_seconds(),
         )  # fmt: skip
+    except TimeoutError as err:  # a frozen frontend: connected, never answered
+        raise ConnectionError(f"cannot reach Temporal at {where}: no answer in time") from err
     except RuntimeError as err:  # the SDK reports an unreachable server this way
         raise ConnectionError(
-            f"cannot reach Temporal at {connect_config['target_host']} "
-            "(start `pricewatch dev` or set TEMPORAL_ADDRESS)"
+            f"cannot reach Temporal at {where} (start `pricewatch dev` or set TEMPORAL_ADDRESS)"
         ) from err
 
 

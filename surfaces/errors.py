@@ -6,12 +6,17 @@ from enum import Enum
 
 import asyncpg
 from pydantic import ValidationError
-from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.client import (
+    RPCTimeoutOrCancelledError,
+    WorkflowFailureError,
+    WorkflowUpdateFailedError,
+)
 from temporalio.exceptions import FailureError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.guard import BlockedAddress
 from client.pricewatch import BadInput, Unknown
+from client.temporal import TIMED_OUT, QueryUnanswered, address
 from workers.chromium import ChromiumMissing
 
 
@@ -30,7 +35,10 @@ class Failure:
     line: str
 
 
-SERVICES = (RPCError, OSError, LookupError, TimeoutError, asyncpg.PostgresError, ChromiumMissing)
+SERVICES = (
+    RPCError, RPCTimeoutOrCancelledError, OSError, LookupError, TimeoutError,
+    asyncpg.PostgresError, ChromiumMissing,
+)  # fmt: skip
 # Every exception `failure` has a line for.
 EXPECTED = (
     BadInput, ValidationError, ValueError, BlockedAddress, *SERVICES,
@@ -68,7 +76,16 @@ def one_line(err: BaseException | None) -> str:
 
 def unavailable(err: BaseException) -> str:
     """What an unreachable or failing service said, with which service it was (our own
-    errors say so already): never the exception's class name."""
+    errors say so already): never the exception's class name. Temporal away or frozen is
+    said as Postgres's case is: `cannot reach Temporal at ADDRESS: no answer in time`."""
+    if isinstance(err, QueryUnanswered):
+        return f"Temporal at {address()}: {one_line(err)}"
+    if isinstance(err, RPCTimeoutOrCancelledError) or (
+        isinstance(err, RPCError) and err.status in TIMED_OUT
+    ):
+        return f"cannot reach Temporal at {address()}: no answer in time"
+    if isinstance(err, RPCError) and err.status is RPCStatusCode.UNAVAILABLE:
+        return f"cannot reach Temporal at {address()}: {one_line(err)}"
     if isinstance(err, RPCError):
         return f"Temporal: {one_line(err)}"
     if isinstance(err, asyncpg.PostgresError):

@@ -1,0 +1,103 @@
+"""Every CLI and API call that needs Temporal is bounded (issue 48): with the Temporal server
+frozen (SIGSTOP: it keeps accepting TCP connections and answers nothing, as a paused VM
+does), a command exits 1 within RPC_TIMEOUT with one line naming Temporal and its address,
+as a frozen Postgres's `cannot reach Postgres at ...: no answer in time` does, and the API
+answers 503 with the same line. Real processes throughout."""
+
+import asyncio
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from client.temporal import RPC_TIMEOUT
+from tests.helpers import cli, serve_process
+from workers.embedded import free_port, start_temporal_dev_server, stop_process
+
+# A CLI process's own start (imports) and scheduling on a busy two-core machine.
+SLACK = 5.0
+BOUND = RPC_TIMEOUT.total_seconds() + SLACK
+
+
+@pytest.fixture(scope="module")
+def temporal_server() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """A dev server of this module's own: the tests freeze it."""
+    with tempfile.TemporaryDirectory(prefix="pricewatch-temporal-") as tmp:
+        port = free_port()
+        server = start_temporal_dev_server(Path(tmp) / "temporal.db", port=port, ui_port=None)
+        try:
+            yield server, f"127.0.0.1:{port}"
+        finally:
+            stop_process(server)
+
+
+@pytest.fixture
+def env(temporal_server: tuple[subprocess.Popen[bytes], str], database_url: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "TEMPORAL_ADDRESS": temporal_server[1],
+        "PRICEWATCH_DATABASE_URL": database_url,
+        "PRICEWATCH_TASK_QUEUE": "bounds",
+    }
+
+
+@asynccontextmanager
+async def frozen(server: subprocess.Popen[bytes]) -> AsyncIterator[None]:
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+
+
+def said_once(text: str, address: str) -> None:
+    """One line, naming Temporal and where, in the shape Postgres's case has; no traceback."""
+    assert text == f"pricewatch: cannot reach Temporal at {address}: no answer in time\n", text
+
+
+async def test_cli_with_temporal_frozen_exits_1_within_the_bound(
+    temporal_server: tuple[subprocess.Popen[bytes], str], env: dict[str, str]
+) -> None:
+    server, address = temporal_server
+    async with frozen(server):
+        for args in (("status", "some-target"), ("pause", "some-target"), ("export",)):
+            started = time.monotonic()
+            code, out, err = await cli(env, *args)
+            took = time.monotonic() - started
+            assert code == 1, (args, out, err)
+            said_once(err, address)
+            assert took <= BOUND, (args, took)
+        # `list` reads Postgres only: it answers as usual while Temporal is frozen.
+        started = time.monotonic()
+        code, out, err = await cli(env, "list")
+        assert (code, err) == (0, ""), (out, err)
+        assert time.monotonic() - started <= BOUND
+
+
+async def test_api_with_temporal_frozen_answers_503_within_the_bound(
+    temporal_server: tuple[subprocess.Popen[bytes], str], env: dict[str, str]
+) -> None:
+    """The server's client is connected before the freeze: each call, not only the
+    connect, has its bound; after the thaw the same server answers again."""
+    server, address = temporal_server
+    async with serve_process(env) as base, httpx.AsyncClient(base_url=base, timeout=60) as http:
+        assert (await http.get("/api/v1/targets/some-target")).status_code == 404
+        async with frozen(server):
+            started = time.monotonic()
+            answer = await http.get("/api/v1/targets/some-target")
+            took = time.monotonic() - started
+            assert answer.status_code == 503, answer.text
+            assert answer.json() == {
+                "error": f"cannot reach Temporal at {address}: no answer in time"
+            }
+            assert took <= BOUND, took
+        async with asyncio.timeout(BOUND):  # the thawed server answers the same client
+            answer = await http.get("/api/v1/targets/some-target")
+        assert answer.status_code == 404, answer.text
