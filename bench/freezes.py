@@ -1,5 +1,6 @@
 """`python -m bench.freezes [--targets 20] [--interval 5] [--freeze 20] [--settle 60]
-[--kinds worker,temporal,postgres] [--json] [--logs DIR]`: recovery from a frozen process (issue 48).
+[--kinds worker,temporal,postgres] [--json] [--logs DIR]`: recovery from a frozen process
+(issue 48).
 
 One stack (bench/stack.py: embedded Postgres, a Temporal dev server, two `pricewatch worker`
 processes, a local page server), N targets; then, in turn, one worker, the Temporal server
