@@ -23,10 +23,14 @@ from urllib.parse import urlsplit
 
 import asyncpg
 from pydantic import ValidationError
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities import services, store
+from activities import health, services, store
 from activities.checks import Fetcher
 from activities.fetch import fetch_page, new_client, request_of
 from activities.guard import AddressPolicy, BlockedAddress, check_host, check_url
@@ -47,6 +51,17 @@ from pricewatch.calendar import (
     spread_key,
 )
 from pricewatch.durations import format_duration
+from pricewatch.health import (
+    ANSWER_BOUND,
+    DEFAULT_WINDOW,
+    HEARTBEAT_SILENT,
+    POLL_SILENT,
+    Health,
+    ScheduleHealth,
+    ServiceHealth,
+    WorkerHealth,
+    parse_window,
+)
 from pricewatch.models import (
     Channel,
     ChannelKind,
@@ -60,7 +75,7 @@ from pricewatch.models import (
     TargetConfig,
     in_range,
 )
-from pricewatch.names import WORKFLOW_TYPE, Query, Signal, Update
+from pricewatch.names import WORKFLOW_TYPE, Query, Signal, Update, render_queue
 from pricewatch.settings import Settings
 from pricewatch.slots import EPOCH, SiteSpread, spread_anchor
 from pricewatch.urls import as_typed
@@ -78,6 +93,9 @@ from pricewatch.views import (
 )
 
 REMOVE_WAIT = timedelta(seconds=120)
+# A worker (identity, task queue) as Temporal lists its polls: which task kinds, last poll.
+Pollers = dict[tuple[str, str], tuple[list[str], datetime]]
+DATABASE_AWAY = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
 # Starts, updates and queries in flight at once when many targets are applied or read.
@@ -217,6 +235,7 @@ class Pricewatch:
         self._pool_size = pool_size  # a server's: requests at once
         self._connecting = asyncio.Lock()  # each connection opened once, by one request
         self._pooling = asyncio.Lock()
+        self._answered: dict[str, datetime] = {}  # service: when it last answered `health`
 
     async def __aenter__(self) -> "Pricewatch":
         return self
@@ -788,6 +807,81 @@ class Pricewatch:
             work_id=row["work_id"], previous_work_id=row["previous_work_id"], diff=diff
         )
 
+    async def health(self, window: str = DEFAULT_WINDOW) -> Health:
+        """Schedule health over the window (`1h`, `1d`, `7d`, up to a week) ending at
+        Postgres's now(), the workers polling the deployment's task queues, and whether
+        Temporal and Postgres answered: each asked with ANSWER_BOUND, so one that does not
+        answer is said as such beside the other's part."""
+        try:
+            span = parse_window(window)
+        except ValueError as err:
+            raise BadInput(str(err)) from None
+        (schedule, beats, postgres), (pollers, temporal) = await asyncio.gather(
+            self._postgres_health(span), self._temporal_health()
+        )
+        now = schedule.at if schedule else datetime.now(UTC)
+        workers = workers_health(pollers, beats, now)
+        return Health(
+            healthy=not (problems := unwell(
+                schedule, workers, self.settings.task_queue, [postgres, temporal]
+            )),
+            problems=problems, schedule=schedule, workers=workers, services=[postgres, temporal],
+        )  # fmt: skip
+
+    async def _postgres_health(
+        self, window: timedelta
+    ) -> tuple[ScheduleHealth | None, list[asyncpg.Record], ServiceHealth]:
+        address = postgres_address(self.settings.resolved_database_url())
+        try:
+            async with asyncio.timeout(ANSWER_BOUND.total_seconds()):
+                pool = await self.pool()
+                schedule = await health.schedule_health(pool, window)
+                beats = await health.worker_beats(pool)
+        except (*DATABASE_AWAY, ConnectionError) as err:
+            said = _unanswered(err, "Postgres", address)
+            return None, [], self._service("Postgres", address, said)
+        return schedule, beats, self._service("Postgres", address, None)
+
+    async def _temporal_health(self) -> tuple[Pollers | None, ServiceHealth]:
+        """The pollers of the deployment's task queue and its render queue, each for
+        workflow and activity tasks, as Temporal lists them; None if it did not answer."""
+        address = ClientConfig.load_client_connect_config().get("target_host", "localhost:7233")
+        queues = [self.settings.task_queue, render_queue(self.settings.task_queue)]
+        kinds = {"workflow": TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+                 "activity": TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY}  # fmt: skip
+        try:
+            async with asyncio.timeout(ANSWER_BOUND.total_seconds()):
+                client = await self.temporal()
+                address = client.service_client.config.target_host
+                asked = [(queue, kind) for queue in queues for kind in kinds]
+                answers = await asyncio.gather(*(
+                    client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+                        namespace=client.namespace, task_queue=TaskQueue(name=queue),
+                        task_queue_type=kinds[kind],
+                    ), timeout=ANSWER_BOUND)
+                    for queue, kind in asked
+                ))  # fmt: skip
+        except (ConnectionError, RPCError, TimeoutError) as err:
+            said = _unanswered(err, "Temporal", address)
+            return None, self._service("Temporal", address, said)
+        pollers: Pollers = {}
+        for (queue, kind), answer in zip(asked, answers, strict=True):
+            for poller in answer.pollers:
+                kinds_seen, last = pollers.get((poller.identity, queue), ([], None))
+                at = poller.last_access_time.ToDatetime(UTC)
+                pollers[poller.identity, queue] = [*kinds_seen, kind], max(at, last or at)
+        return pollers, self._service("Temporal", address, None)
+
+    def _service(self, name: str, address: str, error: str | None) -> ServiceHealth:
+        """What this process knows of a service: whether it answered now, and when it
+        last did (this process's clock)."""
+        if error is None:
+            self._answered[name] = datetime.now(UTC)
+        return ServiceHealth(
+            name=name, address=address, reachable=error is None,
+            answered_at=self._answered.get(name), error=error,
+        )  # fmt: skip
+
     def retention(self) -> Retention:
         return Retention(self.settings.check_retention, self.settings.change_retention)
 
@@ -800,6 +894,70 @@ class Pricewatch:
         pool = await self.pool()
         done = await prune_pass(pool, self.retention(), PruneProgress())
         return done.deleted
+
+
+def _unanswered(err: BaseException, name: str, address: str) -> str:
+    """One line for a service that did not answer a health call in time, or failed it."""
+    if isinstance(err, TimeoutError):
+        return f"cannot reach {name} at {address}: no answer within {ANSWER_BOUND.seconds} s"
+    said = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return said if said.startswith("cannot reach") else f"{name} at {address}: {said}"
+
+
+def workers_health(
+    pollers: Pollers | None, beats: list[asyncpg.Record], now: datetime
+) -> list[WorkerHealth]:
+    """Each worker on each task queue, from Temporal's pollers and the heartbeat rows: not
+    polling since its last sign of life when either went silent (HEARTBEAT_SILENT,
+    POLL_SILENT, by `now`, Postgres's clock when it answered)."""
+    rows = {(row["identity"], row["task_queue"]): row for row in beats}
+    workers = []
+    for key in sorted({*(pollers or {}), *rows}, key=lambda key: (key[1], key[0])):
+        polls, last_poll = (pollers or {}).get(key, ([], None))
+        row = rows.get(key)
+        beat = row["last_seen"] if row else None
+        silent: list[datetime] = []
+        if row and row["silent_seconds"] > HEARTBEAT_SILENT.total_seconds():
+            silent.append(row["last_seen"])
+        if last_poll and now - last_poll > POLL_SILENT:
+            silent.append(last_poll)
+        workers.append(WorkerHealth(
+            identity=key[0], task_queue=key[1], polls=polls, last_poll=last_poll,
+            last_heartbeat=beat, started=row["started_at"] if row else None,
+            loop_lag_seconds=row["loop_lag_seconds"] if row else None,
+            not_polling_since=max(silent) if silent else None,
+        ))  # fmt: skip
+    return workers
+
+
+def unwell(
+    schedule: ScheduleHealth | None,
+    workers: list[WorkerHealth],
+    task_queue: str,
+    services: list[ServiceHealth],
+) -> list[str]:
+    """What makes health unwell, a line each: a service that did not answer, a worker gone
+    silent, no worker polling the task queue for workflow or for activity tasks (asked only
+    of a Temporal that answered), targets unchecked for their last `unchecked_after` slots."""
+    problems = [service.error for service in services if service.error]
+    problems += [
+        f"worker {w.identity} on {w.task_queue!r} not polling since {w.not_polling_since:%H:%M:%S}"
+        for w in workers
+        if w.not_polling_since
+    ]
+    if all(service.reachable for service in services if service.name == "Temporal"):
+        for kind in ("workflow", "activity"):
+            if not any(w.task_queue == task_queue and kind in w.polls and not w.not_polling_since
+                       for w in workers):  # fmt: skip
+                problems.append(f"no worker polls task queue {task_queue!r} for {kind} tasks")
+    if schedule and schedule.unchecked:
+        names = ", ".join(schedule.unchecked[:10])
+        more = f" and {len(schedule.unchecked) - 10} more" if len(schedule.unchecked) > 10 else ""
+        problems.append(
+            f"{len(schedule.unchecked)} target(s) not checked for their last "
+            f"{schedule.unchecked_after} due slots or more: {names}{more}"
+        )
+    return problems
 
 
 def schedule(row: dict[str, Any]) -> str:

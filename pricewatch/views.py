@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
+from pricewatch.health import Health
 from pricewatch.models import CheckResult, MonitorStatus
 
 
@@ -39,6 +40,10 @@ class TargetSummary(View):
     enabled: bool
     unhealthy: bool
     next_slot: datetime
+    overdue: bool = False
+    """Active, and `next_slot` is further in the past, by Postgres's clock when it answered,
+    than the on-time bound (max(10 s, 10% of the interval), as `health` counts): its check
+    can no longer be on time (a worker, Temporal or Postgres away, or retries)."""
     last_status: str | None
     """The newest recorded result other than `skipped`; None before the first check."""
     prices: list[PriceView] | None = None
@@ -193,6 +198,7 @@ OUTPUTS: dict[str, TypeAdapter[object]] = {
     "config": TypeAdapter(ConfigView),
     "try": TypeAdapter(TryView),
     "prices": TypeAdapter(list[PricesRow]),
+    "health": TypeAdapter(Health),
 }
 # What every channel receives: a schema like the outputs', for receivers.
 PAYLOADS: dict[str, TypeAdapter[object]] = {"notice": TypeAdapter(NoticeBody)}

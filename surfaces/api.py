@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from client.manifest import Entry
 from client.pricewatch import BadInput, Pricewatch
 from pricewatch import views
+from pricewatch.health import DEFAULT_WINDOW
 from pricewatch.views import TargetState
 from surfaces.render import masked
 
@@ -221,6 +222,21 @@ async def failures(
 ) -> Response:
     """`failures --json`: dead letters and slots still being retried."""
     return answer("failures", await pricewatch.failures(target_id, limit))
+
+
+@router.get(
+    "/health",
+    **returns("health", "Schedule health; 200 whether healthy or not (`healthy` says)."),
+)
+async def health(
+    pricewatch: Client,
+    window: Annotated[
+        str, Query(max_length=40, description="1h, 1d, 7d, or any duration from 1m to 7d.")
+    ] = DEFAULT_WINDOW,
+) -> Response:
+    """`health --json`: the window's due slots, the workers polling, Temporal and Postgres
+    (each asked within 5 s; one that does not answer is said beside the other's part)."""
+    return answer("health", await pricewatch.health(window))
 
 
 @router.post(

@@ -34,6 +34,7 @@ from client.pricewatch import (
 from pricewatch import calendar, views
 from pricewatch.calendar import Calendar
 from pricewatch.durations import format_duration, parse_duration
+from pricewatch.health import DEFAULT_WINDOW
 from pricewatch.models import (
     FETCH_TIMEOUT_RANGE,
     Channel,
@@ -686,6 +687,28 @@ async def failures(
         typer.echo("no failed slots")
     else:
         render.checks(results, when=True)
+
+
+@app.command()
+@command
+async def health(
+    window: Annotated[
+        str, typer.Option(help="How far back: 1h, 1d, 7d, or any duration from 1m to 7d.")
+    ] = DEFAULT_WINDOW,
+    as_json: JsonOpt = False,
+) -> None:
+    """Schedule health: the window's due slots (on time, late, skipped by cause, failed),
+    targets unchecked for 3 slots, the workers polling each task queue, and whether Temporal
+    and Postgres answer (each within 5 s). Exit 0 healthy, 1 when something is unwell (each
+    problem one line), 2 bad input."""
+    async with pricewatch() as client:
+        report = await client.health(window)
+    if as_json:
+        print_json("health", report)
+    else:
+        render.health(report)
+    if not report.healthy:
+        raise typer.Exit(UNAVAILABLE)
 
 
 @app.command()

@@ -4,15 +4,18 @@ row per line when piped, for grep and awk), lines for one record. Scripts use `-
 import re
 import sys
 from collections.abc import Sequence
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from pricewatch.durations import format_duration
+from pricewatch.health import Health, SlotCounts
 from pricewatch.models import CheckResult, MonitorStatus, PriceSettings, TargetConfig
 from pricewatch.prices import stock_words
-from pricewatch.slots import format_slot
+from pricewatch.slots import format_slot, format_time
 from pricewatch.views import (
     ChannelView,
     DeliveryView,
@@ -122,7 +125,7 @@ def targets(rows: Sequence[TargetSummary]) -> None:
                 row.id,
                 ("active" if row.enabled else "paused") + (",unhealthy" if row.unhealthy else ""),
                 row.schedule,
-                format_slot(row.next_slot),
+                format_slot(row.next_slot) + (" overdue" if row.overdue else ""),
                 row.last_status or "-",
             ]
             + ([price_summary(row)] if priced else [])
@@ -283,3 +286,61 @@ def deliveries(rows: Sequence[DeliveryView]) -> None:
             for r in rows
         ],
     )
+
+
+def health(report: Health) -> None:
+    """`health`: the verdict and its problems, the window's slots (all, then each target with
+    a slot not on time, worst first), the skip causes, the workers and the services."""
+    print(f"health: {'healthy' if report.healthy else 'unwell'}")
+    for problem in report.problems:
+        print(inert(f"  - {problem}"))
+    schedule = report.schedule
+    if schedule is not None:
+        window = format_duration(timedelta(seconds=schedule.window_seconds))
+        print(f"window: the {window} before {format_time(schedule.at)} (Postgres's clock); "
+              f"on time: {schedule.on_time_bound}")  # fmt: skip
+        troubled = sorted(
+            (t for t in schedule.targets if t.due != t.on_time or t.unchecked_slots),
+            key=lambda t: (-t.unchecked_slots, t.on_time_rate or 0, -t.due, t.target_id),
+        )
+        table(
+            ["TARGET", "DUE", "ON TIME", "LATE", "SKIPPED", "FAILED", "RETRYING", "PENDING",
+             "ON-TIME RATE", "LATENESS P50", "P99", "UNCHECKED"],
+            [["(all)", *_counts(schedule.deployment), "-"]]
+            + [[t.target_id, *_counts(t), str(t.unchecked_slots)] for t in troubled],
+        )  # fmt: skip
+        causes = sorted(schedule.deployment.skip_causes.items(), key=lambda c: (-c[1], c[0]))
+        if causes:
+            print("skipped slots, by cause (a row naming two causes counts under each):")
+            for cause, count in causes:
+                print(inert(f"  {count:>6}  {cause}"))
+    print("workers:")
+    table(
+        ["TASK QUEUE", "IDENTITY", "POLLS", "LAST POLL", "HEARTBEAT", "LOOP LAG", "STATE"],
+        [
+            [w.task_queue, w.identity, ",".join(w.polls) or "-",
+             format_time(w.last_poll) if w.last_poll else "-",
+             format_time(w.last_heartbeat) if w.last_heartbeat else "-",
+             f"{w.loop_lag_seconds * 1000:.0f} ms" if w.loop_lag_seconds is not None else "-",
+             f"not polling since {format_time(w.not_polling_since)}"
+             if w.not_polling_since else "polling"]
+            for w in report.workers
+        ] or [["-", "(none)", "-", "-", "-", "-", "-"]],
+    )  # fmt: skip
+    print("services:")
+    table(
+        ["SERVICE", "ADDRESS", "STATE", "LAST ANSWER"],
+        [
+            [s.name, s.address, "answers" if s.reachable else (s.error or "unreachable"),
+             format_time(s.answered_at) if s.answered_at else "never (this process)"]
+            for s in report.services
+        ],
+    )  # fmt: skip
+
+
+def _counts(c: SlotCounts) -> list[str]:
+    rate = f"{c.on_time_rate:.1%}" if c.on_time_rate is not None else "-"
+    p50, p99 = (f"{v:.1f} s" if v is not None else "-"
+                for v in (c.lateness_p50_seconds, c.lateness_p99_seconds))  # fmt: skip
+    return [str(n) for n in (c.due, c.on_time, c.late, c.skipped, c.failed, c.retrying,
+                             c.pending)] + [rate, p50, p99]  # fmt: skip

@@ -3,7 +3,11 @@ Postgres (on time, late, skipped by cause, failed, pending; the window's edges; 
 unchecked for N slots named), and the view on every surface."""
 
 import itertools
+import os
+import signal
+import socket
 import statistics
+import time
 from datetime import timedelta
 
 import asyncpg
@@ -12,7 +16,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from activities.health import schedule_health, worker_beat, worker_beats, worker_gone
-from pricewatch.health import ON_TIME_FLOOR, parse_window
+from pricewatch.health import (
+    ANSWER_BOUND,
+    HEARTBEAT_SILENT,
+    ON_TIME_FLOOR,
+    Health,
+    parse_window,
+)
+from tests.conftest import PageServer
+from tests.helpers import cli, worker_process
+from tests.waits import eventually, wait_for
 
 HOUR = timedelta(hours=1)
 FINAL = "not checked: came due before t:2026-12-04T19:30:43Z was final: "
@@ -225,3 +238,99 @@ async def test_worker_heartbeats_are_kept_by_the_database_clock(pool: asyncpg.Po
     assert beats[0]["loop_lag_seconds"] == 0.5 and beats[0]["silent_seconds"] < 5
     await worker_gone(pool, "1@host")
     assert [b["identity"] for b in await worker_beats(pool)] == ["2@host"]
+
+
+async def health_json(env: dict[str, str], *args: str) -> tuple[int, Health]:
+    code, out, err = await cli(env, "health", "--json", *args)
+    assert code in (0, 1), err
+    return code, Health.model_validate_json(out)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(240)
+async def test_a_frozen_worker_is_named_not_polling_while_frozen(
+    env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer
+) -> None:
+    """Two real workers on a dev server; one stopped (SIGSTOP): within HEARTBEAT_SILENT and
+    a beat, `health` exits 1 naming it not polling since its last heartbeat, the other
+    still polling; continued (SIGCONT), it is polling again and health is 0."""
+    page_server.set("/p", "price 10")
+    async with worker_process(env) as steady, worker_process(env) as frozen:
+        code, _, err = await cli(env, "add", "health", page_server.url("/p"), "--every", "2s")
+        assert code == 0, err
+        await wait_for(pool, "SELECT count(*) FROM source_checks WHERE target_id = 'health'")
+        identities = {p.pid: f"{p.pid}@{socket.gethostname()}" for p in (steady, frozen)}
+
+        async def healthy() -> Health | None:
+            code, report = await health_json(env, "--window", "1h")
+            polling = {w.identity for w in report.workers if not w.not_polling_since}
+            return report if code == 0 and set(identities.values()) <= polling else None
+
+        report = await eventually(healthy, within=60, what="both workers polling")
+        assert report and report.problems == [] and report.schedule is not None
+        assert report.schedule.deployment.due >= 1
+        assert {s.name: s.reachable for s in report.services} == {
+            "Postgres": True, "Temporal": True,
+        }  # fmt: skip
+        worker = next(w for w in report.workers if w.identity == identities[frozen.pid])
+        assert worker.polls == ["workflow", "activity"] and worker.loop_lag_seconds is not None
+
+        os.kill(frozen.pid, signal.SIGSTOP)
+        try:
+            stopped = time.monotonic()
+
+            async def named() -> Health | None:
+                code, report = await health_json(env)
+                silent = [w.identity for w in report.workers if w.not_polling_since]
+                return report if code == 1 and silent else None
+
+            report = await eventually(named, within=40, what="the frozen worker named")
+            took = time.monotonic() - stopped
+            assert report is not None
+            assert took < HEARTBEAT_SILENT.total_seconds() + 10, took
+            by_identity = {w.identity: w for w in report.workers}
+            assert by_identity[identities[frozen.pid]].not_polling_since is not None
+            assert by_identity[identities[steady.pid]].not_polling_since is None
+            # The check it held may leave the target a few slots unchecked meanwhile.
+            [problem] = [p for p in report.problems if p.startswith("worker ")]
+            assert problem.startswith(f"worker {identities[frozen.pid]} on ")
+            assert "not polling since" in problem
+            code, out, _ = await cli(env, "health")
+            assert code == 1 and "not polling since" in out, out
+        finally:
+            os.kill(frozen.pid, signal.SIGCONT)
+        await eventually(healthy, within=30, what="the thawed worker polling again")
+        assert (await cli(env, "remove", "health"))[0] == 0
+
+
+async def test_a_service_that_does_not_answer_is_said_beside_the_others_part(
+    env: dict[str, str], pool: asyncpg.Pool
+) -> None:
+    """A Temporal that accepts connections and answers nothing (as a frozen one does):
+    health answers within its bound with the Postgres part, names Temporal, exits 1; and
+    the other way round."""
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts, never answers
+    try:
+        port = silent.getsockname()[1]
+        started = time.monotonic()
+        code, report = await health_json({**env, "TEMPORAL_ADDRESS": f"127.0.0.1:{port}"})
+        assert time.monotonic() - started < ANSWER_BOUND.total_seconds() + 10
+        assert code == 1 and report.schedule is not None
+        temporal = next(s for s in report.services if s.name == "Temporal")
+        assert not temporal.reachable and temporal.answered_at is None
+        assert report.problems[0].startswith(f"cannot reach Temporal at 127.0.0.1:{port}")
+        url = f"postgresql://u:secret@127.0.0.1:{port}/db"
+        code, report = await health_json({**env, "PRICEWATCH_DATABASE_URL": url})
+        assert code == 1 and report.schedule is None
+        assert report.problems[0].startswith(f"cannot reach Postgres at 127.0.0.1:{port}")
+        assert "secret" not in report.model_dump_json()
+    finally:
+        silent.close()
+
+
+@pytest.mark.parametrize("window", ["1w", "", "0s", "8d", "30s", "1d;1h"])
+async def test_a_bad_window_is_one_line_exit_2(window: str) -> None:
+    """Refused before anything is asked: no Temporal, no Postgres here."""
+    code, out, err = await cli(dict(os.environ), "health", "--window", window)
+    assert (code, out) == (2, "") and err.startswith("pricewatch: window: "), err
+    assert err.count("\n") == 1
