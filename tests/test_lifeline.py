@@ -1,6 +1,7 @@
 """Nothing outlives a killed run: the servers test fixtures start (embedded Postgres, the
 Temporal dev server, the time-skipping test server) die with their pytest process even
-when it is SIGKILLed (a timeout's kill), through the lifeline (workers/lifeline.py)."""
+when it is SIGTERMed or SIGKILLed (a timeout's kill), through the lifeline
+(workers/lifeline.py)."""
 
 import os
 import signal
@@ -19,7 +20,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.timeout(240)
-def test_the_fixtures_servers_die_with_a_killed_pytest() -> None:
+@pytest.mark.parametrize("kill", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_the_fixtures_servers_die_with_a_killed_pytest(kill: signal.Signals) -> None:
+    """SIGTERM is what `timeout` (a `make test` stopped by one) sends first: pytest dies of
+    it without running a fixture's teardown; SIGKILL runs nothing at all."""
     scratch = tempfile.mkdtemp(prefix="pwl-")
     up = Path(scratch) / "up"
     env = {**os.environ, "TMPDIR": scratch, "LIFELINE_PROBE_UP": str(up)}
@@ -44,8 +48,8 @@ def test_the_fixtures_servers_die_with_a_killed_pytest() -> None:
         names = [p.cmdline.split(b"\0", 1)[0].rsplit(b"/", 1)[-1] for p in listed
                  if p.key in servers]  # fmt: skip
         assert {b"postgres", b"temporal", b"temporal-test-server"} <= set(names), names
-        run.send_signal(signal.SIGKILL)
-        run.wait()
+        run.send_signal(kill)
+        assert run.wait() == -kill, log.read_text()[-3000:]
         deadline = time.monotonic() + lifeline.GRACE + 20
         while left := [(pid, t) for pid, t in servers if lifeline.start_ticks(pid) == t]:
             if time.monotonic() > deadline:
