@@ -70,6 +70,10 @@ class SlotCounts(View):
     """What the skipped slots' rows say held them back, durations and counts blanked (`…`,
     `N`) so that alike causes add up; a row naming two causes counts under each."""
 
+    def causes(self) -> list[tuple[str, int]]:
+        """The skip causes, most slots first."""
+        return sorted(self.skip_causes.items(), key=lambda cause: (-cause[1], cause[0]))
+
     @computed_field  # type: ignore[prop-decorator]
     @property
     def due(self) -> int:
@@ -111,6 +115,13 @@ class ScheduleHealth(View):
     def unchecked(self) -> list[str]:
         """The targets whose newest `unchecked_after` due slots or more went unchecked."""
         return [t.target_id for t in self.targets if t.unchecked_slots >= self.unchecked_after]
+
+    def troubled(self) -> list[TargetHealth]:
+        """The targets with a slot not on time, worst first: unchecked, then by on-time rate."""
+        return sorted(
+            (t for t in self.targets if t.due != t.on_time or t.unchecked_slots),
+            key=lambda t: (-t.unchecked_slots, t.on_time_rate or 0, -t.due, t.target_id),
+        )
 
 
 class WorkerHealth(View):

@@ -21,6 +21,7 @@ from client import manifest
 from client.manifest import Entry
 from client.pricewatch import BadInput
 from pricewatch.durations import parse_duration
+from pricewatch.health import DEFAULT_WINDOW
 from pricewatch.models import CheckStatus
 from pricewatch.settings import Settings
 from pricewatch.slots import format_slot
@@ -165,6 +166,16 @@ async def target_page(
 async def failures_page(request: Request) -> Response:
     failed = await api.client(request).failures(None, PAGE_SIZE * 2)
     return page(request, "failures.html", failures=failed)
+
+
+@router.get("/health", response_class=HTMLResponse)
+async def health_page(
+    request: Request, window: Annotated[str, Query(max_length=40)] = DEFAULT_WINDOW
+) -> Response:
+    """`health`: the verdict first, then the slots (each target with a slot not on time,
+    worst first), the skip causes, the workers and the services."""
+    report = await api.client(request).health(window)
+    return page(request, "health.html", report=report, window=window, windows=["1h", "1d", "7d"])
 
 
 @router.get("/screenshots/{work_id}")

@@ -299,17 +299,13 @@ def health(report: Health) -> None:
         window = format_duration(timedelta(seconds=schedule.window_seconds))
         print(f"window: the {window} before {format_time(schedule.at)} (Postgres's clock); "
               f"on time: {schedule.on_time_bound}")  # fmt: skip
-        troubled = sorted(
-            (t for t in schedule.targets if t.due != t.on_time or t.unchecked_slots),
-            key=lambda t: (-t.unchecked_slots, t.on_time_rate or 0, -t.due, t.target_id),
-        )
         table(
             ["TARGET", "DUE", "ON TIME", "LATE", "SKIPPED", "FAILED", "RETRYING", "PENDING",
              "ON-TIME RATE", "LATENESS P50", "P99", "UNCHECKED"],
             [["(all)", *_counts(schedule.deployment), "-"]]
-            + [[t.target_id, *_counts(t), str(t.unchecked_slots)] for t in troubled],
+            + [[t.target_id, *_counts(t), str(t.unchecked_slots)] for t in schedule.troubled()],
         )  # fmt: skip
-        causes = sorted(schedule.deployment.skip_causes.items(), key=lambda c: (-c[1], c[0]))
+        causes = schedule.deployment.causes()
         if causes:
             print("skipped slots, by cause (a row naming two causes counts under each):")
             for cause, count in causes:

@@ -11,9 +11,11 @@ import time
 from datetime import timedelta
 
 import asyncpg
+import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from markupsafe import escape
 
 from activities.health import schedule_health, worker_beat, worker_beats, worker_gone
 from pricewatch.health import (
@@ -24,7 +26,8 @@ from pricewatch.health import (
     parse_window,
 )
 from tests.conftest import PageServer
-from tests.helpers import cli, worker_process
+from tests.helpers import cli, serve_process, worker_process
+from tests.test_escaping import RAW, mark, tags
 from tests.waits import eventually, wait_for
 
 HOUR = timedelta(hours=1)
@@ -334,3 +337,30 @@ async def test_a_bad_window_is_one_line_exit_2(window: str) -> None:
     code, out, err = await cli(dict(os.environ), "health", "--window", window)
     assert (code, out) == (2, "") and err.startswith("pricewatch: window: "), err
     assert err.count("\n") == 1
+
+
+@pytest.mark.e2e
+async def test_the_health_page_shows_outside_text_escaped(
+    env: dict[str, str], pool: asyncpg.Pool
+) -> None:
+    """The dashboard's /health (linked from every page's nav): a skip cause, a worker's
+    identity and task queue (any Temporal client names its own) are escaped; a bad window
+    is the one line, 400."""
+    target = await add_target(pool, interval=60)
+    await add_row(pool, target, timedelta(minutes=5), "skipped", message=FINAL + mark("cause"))
+    await pool.execute(
+        "INSERT INTO workers (identity, task_queue) VALUES ($1, $2)",
+        mark("identity"), mark("queue"),
+    )  # fmt: skip
+    async with serve_process(env) as base, httpx.AsyncClient(base_url=base, timeout=60) as http:
+        page = (await http.get("/health", params={"window": "1h"})).text
+        bad = await http.get("/health", params={"window": "1w"})
+        api = await http.get("/api/v1/health", params={"window": "1w"})
+        assert 'href="/health"' in (await http.get("/failures")).text
+    assert [raw for raw in RAW if raw in page.lower()] == []
+    for field in ("identity", "queue"):
+        assert str(escape(tags(field))) in page, field
+    assert str(escape(tags("cause").replace("1", "N"))) in page  # a cause's numbers blanked
+    assert ">1h<" in page and "Skipped slots, by cause" in page
+    assert bad.status_code == 400 and "window: invalid duration" in bad.text
+    assert api.status_code == 400 and api.json()["error"].startswith("window: invalid duration")
