@@ -11,6 +11,7 @@ failed, while one that work passed by fails the run; a hang is measured less the
 client was frozen. No check retries by sleeping longer."""
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -18,12 +19,14 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from tests.chaos import procs
 from tests.chaos.proxy import Proxy
 from tests.chaos.run import ALL_RATES, judge_windows
+from tests.chaos.worker import Faults
 
 
 @pytest.mark.e2e
@@ -122,3 +125,23 @@ def test_a_window_reached_is_a_figure_and_one_never_tried_fails() -> None:
     ]
     assert judged.no_chance == ["after_send (no webhook send while armed)"]
     assert judged.untried == ["mid_fetch (2 fetch while armed)", "zombie (1 fetch while armed)"]
+
+
+def test_a_take_is_noted_before_anything_else_and_a_miss_puts_the_arm_back(
+    tmp_path: Path,
+) -> None:
+    """What `judge_windows` reads: every take in takes.jsonl (written before the fault, so a
+    process killed meanwhile still told), every put-back arm in misses.jsonl with its reason."""
+    for folder in ("armed", "taken"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "armed" / "browser killed.1").touch()
+    faults = Faults(tmp_path)
+    assert faults.take("mid_fetch") is None
+    window, arm = faults.take("browser killed", "render worker killed") or ("", "")
+    assert (window, arm) == ("browser killed", "browser killed.1")
+    faults.missed(window, arm, "too late", url="http://page")
+    assert [p.name for p in (tmp_path / "armed").iterdir()] == ["browser killed.1"]
+    [take] = [json.loads(line) for line in (tmp_path / "takes.jsonl").read_text().splitlines()]
+    [miss] = [json.loads(line) for line in (tmp_path / "misses.jsonl").read_text().splitlines()]
+    assert take["window"] == miss["window"] == "browser killed" and take["pid"] == os.getpid()
+    assert miss["reason"] == "too late" and miss["url"] == "http://page"
