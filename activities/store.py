@@ -15,6 +15,7 @@ from decimal import Decimal
 import asyncpg
 
 from activities.queries import QUERIES, Executor
+from pricewatch.health import ON_TIME_FLOOR, ON_TIME_SHARE
 from pricewatch.models import (
     ChannelKind,
     CheckKind,
@@ -437,10 +438,12 @@ async def list_targets(
     limit: int | None = None,
     offset: int = 0,
 ) -> list[dict[str, object]]:
-    """Targets by id, each with `total`: how many match `search` and `state`."""
+    """Targets by id, each with `total`: how many match `search` and `state`, and
+    `overdue` as `health` would count its next slot late."""
     rows = await QUERIES["list_targets"].fetch(
-        pool, trend=trend, search=search, state=state, limit=limit, offset=offset
-    )
+        pool, trend=trend, search=search, state=state, limit=limit, offset=offset,
+        on_time_floor=ON_TIME_FLOOR.total_seconds(), on_time_share=ON_TIME_SHARE,
+    )  # fmt: skip
     return [_decoded(row, "prices", "trend", "calendar") for row in rows]
 
 

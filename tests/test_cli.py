@@ -5,14 +5,21 @@ import asyncio
 import importlib
 import importlib.metadata
 import inspect
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import asyncpg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from activities import store
+from pricewatch.health import ON_TIME_FLOOR, ON_TIME_SHARE
 from surfaces.cli import app
+from tests.helpers import cli
 
 PRICEWATCH = Path(sys.executable).parent / "pricewatch"
 COMMANDS = [
@@ -207,3 +214,63 @@ def test_shell_completion_is_on(tmp_path: Path) -> None:
     result = run("--show-completion", "bash", tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "complete" in result.stdout and "pricewatch" in result.stdout
+
+
+async def test_list_marks_next_slots_past_the_on_time_bound_overdue(
+    database_url: str, tmp_path: Path
+) -> None:
+    """`list` (table and --json) calls a next slot overdue once it is further in the past,
+    by Postgres's clock, than the on-time bound (max(10 s, 10% of the interval)); a paused
+    target is never overdue. It reads Postgres only: Temporal is away here."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            "INSERT INTO monitor_targets (id, url, interval_seconds, anchor, next_slot, enabled) "
+            "VALUES ('late', 'https://example.com/a', 3600, now(), now() - interval '7 min', "
+            "        true),"
+            "       ('due', 'https://example.com/b', 3600, now(), now() - interval '5 min', true),"
+            "       ('ahead', 'https://example.com/c', 60, now(), now() + interval '1 min', true),"
+            "       ('paused', 'https://example.com/d', 60, now(), now() - interval '1 day', "
+            "        false)"
+        )
+    finally:
+        await conn.close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "PRICEWATCH_"))}
+    env |= {"PRICEWATCH_DATABASE_URL": database_url, "TEMPORAL_ADDRESS": "127.0.0.1:1",
+            "COLUMNS": "200"}  # fmt: skip
+    code, out, err = await cli(env, "list", "--json")
+    assert (code, err) == (0, "")
+    overdue = {row["id"]: row["overdue"] for row in json.loads(out)}
+    assert overdue == {"ahead": False, "due": False, "late": True, "paused": False}
+    code, out, err = await cli(env, "list")
+    assert (code, err) == (0, "")
+    marked = {line.split()[0] for line in out.splitlines() if " overdue " in line}
+    assert marked == {"late"}, out
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    interval=st.integers(min_value=1, max_value=366 * 24 * 3600),
+    behind=st.floats(min_value=-1e6, max_value=1e7, allow_nan=False),
+)
+async def test_overdue_is_past_the_on_time_bound(
+    pool: asyncpg.Pool, interval: int, behind: float
+) -> None:
+    """Any interval, any next slot: overdue exactly when the slot is more than the bound
+    behind Postgres's now() (a second either side of the bound is left out: the clock
+    moves between the update and the read)."""
+    bound = max(ON_TIME_FLOOR.total_seconds(), interval * ON_TIME_SHARE)
+    if abs(behind - bound) < 1:
+        behind = bound + (1 if behind >= bound else -1) * 2
+    await pool.execute(
+        "INSERT INTO monitor_targets (id, url, interval_seconds, anchor, next_slot) "
+        "VALUES ('t', 'https://example.com/', $1, now(), now() - make_interval(secs => $2)) "
+        "ON CONFLICT (id) DO UPDATE SET interval_seconds = excluded.interval_seconds, "
+        "next_slot = excluded.next_slot",
+        interval,
+        behind,
+    )
+    [row] = await store.list_targets(pool)
+    assert row["overdue"] is (behind > bound)

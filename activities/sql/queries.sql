@@ -381,7 +381,9 @@ SELECT target_id FROM source_checks WHERE work_id = :work_id;
 -- paused, retrying, prices), :limit from :offset on by id; `total` counts every match. The
 -- page is chosen before the lateral reads, so they run for its rows only; it is chosen, and
 -- counted, by id alone (the count's window holds every match: whole rows spilled it to disk),
--- and only its rows are read whole.
+-- and only its rows are read whole. `overdue`: enabled, and its next slot is further in the
+-- past (by Postgres's clock) than the on-time bound (max(:on_time_floor s, :on_time_share of
+-- the interval)), so its check can no longer be on time: what `health` counts as late.
 WITH page AS (
     SELECT t.id, count(*) OVER () AS total FROM monitor_targets t
      WHERE (:search::text IS NULL
@@ -399,6 +401,8 @@ WITH page AS (
 )
 SELECT t.id, t.url, t.interval_seconds, t.config -> 'calendar' AS calendar, t.enabled,
        t.next_slot, t.failure_streak >= t.unhealthy_after AS unhealthy, t.total,
+       t.enabled AND t.next_slot < now() - make_interval(secs => greatest(
+           :on_time_floor::float8, t.interval_seconds * :on_time_share::float8)) AS overdue,
        c.status AS last_status, p.prices,
        (SELECT COALESCE(jsonb_agg(r.amount ORDER BY r.checked_at), '[]') FROM (
             SELECT checked_at, prices -> 0 ->> 'amount' AS amount FROM source_checks
