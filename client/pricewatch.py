@@ -77,7 +77,7 @@ from pricewatch.models import (
 )
 from pricewatch.names import WORKFLOW_TYPE, Query, Signal, Update, render_queue
 from pricewatch.settings import Settings
-from pricewatch.slots import EPOCH, SiteSpread, spread_anchor
+from pricewatch.slots import EPOCH, SiteSpread, format_time, spread_anchor
 from pricewatch.urls import as_typed
 from pricewatch.views import (
     ChangeView,
@@ -93,6 +93,9 @@ from pricewatch.views import (
 )
 
 REMOVE_WAIT = timedelta(seconds=120)
+# A task queue's partitions (Temporal's default, `matching.numTaskqueueReadPartitions`): a
+# worker polls any of them, and each lists only its own pollers, so health asks every one.
+PARTITIONS = 4
 # A worker (identity, task queue) as Temporal lists its polls: which task kinds, last poll.
 Pollers = dict[tuple[str, str], tuple[list[str], datetime]]
 DATABASE_AWAY = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
@@ -844,7 +847,8 @@ class Pricewatch:
 
     async def _temporal_health(self) -> tuple[Pollers | None, ServiceHealth]:
         """The pollers of the deployment's task queue and its render queue, each for
-        workflow and activity tasks, as Temporal lists them; None if it did not answer."""
+        workflow and activity tasks on each partition, as Temporal lists them; None if it
+        did not answer."""
         address = ClientConfig.load_client_connect_config().get("target_host", "localhost:7233")
         queues = [self.settings.task_queue, render_queue(self.settings.task_queue)]
         kinds = {"workflow": TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
@@ -853,23 +857,25 @@ class Pricewatch:
             async with asyncio.timeout(ANSWER_BOUND.total_seconds()):
                 client = await self.temporal()
                 address = client.service_client.config.target_host
-                asked = [(queue, kind) for queue in queues for kind in kinds]
+                asked = [(q, kind, n) for q in queues for kind in kinds for n in range(PARTITIONS)]
                 answers = await asyncio.gather(*(
                     client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-                        namespace=client.namespace, task_queue=TaskQueue(name=queue),
+                        namespace=client.namespace,
+                        task_queue=TaskQueue(name=f"/_sys/{queue}/{n}" if n else queue),
                         task_queue_type=kinds[kind],
                     ), timeout=ANSWER_BOUND)
-                    for queue, kind in asked
+                    for queue, kind, n in asked
                 ))  # fmt: skip
         except (ConnectionError, RPCError, TimeoutError) as err:
             said = _unanswered(err, "Temporal", address)
             return None, self._service("Temporal", address, said)
         pollers: Pollers = {}
-        for (queue, kind), answer in zip(asked, answers, strict=True):
+        for (queue, kind, _), answer in zip(asked, answers, strict=True):
             for poller in answer.pollers:
                 kinds_seen, last = pollers.get((poller.identity, queue), ([], None))
                 at = poller.last_access_time.ToDatetime(UTC)
-                pollers[poller.identity, queue] = [*kinds_seen, kind], max(at, last or at)
+                seen = kinds_seen if kind in kinds_seen else [*kinds_seen, kind]
+                pollers[poller.identity, queue] = seen, max(at, last or at)
         return pollers, self._service("Temporal", address, None)
 
     def _service(self, name: str, address: str, error: str | None) -> ServiceHealth:
@@ -941,7 +947,7 @@ def unwell(
     of a Temporal that answered), targets unchecked for their last `unchecked_after` slots."""
     problems = [service.error for service in services if service.error]
     problems += [
-        f"worker {w.identity} on {w.task_queue!r} not polling since {w.not_polling_since:%H:%M:%S}"
+        f"worker {w.identity} on {w.task_queue!r} not polling since {format_time(w.not_polling_since)}"
         for w in workers
         if w.not_polling_since
     ]

@@ -299,6 +299,7 @@ async def test_a_frozen_worker_is_named_not_polling_while_frozen(
             assert problem.startswith(f"worker {identities[frozen.pid]} on ")
             assert "not polling since" in problem
             code, out, _ = await cli(env, "health")
+            print(out)  # as docs/web.md shows it
             assert code == 1 and "not polling since" in out, out
         finally:
             os.kill(frozen.pid, signal.SIGCONT)
