@@ -947,9 +947,9 @@ def unwell(
     of a Temporal that answered), targets unchecked for their last `unchecked_after` slots."""
     problems = [service.error for service in services if service.error]
     problems += [
-        f"worker {w.identity} on {w.task_queue!r} not polling since {format_time(w.not_polling_since)}"
+        f"worker {w.identity} on {w.task_queue!r} not polling since {format_time(since)}"
         for w in workers
-        if w.not_polling_since
+        if (since := w.not_polling_since)
     ]
     if all(service.reachable for service in services if service.name == "Temporal"):
         for kind in ("workflow", "activity"):
