@@ -14,7 +14,7 @@ measured on the check rows:
   clock; the rows have no claim time, and a local page's fetch takes milliseconds);
 - `skipped` rows for slots due inside the outage, per second of outage, and those due from
   the freeze until the next freeze (the recovery's own skips included);
-- tracebacks the workers logged from the freeze until the next.
+- the workers' log lines at WARNING or above from the freeze until the next.
 Every process signalled is one this run started; SIGCONT is sent in a `finally`.
 """
 
@@ -56,8 +56,8 @@ class Freeze:
     kind: str
     frozen_at: datetime
     thawed_at: datetime
-    tracebacks: int
-    """Logged by the workers from the freeze until the next."""
+    warnings: int
+    """Worker log lines at WARNING or above from the freeze until the next."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class Recovery:
     skipped_per_s: float
     skipped_to_next: int
     """Skipped rows for slots due from the freeze until the next freeze."""
-    tracebacks: int
+    warnings: int
 
 
 def say(message: str) -> None:
@@ -104,10 +104,19 @@ def frozen(root: int) -> Iterator[None]:
                 os.kill(pid, signal.SIGCONT)
 
 
-def tracebacks(stack: Stack) -> int:
-    return sum(
-        log.read_bytes().count(b"Traceback") for log in stack.root.glob("pricewatch-worker-*.log")
-    )
+def warnings(stack: Stack) -> int:
+    """The workers' log lines at WARNING or above, and any that is not JSON (the SDK's raw
+    output): what an operator is shown. Not tracebacks as such: each attempt that met an
+    outage logs its own at INFO (`pricewatch.faults`), before and after alike."""
+    count = 0
+    for log in stack.root.glob("pricewatch-worker-*.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            try:
+                level = json.loads(line).get("level")
+            except (ValueError, AttributeError):
+                level = "RAW"
+            count += level in {"WARNING", "ERROR", "CRITICAL", "RAW"}
+    return count
 
 
 async def all_checked(pool: asyncpg.Pool, targets: int, within: float) -> None:
@@ -138,13 +147,13 @@ async def freezes(
             done: list[Freeze] = []
             for kind in kinds:
                 say(f"freezing {kind} for {freeze_s:g} s, then {settle_s:g} s to settle")
-                logged = tracebacks(stack)
+                logged = warnings(stack)
                 frozen_at = datetime.now(UTC)
                 with frozen(roots[kind]):
                     await asyncio.sleep(freeze_s)
                 thawed_at = datetime.now(UTC)
                 await asyncio.sleep(settle_s)
-                done.append(Freeze(kind, frozen_at, thawed_at, tracebacks(stack) - logged))
+                done.append(Freeze(kind, frozen_at, thawed_at, warnings(stack) - logged))
             ends = [freeze.frozen_at for freeze in done[1:]] + [datetime.now(UTC)]
             return [
                 await recovery(pool, workload, running.anchors, freeze, end)
@@ -176,7 +185,7 @@ async def recovery(
         skipped=skipped["in_outage"],
         skipped_per_s=skipped["in_outage"] / outage,
         skipped_to_next=skipped["to_next"],
-        tracebacks=freeze.tracebacks,
+        warnings=freeze.warnings,
     )
 
 
@@ -190,7 +199,7 @@ COLUMNS = (
     ("skipped in outage", "skipped", "{}"),
     ("skipped/s", "skipped_per_s", "{:.2f}"),
     ("skipped to next", "skipped_to_next", "{}"),
-    ("tracebacks", "tracebacks", "{}"),
+    ("warnings", "warnings", "{}"),
 )
 
 
@@ -210,7 +219,8 @@ def table(results: list[Recovery]) -> str:
     legend = (
         "first/last: thaw to the first/last target's next check (checked_at), s; '-': a "
         "target had none before the next freeze (unchecked); skipped: skipped rows for "
-        "slots due inside the outage (per second of it), and from the freeze to the next"
+        "slots due inside the outage (per second of it), and from the freeze to the next; "
+        "warnings: worker log lines at WARNING or above from the freeze to the next"
     )
     return "\n".join([*lines, legend])
 
