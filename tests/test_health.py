@@ -27,10 +27,20 @@ from pricewatch.health import (
 )
 from tests.conftest import PageServer
 from tests.helpers import cli, serve_process, worker_process
-from tests.test_escaping import RAW, mark, tags
 from tests.waits import eventually, wait_for
 
 HOUR = timedelta(hours=1)
+RAW = ["<script", "<img", "onerror=1>", "\"'&"]  # as tests/test_escaping.py marks fields
+
+
+def tags(field: str) -> str:
+    return f"<i>{field}</i><script>x</script><img src=x onerror=1>"
+
+
+def mark(field: str) -> str:
+    return f"{tags(field)}\"'&"
+
+
 FINAL = "not checked: came due before t:2026-12-04T19:30:43Z was final: "
 NAMES = (f"t{n}" for n in itertools.count())
 
