@@ -50,6 +50,8 @@ from pricewatch.names import (
     PAUSED_SEARCH_ATTRIBUTE,
     RETENTION_SCHEDULE_ID,
     RETENTION_WORKFLOW_TYPE,
+    SELFWATCH_SCHEDULE_ID,
+    SELFWATCH_WORKFLOW_TYPE,
     TARGET_SEARCH_ATTRIBUTE,
     UNHEALTHY_SEARCH_ATTRIBUTE,
     WORKFLOW_TYPE,
@@ -112,17 +114,31 @@ async def ensure_retention_schedule(client: Client, task_queue: str) -> None:
     """The hourly retention Schedule: every worker asks at start; the first creates it, the
     others bring it up to date (this version's definition, their task queue). A pass still
     running when the next is due is not doubled (overlap: skip)."""
+    await _ensure_schedule(
+        client, RETENTION_SCHEDULE_ID, RETENTION_WORKFLOW_TYPE, task_queue, PRUNE_EVERY
+    )
+
+
+async def ensure_selfwatch_schedule(client: Client, task_queue: str, every: timedelta) -> None:
+    """The self-watch Schedule, as the retention one: asked at start by each worker whose
+    PRICEWATCH_SELFWATCH_NOTIFY is set."""
+    await _ensure_schedule(
+        client, SELFWATCH_SCHEDULE_ID, SELFWATCH_WORKFLOW_TYPE, task_queue, every
+    )
+
+
+async def _ensure_schedule(
+    client: Client, schedule_id: str, workflow_type: str, task_queue: str, every: timedelta
+) -> None:
     schedule = Schedule(
-        action=ScheduleActionStartWorkflow(
-            RETENTION_WORKFLOW_TYPE, id=RETENTION_SCHEDULE_ID, task_queue=task_queue
-        ),
-        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=PRUNE_EVERY)]),
+        action=ScheduleActionStartWorkflow(workflow_type, id=schedule_id, task_queue=task_queue),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
     )
     try:
-        await client.create_schedule(RETENTION_SCHEDULE_ID, schedule, rpc_timeout=RPC_TIMEOUT)
+        await client.create_schedule(schedule_id, schedule, rpc_timeout=RPC_TIMEOUT)
     except ScheduleAlreadyRunningError:
-        await client.get_schedule_handle(RETENTION_SCHEDULE_ID).update(
+        await client.get_schedule_handle(schedule_id).update(
             lambda _: ScheduleUpdate(schedule=schedule), rpc_timeout=RPC_TIMEOUT
         )
 

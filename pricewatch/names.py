@@ -10,6 +10,9 @@ WORKFLOW_TYPE = "MonitorTarget"
 RETENTION_WORKFLOW_TYPE = "PruneChecks"
 # The Temporal Schedule that runs retention, and the id of each run it starts.
 RETENTION_SCHEDULE_ID = "pricewatch-retention"
+# The monitor watching itself (PRICEWATCH_SELFWATCH_NOTIFY): its workflow and Schedule.
+SELFWATCH_WORKFLOW_TYPE = "WatchSelf"
+SELFWATCH_SCHEDULE_ID = "pricewatch-selfwatch"
 TARGET_SEARCH_ATTRIBUTE = SearchAttributeKey.for_keyword("PricewatchTarget")
 UNHEALTHY_SEARCH_ATTRIBUTE = SearchAttributeKey.for_bool("PricewatchUnhealthy")
 PAUSED_SEARCH_ATTRIBUTE = SearchAttributeKey.for_bool("PricewatchPaused")
@@ -42,6 +45,7 @@ class Activity(StrEnum):
     DELIVER_NOTICE = "deliver_notice"
     RECORD_DELIVERY_FAILED = "record_delivery_failed"
     PRUNE_CHECKS = "prune_checks"
+    WATCH_SELF = "watch_self"
 
 
 def render_queue(task_queue: str) -> str:

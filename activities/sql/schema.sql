@@ -430,13 +430,14 @@ CREATE TABLE notify_urls (
     created_at timestamptz NOT NULL DEFAULT now()
 );
 
--- One row per notice per channel: the idempotency guard of every send.
+-- One row per notice per channel: the idempotency guard of every send. The monitor's own
+-- notices (`unwell`, `recovered` of a self-watch episode: work id `selfwatch:<episode>`)
+-- have no target.
 CREATE TABLE deliveries (
     work_id        text NOT NULL,
     channel_id     text NOT NULL,
-    notice         text NOT NULL CONSTRAINT deliveries_notice_check
-                   CHECK (notice IN ('changed', 'failing', 'recovered')),
-    target_id      text NOT NULL,
+    notice         text NOT NULL,
+    target_id      text,
     message_id     text NOT NULL,
     status         text NOT NULL DEFAULT 'pending'
                    CONSTRAINT deliveries_status_check CHECK (status IN ('pending', 'sent', 'failed')),
@@ -450,6 +451,8 @@ CREATE TABLE deliveries (
     sent_at        timestamptz,
     PRIMARY KEY (work_id, channel_id, notice),
     CONSTRAINT deliveries_check CHECK ((status = 'sent') = (sent_at IS NOT NULL)),
+    CONSTRAINT deliveries_notice_check
+        CHECK (notice IN ('changed', 'failing', 'recovered', 'unwell')),
     CONSTRAINT deliveries_target_fkey
         FOREIGN KEY (target_id) REFERENCES monitor_targets (id) ON DELETE CASCADE
 );
@@ -576,3 +579,15 @@ CREATE TABLE workers (
                      CONSTRAINT workers_loop_lag_seconds_check CHECK (loop_lag_seconds >= 0),
     PRIMARY KEY (identity, task_queue)
 );
+
+-- The monitor watching itself: each episode in which the deployment was unwell (its on-time
+-- rate below the threshold, or a target unchecked for N intervals), by the database's
+-- clock; at most one open.
+CREATE TABLE selfwatch_episodes (
+    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    reason     text NOT NULL,
+    started_at timestamptz NOT NULL DEFAULT now(),
+    ended_at   timestamptz
+);
+
+CREATE UNIQUE INDEX selfwatch_episodes_open ON selfwatch_episodes ((true)) WHERE ended_at IS NULL;
