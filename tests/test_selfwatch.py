@@ -8,12 +8,21 @@ from datetime import timedelta
 
 import asyncpg
 import pytest
+from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from activities.checks import CheckActivities
+from activities.fetch import new_client
+from activities.notify import NotifyActivities
+from activities.retention import Retention, RetentionActivities
 from activities.selfwatch import SelfWatchActivities, Watch
+from client.temporal import DATA_CONVERTER, ensure_selfwatch_schedule
+from pricewatch.names import SELFWATCH_SCHEDULE_ID
 from pricewatch.settings import Settings
 from tests.conftest import LOOPBACK, Services
+from tests.helpers import DEFAULT_TUNING, NO_SMTP
+from workers.worker import Activities, build_worker
 
 
 async def evaluate(pool: asyncpg.Pool, watch: Watch) -> None:
@@ -115,3 +124,34 @@ def test_off_unless_channels_are_set(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match=r"^PRICEWATCH_SELFWATCH_NOTIFY: ") as caught:
         Watch.of(Settings())
     assert "secret-token" not in str(caught.value)
+
+
+async def test_the_schedule_runs_a_pass_on_a_worker(
+    temporal_address: str, pool: asyncpg.Pool, services_app: Services, task_queue: str
+) -> None:
+    """A real dev server: the worker's Schedule starts WatchSelf, whose pass tells."""
+    watch = Watch((services_app.urls()["json"],), 0.9, 3, timedelta(hours=1))
+    await pool.execute(
+        "INSERT INTO monitor_targets (id, url, interval_seconds, anchor, next_slot) "
+        "VALUES ('stuck', 'https://example.com/', 60, now() - interval '1 hour', "
+        "        now() - interval '10 min')"
+    )
+    client = await Client.connect(temporal_address, data_converter=DATA_CONVERTER)
+    async with new_client(LOOPBACK) as http:
+        activities = Activities(
+            CheckActivities(pool, http),
+            NotifyActivities(pool, http, NO_SMTP, LOOPBACK),
+            RetentionActivities(pool, Retention()),
+            SelfWatchActivities(pool, LOOPBACK, watch),
+        )
+        async with build_worker(client, task_queue, activities, DEFAULT_TUNING):
+            await ensure_selfwatch_schedule(client, task_queue, timedelta(seconds=10))
+            handle = client.get_schedule_handle(SELFWATCH_SCHEDULE_ID)
+            try:
+                await handle.trigger()
+                async with asyncio.timeout(30):
+                    while not services_app.received:
+                        await services_app.arrived.wait()
+            finally:
+                await handle.delete()
+    assert told(services_app) == ["pricewatch is unwell"]
