@@ -56,6 +56,7 @@ from pricewatch.health import (
     DEFAULT_WINDOW,
     HEARTBEAT_SILENT,
     POLL_SILENT,
+    QUERY_BOUND,
     Health,
     ScheduleHealth,
     ServiceHealth,
@@ -834,16 +835,30 @@ class Pricewatch:
     async def _postgres_health(
         self, window: timedelta
     ) -> tuple[ScheduleHealth | None, list[asyncpg.Record], ServiceHealth]:
+        """Postgres reached within ANSWER_BOUND, then the window's query within
+        QUERY_BOUND: a week of a big deployment's rows takes seconds, which is not an
+        outage."""
         address = postgres_address(self.settings.resolved_database_url())
         try:
             async with asyncio.timeout(ANSWER_BOUND.total_seconds()):
                 pool = await self.pool()
-                schedule = await health.schedule_health(pool, window)
                 beats = await health.worker_beats(pool)
         except (*DATABASE_AWAY, ConnectionError) as err:
             said = _unanswered(err, "Postgres", address)
             return None, [], self._service("Postgres", address, said)
-        return schedule, beats, self._service("Postgres", address, None)
+        answered = self._service("Postgres", address, None)
+        try:
+            async with asyncio.timeout(QUERY_BOUND.total_seconds()):
+                schedule = await health.schedule_health(pool, window)
+        except (*DATABASE_AWAY, ConnectionError) as err:
+            why = (
+                f"no answer within {QUERY_BOUND.seconds} s"
+                if isinstance(err, TimeoutError)
+                else err
+            )
+            said = f"Postgres at {address} answers, but the window's slots did not come: {why}"
+            return None, beats, answered.model_copy(update={"error": said})
+        return schedule, beats, answered
 
     async def _temporal_health(self) -> tuple[Pollers | None, ServiceHealth]:
         """The pollers of the deployment's task queue and its render queue, each for

@@ -699,7 +699,7 @@ async def health(
 ) -> None:
     """Schedule health: the window's due slots (on time, late, skipped by cause, failed),
     targets unchecked for 3 slots, the workers polling each task queue, and whether Temporal
-    and Postgres answer (each within 5 s). Exit 0 healthy, 1 when something is unwell (each
+    and Postgres answer (each asked within 5 s). Exit 0 healthy, 1 when something is unwell (each
     problem one line), 2 bad input."""
     async with pricewatch() as client:
         report = await client.health(window)
