@@ -231,7 +231,7 @@ class _BoundedCalls(OutboundInterceptor):
             if err.status not in TIMED_OUT:
                 raise
             raise QueryUnanswered(
-                f"no answer in time to the query of {input.id} (Temporal, or the worker it asked)",
+                f"the query of {input.id} had no answer in time",
                 err.status,
                 err.raw_grpc_status,
             ) from err

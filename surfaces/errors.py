@@ -79,7 +79,7 @@ def unavailable(err: BaseException) -> str:
     errors say so already): never the exception's class name. Temporal away or frozen is
     said as Postgres's case is: `cannot reach Temporal at ADDRESS: no answer in time`."""
     if isinstance(err, QueryUnanswered):
-        return f"Temporal at {address()}: {one_line(err)}"
+        return f"{one_line(err)} (from Temporal at {address()}, or the worker it asked)"
     if isinstance(err, RPCTimeoutOrCancelledError) or (
         isinstance(err, RPCError) and err.status in TIMED_OUT
     ):

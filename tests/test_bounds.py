@@ -18,7 +18,8 @@ import httpx
 import pytest
 
 from client.temporal import RPC_TIMEOUT
-from tests.helpers import cli, serve_process
+from tests.conftest import PageServer
+from tests.helpers import cli, serve_process, worker_process
 from workers.embedded import free_port, start_temporal_dev_server, stop_process
 
 # A CLI process's own start (imports) and scheduling on a busy two-core machine.
@@ -45,6 +46,7 @@ def env(temporal_server: tuple[subprocess.Popen[bytes], str], database_url: str)
         "TEMPORAL_ADDRESS": temporal_server[1],
         "PRICEWATCH_DATABASE_URL": database_url,
         "PRICEWATCH_TASK_QUEUE": "bounds",
+        "PRICEWATCH_ALLOW_NETWORKS": "127.0.0.1/32",  # the test page
     }
 
 
@@ -101,3 +103,31 @@ async def test_api_with_temporal_frozen_answers_503_within_the_bound(
         async with asyncio.timeout(BOUND):  # the thawed server answers the same client
             answer = await http.get("/api/v1/targets/some-target")
         assert answer.status_code == 404, answer.text
+
+
+async def test_a_query_to_a_frozen_worker_ends_within_the_bound(
+    temporal_server: tuple[subprocess.Popen[bytes], str],
+    env: dict[str, str],
+    page_server: PageServer,
+) -> None:
+    """Temporal answers, the worker holding the target is frozen: `status` (a query, which
+    a worker answers) ends within the bound with a line that says it could be either."""
+    _, address = temporal_server
+    page_server.set("/p", "price 10")
+    async with worker_process(env) as worker:
+        code, _, err = await cli(env, "add", "frozen", page_server.url("/p"), "--every", "1h")
+        assert code == 0, err
+        assert (await cli(env, "status", "frozen"))[0] == 0  # the worker holds it now
+        os.kill(worker.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            code, out, err = await cli(env, "status", "frozen")
+            took = time.monotonic() - started
+        finally:
+            os.kill(worker.pid, signal.SIGCONT)
+    assert code == 1, (out, err)
+    assert err == (
+        "pricewatch: the query of pricewatch-frozen had no answer in time "
+        f"(from Temporal at {address}, or the worker it asked)\n"
+    ), err
+    assert took <= BOUND, took
