@@ -8,7 +8,8 @@ import signal
 import socket
 import statistics
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import cast
 
 import asyncpg
 import httpx
@@ -18,11 +19,13 @@ from hypothesis import strategies as st
 from markupsafe import escape
 
 from activities.health import schedule_health, worker_beat, worker_beats, worker_gone
+from client.pricewatch import unwell, workers_health
 from pricewatch.health import (
     ANSWER_BOUND,
     HEARTBEAT_SILENT,
     ON_TIME_FLOOR,
     Health,
+    ServiceHealth,
     parse_window,
 )
 from tests.conftest import PageServer
@@ -315,7 +318,10 @@ async def test_a_frozen_worker_is_named_not_polling_while_frozen(
             assert code == 1 and "not polling since" in out, out
         finally:
             os.kill(frozen.pid, signal.SIGCONT)
-        await eventually(healthy, within=30, what="the thawed worker polling again")
+        report = await eventually(healthy, within=30, what="the thawed worker polling again")
+        assert report is not None
+        thawed = next(w for w in report.workers if w.identity == identities[frozen.pid])
+        assert (thawed.loop_lag_seconds or 0) < 5  # the freeze is not the loop's lag
         assert (await cli(env, "remove", "health"))[0] == 0
 
 
@@ -377,3 +383,39 @@ async def test_the_health_page_shows_outside_text_escaped(
     assert ">1h<" in page and "Skipped slots, by cause" in page
     assert bad.status_code == 400 and "window: invalid duration" in bad.text
     assert api.status_code == 400 and api.json()["error"].startswith("window: invalid duration")
+
+
+def test_a_worker_is_silent_from_its_older_sign_and_health_says_each_problem() -> None:
+    """By Postgres's clock: a heartbeat older than HEARTBEAT_SILENT or a poll older than
+    POLL_SILENT is not polling, since the later of the silent signs; unwell lines name the
+    worker, a queue nobody polls for a task kind, and the unchecked targets."""
+    now = datetime(2026, 12, 4, 12, tzinfo=UTC)
+    beat = {"identity": "a@h", "task_queue": "q", "started_at": now - HOUR,
+            "loop_lag_seconds": 0.01}  # fmt: skip
+    # As asyncpg's rows read: by column name.
+    fresh = cast(asyncpg.Record, {**beat, "last_seen": now, "silent_seconds": 1.0})
+    stale = cast(
+        asyncpg.Record, {**beat, "last_seen": now - timedelta(seconds=20), "silent_seconds": 20.0}
+    )
+    polled = {("a@h", "q"): (["workflow", "activity"], now - timedelta(seconds=5))}
+    old_poll = {("a@h", "q"): (["workflow", "activity"], now - timedelta(seconds=100))}
+    [ok] = workers_health(polled, [fresh], now)
+    assert ok.not_polling_since is None and ok.loop_lag_seconds == 0.01
+    [frozen] = workers_health(polled, [stale], now)
+    assert frozen.not_polling_since == now - timedelta(seconds=20)
+    [gone] = workers_health(old_poll, [stale], now)
+    assert gone.not_polling_since == now - timedelta(seconds=20)  # the later sign
+    [untold] = workers_health(old_poll, [], now)  # no heartbeat row: Temporal's view alone
+    assert untold.not_polling_since == now - timedelta(seconds=100)
+    [beat_only] = workers_health(None, [fresh], now)  # Temporal away: the heartbeat alone
+    assert beat_only.polls == [] and beat_only.not_polling_since is None
+
+    up = ServiceHealth(name="Temporal", address="t:1", reachable=True, answered_at=now, error=None)
+    assert unwell(None, [ok], "q", [up]) == []
+    assert unwell(None, [frozen], "q", [up]) == [
+        "worker a@h on 'q' not polling since 2026-12-04T11:59:40Z",
+        "no worker polls task queue 'q' for workflow tasks",
+        "no worker polls task queue 'q' for activity tasks",
+    ]
+    away = up.model_copy(update={"reachable": False, "error": "cannot reach Temporal at t:1"})
+    assert unwell(None, [beat_only], "q", [away]) == ["cannot reach Temporal at t:1"]
