@@ -355,9 +355,11 @@ async def _beat(watch: LoopWatch, pool: asyncpg.Pool, identity: str, queues: lis
     recent: deque[float] = deque(maxlen=round(60 / every))
     while True:
         recent.append(watch.take_worst())
-        with contextlib.suppress(*DATABASE_AWAY):
+        try:
             async with asyncio.timeout(every * 2):
                 await worker_beat(pool, identity, queues, max(recent))
+        except Exception:  # a missed beat is what health shows; it never stops the worker
+            logging.getLogger("pricewatch.worker").debug("heartbeat missed", exc_info=True)
         await asyncio.sleep(every)
 
 
