@@ -98,6 +98,16 @@ async def cli(env: dict[str, str], *args: str) -> tuple[int, str, str]:
     return process.returncode, out.decode(), err.decode()
 
 
+async def remove_all(env: dict[str, str], scratch: Path, count: int) -> None:
+    """Remove every target (there are `count`) with one `apply --prune` of an empty file in
+    `scratch`: one process, where a `remove` each took a CLI start each (seconds apiece on a
+    loaded machine)."""
+    empty = scratch / "no-targets.yaml"
+    await asyncio.to_thread(empty.write_text, "targets: []\n")
+    code, out, err = await cli(env, "apply", str(empty), "--prune")
+    assert code == 0 and f"applied {count} changes" in out, (out, err)
+
+
 @asynccontextmanager
 async def worker_process(
     env: dict[str, str], output: list[bytes] | None = None

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from tests.chaos.stack import serve
 from tests.conftest import PageServer
-from tests.helpers import cli, worker_process
+from tests.helpers import cli, remove_all, worker_process
 from tests.waits import eventually, wait_for
 
 
@@ -113,14 +113,6 @@ async def test_calendar_options_that_do_not_go_together_get_one_line(
     assert out == ""
 
 
-async def remove_all(env: dict[str, str], targets: Path, count: int) -> None:
-    """Remove every target with one `apply --prune` of an empty file: one process, where a
-    `remove` each took 20 CLI starts (seconds apiece on a loaded machine)."""
-    await asyncio.to_thread(targets.write_text, "targets: []\n")
-    code, out, err = await cli(env, "apply", str(targets), "--prune")
-    assert code == 0 and f"applied {count} changes" in out, (out, err)
-
-
 async def test_apply_spreads_the_pages_of_one_shop_apart(
     env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer, tmp_path: Path
 ) -> None:
@@ -140,7 +132,7 @@ async def test_apply_spreads_the_pages_of_one_shop_apart(
         await wait_for(pool, "SELECT (count(*) = 20)::int FROM monitor_targets")
         slots = sorted(r[0] for r in await pool.fetch("SELECT anchor FROM monitor_targets"))
         assert min(b - a for a, b in itertools.pairwise(slots)).total_seconds() >= 3
-        await remove_all(env, targets, 20)
+        await remove_all(env, tmp_path, 20)
 
 
 async def test_apply_places_the_calendar_pages_of_one_shop_apart(
@@ -187,7 +179,7 @@ async def test_apply_places_the_calendar_pages_of_one_shop_apart(
             "SELECT calendar_offset FROM monitor_targets WHERE calendar_times = '{540}'"
         )
         assert sorted(r[0] for r in nine) == [0, 3], out
-        await remove_all(env, targets, 13)
+        await remove_all(env, tmp_path, 13)
 
 
 async def test_a_worker_killed_mid_check_of_a_calendar_slot_costs_no_slot(

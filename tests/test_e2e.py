@@ -24,7 +24,7 @@ from pricewatch.names import RETENTION_SCHEDULE_ID, RETENTION_WORKFLOW_TYPE
 from pricewatch.settings import Settings
 from tests.chaos.proxy import Proxy, postgres_upstream, through
 from tests.conftest import MailSink, PageServer, WebhookReceiver
-from tests.helpers import PRICEWATCH, cli, worker_process
+from tests.helpers import PRICEWATCH, cli, remove_all, worker_process
 from tests.waits import eventually, wait_for
 from workers.embedded import free_port
 from workflows.monitor import MonitorTarget
@@ -521,7 +521,7 @@ async def http_get(address: str, path: str) -> tuple[int, str]:
 
 
 async def test_three_workers_share_the_work_and_each_slot_is_recorded_once(
-    env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer
+    env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer, tmp_path: Path
 ) -> None:
     """Several workers on one server and one Postgres: the work spreads, every slot is
     one row; the first worker also serves metrics and health, and SIGTERM exits 0."""
@@ -552,8 +552,7 @@ async def test_three_workers_share_the_work_and_each_slot_is_recorded_once(
         assert checks and not any("target_id" in line for line in checks)
         assert any('kind="scheduled"' in line and 'outcome="recorded"' in line for line in checks)
         slots = await pool.fetch("SELECT target_id, scheduled_for FROM source_checks")
-        for n in range(6):
-            assert (await cli(env, "remove", f"e2e-shared-{n}"))[0] == 0
+        await remove_all(env, tmp_path, 6)
     assert first.returncode == 0, "SIGTERM must end the worker cleanly"
     assert len(slots) >= 40
     assert len({(r["target_id"], r["scheduled_for"]) for r in slots}) == len(slots)

@@ -7,6 +7,7 @@ With real Postgres, reached through a proxy that swallows its traffic for the ou
 import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import asyncpg
 import httpx
@@ -22,7 +23,7 @@ from pricewatch.models import CheckInput, CheckResult, CheckStatus, RecordFailur
 from tests.chaos.proxy import Proxy, postgres_upstream, through
 from tests.chaos.stack import serve
 from tests.conftest import PageServer
-from tests.helpers import SLOT, attempt, cli, local_attempt, worker_process
+from tests.helpers import SLOT, attempt, cli, local_attempt, remove_all, worker_process
 from tests.waits import eventually
 
 
@@ -175,7 +176,7 @@ HOLE_SECONDS = 20
 
 
 async def resumed_after_a_database_hole(
-    env: dict[str, str], database_url: str, pool: asyncpg.Pool
+    env: dict[str, str], database_url: str, pool: asyncpg.Pool, scratch: Path
 ) -> list[float]:
     """A worker with TARGETS targets every EVERY s, its Postgres swallowed for HOLE_SECONDS
     (a frozen database: connections accepted, nothing answered): seconds from the end of
@@ -224,8 +225,7 @@ async def resumed_after_a_database_hole(
             )  # fmt: skip
             print(f"{len(skipped)} slots skipped by the hole, e.g.:")
             print("\n".join(sorted({row[0] for row in skipped})[:4]))
-            for n in range(TARGETS):
-                await cli(env, "remove", f"db-{n}")
+            await remove_all(env, scratch, TARGETS)
     finally:
         await proxy.stop()
     assert len(resumed) == TARGETS, resumed
@@ -241,8 +241,8 @@ RESUME_BOUND = 8
 @pytest.mark.e2e
 @pytest.mark.timeout(300)
 async def test_every_target_is_checked_within_one_interval_of_a_database_hole(
-    env: dict[str, str], database_url: str, pool: asyncpg.Pool
+    env: dict[str, str], database_url: str, pool: asyncpg.Pool, tmp_path: Path
 ) -> None:
-    waits = await resumed_after_a_database_hole(env, database_url, pool)
+    waits = await resumed_after_a_database_hole(env, database_url, pool, tmp_path)
     print(f"after a {HOLE_SECONDS} s hole: first target {waits[0]:.1f} s, last {waits[-1]:.1f} s")
     assert waits[-1] <= EVERY + RESUME_BOUND, waits
