@@ -25,12 +25,14 @@ from hypothesis import strategies as st
 from activities import guard
 from activities.browser_proxy import (
     MAX_REASONS,
+    TOKEN_CHARS,
     GuardedProxy,
     Reply,
     Request,
     Session,
     closing_head,
     note,
+    origin_head,
     parse_absolute,
     parse_authority,
     parse_head,
@@ -663,3 +665,64 @@ async def test_a_request_connecting_when_its_check_ends_goes_no_further(
             assert proxy.tasks == set()
         finally:
             writer.close()
+
+
+# -- heads, as parsed and as passed on ---------------------------------------------------
+
+
+def test_fields_named_by_any_connection_field_are_dropped_from_an_origins_answer() -> None:
+    """`Connection` may come first, more than once, list names without spaces, and any
+    field's value may hold a colon: a name ends at the first colon."""
+    head = (
+        b"HTTP/1.1 200 OK\r\nConnection: x-a,x-b\r\nX-A: 1:2\r\nx-b: 2\r\n"
+        b"Connection: x-c, a:b\r\nX-C: 3\r\nServer: s:1\r\n\r\n"
+    )
+    assert closing_head(head) == (
+        200,
+        b"HTTP/1.1 200 OK\r\nServer: s:1\r\nConnection: close\r\n\r\n",
+    )
+
+
+def test_a_status_line_with_two_spaces_is_not_read() -> None:
+    head = b"HTTP/1.1  200 OK\r\nConnection: keep-alive\r\n\r\n"
+    assert closing_head(head) == (0, head)
+
+
+@pytest.mark.parametrize(
+    ("authority", "host"),
+    [("example.com:80", "example.com"), ("example.com:8080", "example.com:8080"),
+     ("[2001:db8::1]:80", "[2001:db8::1]"), ("example.com:8000", "example.com:8000")],
+)  # fmt: skip
+def test_a_request_is_sent_on_with_its_own_host_and_closing(authority: str, host: str) -> None:
+    """The fields the request's `Connection` names go (a list without spaces too); an
+    `Upgrade` field alone is no handshake: the request closes like any other."""
+    request = Request(
+        "GET",
+        f"http://{authority}/p",
+        "HTTP/1.1",
+        [("Connection", "keep-alive,X-Foo"), ("X-Foo", "1"), ("Upgrade", "websocket"),
+         ("Accept", "*/*")],
+    )  # fmt: skip
+    assert origin_head(request, "/p", authority) == (
+        f"GET /p HTTP/1.1\r\nHost: {host}\r\nAccept: */*\r\nConnection: close\r\n\r\n".encode()
+    )
+
+
+def test_every_token_character_may_make_a_method_or_a_field_name() -> None:
+    every = "".join(sorted(TOKEN_CHARS))
+    request = parse_head(f"{every} http://x/ HTTP/1.1\r\n{every}: v\r\n\r\n".encode())
+    assert request.method == every and request.headers == [(every, "v")]
+
+
+def test_a_field_value_loses_only_spaces_and_tabs_around_it() -> None:
+    request = parse_head(b"GET http://x/ HTTP/1.1\r\nX-A: \t XvX\x0c \t\r\n\r\n")
+    assert request.headers == [("X-A", "XvX\x0c")]
+
+
+def test_a_long_bad_line_or_target_is_named_by_its_start() -> None:
+    line = "Bad Name: " + "x" * 60
+    with pytest.raises(Reply) as refused:
+        parse_head(f"GET http://x/ HTTP/1.1\r\n{line}\r\n\r\n".encode())
+    assert refused.value.text == f"malformed header line {line[:40]!r}"
+    target = "x" * 100 + ":99999"
+    assert refusal(parse_authority, target) == (400, f"CONNECT to {target[:80]!r}: not host:port")
