@@ -726,3 +726,21 @@ def test_a_long_bad_line_or_target_is_named_by_its_start() -> None:
     assert refused.value.text == f"malformed header line {line[:40]!r}"
     target = "x" * 100 + ":99999"
     assert refusal(parse_authority, target) == (400, f"CONNECT to {target[:80]!r}: not host:port")
+
+
+async def test_a_client_that_keeps_sending_after_a_refusal_is_closed_after_the_linger() -> None:
+    """The proxy reads (and drops) what follows its own answer for LINGER_TIMEOUT (1 s), not
+    for as long as the client goes on."""
+    async with GuardedProxy(LOOPBACK) as proxy:
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        try:
+            writer.write(b"POST http://127.0.0.1/ HTTP/1.1\r\nContent-Length: 99999\r\n\r\n")
+            assert (await asyncio.wait_for(reader.read(), 3)).startswith(b"HTTP/1.1 407")
+            for _ in range(40):  # 4 s of a trickling body
+                writer.write(b"b")
+                await asyncio.sleep(0.1)
+                if not proxy.tasks:
+                    break
+            assert proxy.tasks == set()
+        finally:
+            writer.close()
