@@ -208,8 +208,9 @@ class GuardedProxy:
         if self.server is not None or self.closing:
             raise RuntimeError("the proxy is started once")
         # The callback is a plain function so each connection's task is created (and
-        # tracked) before anything else runs: close() can cancel every one of them.
-        self.server = await asyncio.start_server(self.accept, "127.0.0.1", 0, limit=MAX_HEAD_BYTES)
+        # tracked) before anything else runs: close() can cancel every one of them. No port:
+        # the system picks a free one.
+        self.server = await asyncio.start_server(self.accept, "127.0.0.1", limit=MAX_HEAD_BYTES)
         self.port = self.server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
@@ -306,8 +307,9 @@ class GuardedProxy:
     ) -> None:
         """The proxy's own answer, then a lingering close: a request body still unread when
         the socket closes would make the kernel reset the connection, and the client could
-        lose the answer (a 407 it should retry with credentials)."""
-        with contextlib.suppress(ConnectionError, OSError, TimeoutError):
+        lose the answer (a 407 it should retry with credentials). (ConnectionError and
+        TimeoutError are OSErrors.)"""
+        with contextlib.suppress(OSError):
             writer.write(response(reply.status, reply.text, reply.headers))
             async with asyncio.timeout(self.idle_timeout):
                 await writer.drain()
@@ -326,7 +328,7 @@ class GuardedProxy:
         try:
             async with asyncio.timeout(self.idle_timeout):
                 for writer in writers:
-                    with contextlib.suppress(ConnectionError, OSError):
+                    with contextlib.suppress(OSError):  # ConnectionError included
                         await writer.wait_closed()
         except TimeoutError:
             pass  # a peer that reads nothing more: dropped below
@@ -345,6 +347,10 @@ class GuardedProxy:
         return parse_head(head)
 
     def authorised(self, request: Request) -> Session:
+        """The live session `Proxy-Authorization` names: the `Basic` scheme only (its name in
+        any case, RFC 7235), then strict base64 of `username:password` (split at the first
+        colon, RFC 7617), the password compared in full and in constant time. Compared as
+        bytes: `compare_digest` refuses a str that is not ASCII with a TypeError."""
         challenge = ('Proxy-Authenticate: Basic realm="pricewatch"',)
         credentials = request.header("proxy-authorization") or ""
         scheme, _, token = credentials.partition(" ")
@@ -354,30 +360,32 @@ class GuardedProxy:
             decoded = ""
         username, _, password = decoded.partition(":")
         session = self.sessions.get(username) if scheme.lower() == "basic" else None
-        if session is None or not secrets.compare_digest(session.password, password):
+        if session is None or not secrets.compare_digest(
+            session.password.encode(), password.encode()
+        ):
             raise Reply(407, "proxy credentials of a live session required", headers=challenge)
         return session
 
     async def carry(
         self, request: Request, reader: asyncio.StreamReader, link: Link, session: Session
     ) -> None:
+        head: bytes | None = None  # a CONNECT tunnel sends no head of ours
         if request.method == "CONNECT":
             host, port, authority = parse_authority(request.target)
-            path = ""
         else:
             host, port, authority, path = parse_absolute(request.target)
+            head = origin_head(request, path, authority)
         origin_reader, origin = await self.connect(session, host, port, authority)
         link.origin = origin
         if session.ended:
             return  # the check ended while this request was connecting
         link.last_active = asyncio.get_running_loop().time()
-        if request.method == "CONNECT":
+        if head is None:
             link.client.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
             async with asyncio.TaskGroup() as pumps:
                 pumps.create_task(self.pump(reader, origin, link, session))
                 pumps.create_task(self.pump(origin_reader, link.client, link, session))
             return
-        head = origin_head(request, path, authority)
         if not self.spend(session, len(head)):
             return
         origin.write(head)
@@ -417,12 +425,11 @@ class GuardedProxy:
         if session.ended:
             return False  # its check is over: what is still open of it ends
         session.bytes += count
-        if session.bytes <= self.max_bytes_per_session:
-            return True
-        session.over_budget = True
-        for link in list(session.links):
-            link.end()
-        return False
+        if session.bytes > self.max_bytes_per_session:
+            session.over_budget = True
+            for link in list(session.links):
+                link.end()
+        return not session.over_budget
 
     async def active(self, link: Link, step: Callable[[], Awaitable[T]]) -> T | None:
         """`step()`, or None once neither direction of the link has moved for the idle time.
@@ -498,11 +505,9 @@ async def checked(policy: AddressPolicy, host: str, port: int, authority: str) -
     """The guard's check (one resolution), its refusal naming the port as well."""
     try:
         return await check_host(policy, host, port)
-    except BlockedAddress as err:
-        text = str(err)
-        prefix = f"refused {host}: "
+    except BlockedAddress as err:  # check_host's words are "refused {host}: ..."
         raise BlockedAddress(
-            f"refused {authority}: {text.removeprefix(prefix)}" if text.startswith(prefix) else text
+            f"refused {authority}: {str(err).removeprefix(f'refused {host}: ')}"
         ) from err
     except IndexError as err:  # a resolver that answered with no address at all
         raise socket.gaierror(f"{host} resolves to no address") from err

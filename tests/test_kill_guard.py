@@ -14,6 +14,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from activities import guard
 from activities.guard import AddressPolicy, BlockedAddress, GuardedBackend, check_url
 
 # Mostly addresses a rebinder would aim at (RFC 1918, loopback, link-local, CGNAT), some public.
@@ -99,3 +100,23 @@ async def test_unix_sockets_are_refused_by_name_and_sleep_sleeps() -> None:
     with pytest.raises(BlockedAddress, match=r"^unix sockets are never fetched$"):
         await backend.connect_unix_socket("/var/run/docker.sock")
     await backend.sleep(0.001)
+
+
+@pytest.mark.parametrize(
+    ("url", "port"),
+    [("http://shop.example/", 80), ("https://shop.example/", 443),
+     ("HTTPS://shop.example/x", 443), ("https://shop.example:8443/", 8443),
+     ("http://shop.example:443/", 443), ("https://shop.example:80/", 80)],
+)  # fmt: skip
+async def test_the_add_time_check_resolves_the_host_and_port_the_fetch_will_use(
+    monkeypatch: pytest.MonkeyPatch, url: str, port: int
+) -> None:
+    asked: list[tuple[str, int]] = []
+
+    async def resolve(host: str, port: int) -> list[guard.IPAddress]:
+        asked.append((host, port))
+        return [ipaddress.ip_address("93.184.215.14")]
+
+    monkeypatch.setattr(guard, "resolve", resolve)
+    await check_url(AddressPolicy(), url)
+    assert asked == [("shop.example", port)]
