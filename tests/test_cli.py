@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import asyncpg
+import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 from activities import store
 from pricewatch.health import ON_TIME_FLOOR, ON_TIME_SHARE
 from surfaces.cli import app
-from tests.helpers import cli
+from tests.helpers import cli, serve_process
 
 PRICEWATCH = Path(sys.executable).parent / "pricewatch"
 COMMANDS = [
@@ -246,6 +247,12 @@ async def test_list_marks_next_slots_past_the_on_time_bound_overdue(
     assert (code, err) == (0, "")
     marked = {line.split()[0] for line in out.splitlines() if " overdue " in line}
     assert marked == {"late"}, out
+    async with serve_process(env) as base, httpx.AsyncClient(base_url=base) as http:
+        api = (await http.get("/api/v1/targets")).json()
+        html = (await http.get("/")).text
+    assert {row["id"]: row["overdue"] for row in api} == overdue
+    rows = html.split("<tr>")  # the dashboard's targets page: a badge in late's row only
+    assert [row.count(">overdue</span>") for row in rows if "/targets/" in row] == [0, 0, 1, 0]
 
 
 @settings(
