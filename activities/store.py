@@ -174,7 +174,8 @@ async def commit(
 
     With `advance` (a final outcome of the next slot), the schedule moves to the first grid
     point after now (`next_slot`), and each slot it passes gets a skipped row, saying
-    `skip_cause` (what held this slot back) if given."""
+    `skip_cause` (what held this slot back) if given; one it passes still `retrying` was
+    abandoned and becomes `skipped` too."""
     row = await QUERIES["commit"].fetchrow(
         pool, target_id=target_id, execution_id=execution_id, work_id=work_id, slot=slot,
         kind=kind.value, status=outcome.status.value, result_hash=outcome.result_hash,
@@ -304,8 +305,12 @@ async def sync_target(
     """Mirror the target and its channels in one transaction. A new webhook gets a fresh
     signing secret here, in the database, so no secret ever passes through Temporal.
     `skipped` slots (overdue when a pause took effect, or before the workflow's first task
-    ran) get their skipped rows."""
+    ran) get their skipped rows. A slot still `retrying` that the sync moves the schedule past
+    was abandoned: it becomes `skipped` (a run retrying it would never claim it again)."""
     async with pool.acquire() as conn, conn.transaction():
+        await QUERIES["abandon_passed_by_sync"].execute(
+            conn, target_id=config.target_id, next_slot=next_slot
+        )
         await QUERIES["sync_target"].execute(
             conn, **_target(config), enabled=enabled, next_slot=next_slot
         )

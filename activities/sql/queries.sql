@@ -58,7 +58,8 @@ SELECT
 -- writes nothing. A row that is already final is left alone (the DO UPDATE's WHERE), and
 -- then nothing else happens either. Each grid point the schedule passes gets a `skipped`
 -- row; each is at or before the clock that decided, so none is in the future. Each says
--- what held the slot back (:skip_cause, `pricewatch.decisions.skip_cause`) when given.
+-- what held the slot back (:skip_cause, `pricewatch.decisions.skip_cause`) when given. A
+-- slot it passes that is still `retrying` was abandoned: it becomes `skipped` (0016).
 WITH lease AS (
     SELECT id FROM monitor_targets WHERE id = :target_id AND lease_token = :execution_id FOR UPDATE
 ), recorded AS (
@@ -83,7 +84,8 @@ WITH lease AS (
            next_attempt_at = excluded.next_attempt_at, prices = excluded.prices,
            price_moves = excluded.price_moves, notify = excluded.notify,
            skipped_values = excluded.skipped_values, screenshot = excluded.screenshot
-     WHERE c.status IN ('retrying', 'failed', 'skipped')  -- a real result replaces a placeholder
+     -- A real result replaces a placeholder; an abandoned slot's row is final (0016).
+     WHERE c.status IN ('retrying', 'failed', 'skipped') AND NOT abandoned(c.status, c.error_message)
     RETURNING work_id, scheduled_for AS slot, kind, status, checked_at, attempt_count,
               result_hash, previous_hash, error_message, next_attempt_at, notify, skipped_values
 ), pruned AS (
@@ -111,7 +113,11 @@ WITH lease AS (
                    THEN skip_passed(monitor_targets, :slot, next_slot,
                                     'not checked: came due before ' || :work_id || ' was final'
                                     || coalesce(': ' || :skip_cause::text, ''))
-              END AS skipped
+              END AS skipped,
+              CASE WHEN :advance::boolean
+                   THEN abandon_passed(id, :slot, next_slot,
+                                       'the schedule moved past it (' || :work_id || ' was final)')
+              END AS abandoned
 )
 SELECT recorded.*, (SELECT next_slot FROM moved WHERE :advance::boolean) AS next_slot
   FROM recorded;
@@ -171,7 +177,11 @@ WITH target AS (
                    THEN skip_passed(t, :slot, t.next_slot,
                                     'not checked: came due before ' || :work_id || ' gave up'
                                     || coalesce(': ' || :skip_cause::text, ''))
-              END AS skipped
+              END AS skipped,
+              CASE WHEN target.advance
+                   THEN abandon_passed(t.id, :slot, t.next_slot,
+                                       'the schedule moved past it (' || :work_id || ' gave up)')
+              END AS abandoned
 )
 SELECT recorded.*, (SELECT next_slot FROM moved WHERE :advance::boolean) AS next_slot
   FROM recorded;
@@ -189,7 +199,9 @@ WITH moved AS (
     RETURNING next_slot,
               skip_passed(monitor_targets, :slot, next_slot,
                           'not checked: the schedule was behind'
-                          || coalesce(': ' || :skip_cause::text, '')) AS skipped
+                          || coalesce(': ' || :skip_cause::text, '')) AS skipped,
+              abandon_passed(id, :slot, next_slot,
+                             'the schedule, found behind, moved past it') AS abandoned
 )
 SELECT COALESCE((SELECT next_slot FROM moved),
                 (SELECT next_slot FROM monitor_targets WHERE id = :target_id));
@@ -281,6 +293,15 @@ UPDATE monitor_targets AS t
        updated_at = now()
  WHERE id = :target_id
 RETURNING id;
+
+-- name: abandon_passed_by_sync
+-- A sync that moves the schedule forward (to the workflow's next slot, :next_slot) passes
+-- the slots from where the database had it: one still `retrying` there was abandoned by the
+-- workflow (the run retrying it ended or was reset, or a resume moved on), and becomes
+-- `skipped` (0016). Runs in the sync's transaction, before the sync writes the new slot.
+SELECT abandon_passed(id, next_slot - interval '1 microsecond', :next_slot,
+                      'the workflow moved its schedule past it')
+  FROM monitor_targets WHERE id = :target_id FOR UPDATE;
 
 -- name: insert_skipped
 -- Slots the workflow found due and never checked (before a pause took effect, or before its

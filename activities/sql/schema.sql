@@ -566,6 +566,33 @@ RETURN CASE
     ELSE false
 END;
 
+-- A slot left `retrying` once its schedule moved past it was abandoned: the statements that
+-- move the schedule make it `skipped`, saying why (`abandon_passed`, 0016). Such a row is
+-- final: a late commit of one of its attempts is refused (`abandoned`), while a placeholder
+-- `skipped` row gives way to a real result.
+CREATE FUNCTION abandoned(status text, error_message text)
+RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN status = 'skipped'
+   AND starts_with(coalesce(error_message, ''), 'not checked: its retries were abandoned');
+
+-- The target's scheduled slots strictly between `after` and `before` still `retrying` become
+-- `skipped`, saying they were abandoned `why` and what the last attempt said; returns how
+-- many.
+CREATE FUNCTION abandon_passed(target_id text, after timestamptz, before timestamptz, why text)
+RETURNS integer LANGUAGE sql VOLATILE
+AS $$
+    WITH finalised AS (
+        UPDATE source_checks c
+           SET status = 'skipped', next_attempt_at = NULL,
+               error_message = 'not checked: its retries were abandoned when ' || why
+                               || coalesce('; its last attempt: ' || c.error_message, '')
+         WHERE c.target_id = abandon_passed.target_id AND c.kind = 'scheduled'
+           AND c.status = 'retrying' AND c.scheduled_for > after AND c.scheduled_for < before
+        RETURNING 1
+    )
+    SELECT count(*)::integer FROM finalised
+$$;
+
 -- One row per worker process and task queue it polls: its heartbeat (issue 48). `last_seen`
 -- is the database's clock at the worker's latest beat (every few seconds); the loop lag is
 -- the worst its event loop ran late in the last minute. A clean stop deletes the row; a
