@@ -45,6 +45,7 @@ class Watch:
     on_time_below: float
     unchecked_after: int
     window: timedelta
+    min_slots: int = 10
 
     @classmethod
     def of(cls, settings: Settings) -> "Watch | None":
@@ -60,7 +61,7 @@ class Watch:
                 raise ValueError(f"PRICEWATCH_SELFWATCH_NOTIFY: {err}") from None
         return cls(
             urls, settings.selfwatch_on_time_below, settings.selfwatch_unchecked_after,
-            settings.selfwatch_window,
+            settings.selfwatch_window, settings.selfwatch_min_slots,
         )  # fmt: skip
 
 
@@ -78,8 +79,8 @@ async def unwell(pool: asyncpg.Pool, watch: Watch) -> str | None:
     health = await schedule_health(pool, watch.window, watch.unchecked_after)
     reasons = []
     rate = health.deployment.on_time_rate
-    if rate is not None and rate < watch.on_time_below:
-        settled = health.deployment.due - health.deployment.pending - health.deployment.retrying
+    settled = health.deployment.due - health.deployment.pending - health.deployment.retrying
+    if rate is not None and settled >= watch.min_slots and rate < watch.on_time_below:
         reasons.append(
             f"{rate:.0%} of {settled} slots on time in the last "
             f"{format_duration(watch.window)} (below {watch.on_time_below:.0%})"

@@ -124,6 +124,9 @@ class Settings(BaseSettings):
     recovers (docs/operations.md). Unset: off. Set the same on every worker."""
     selfwatch_on_time_below: float = Field(default=0.9, ge=0, le=1)
     """Unwell when fewer of the window's settled slots than this were on time."""
+    selfwatch_min_slots: int = Field(default=10, ge=1)
+    """The on-time rate is judged over at least this many settled slots (one late check of a
+    daily target is not an unwell deployment)."""
     selfwatch_unchecked_after: int = Field(default=3, ge=1)
     """Unwell when a target's newest this many due slots in a row went unchecked."""
     selfwatch_window: timedelta = Field(default=timedelta(hours=1), ge=timedelta(minutes=1),

@@ -4,6 +4,7 @@ whatever repeats: the next evaluation, two workers evaluating at once, a channel
 away."""
 
 import asyncio
+import dataclasses
 from datetime import timedelta
 
 import asyncpg
@@ -95,8 +96,9 @@ async def test_a_channel_away_hears_the_notice_at_a_later_pass_once(
 
 
 async def test_low_on_time_rate_is_unwell(pool: asyncpg.Pool, services_app: Services) -> None:
-    """Half the window's slots recorded late: below a 90% threshold."""
-    watch = Watch((services_app.urls()["json"],), 0.9, 3, timedelta(hours=1))
+    """Half the window's slots recorded late: below a 90% threshold, once there are as many
+    settled slots as the rate needs to be judged."""
+    watch = Watch((services_app.urls()["json"],), 0.9, 3, timedelta(hours=1), min_slots=5)
     await pool.execute(
         "INSERT INTO monitor_targets (id, url, interval_seconds, anchor, next_slot) "
         "VALUES ('slow', 'https://example.com/', 600, now() - interval '1 hour', "
@@ -110,6 +112,8 @@ async def test_low_on_time_rate_is_unwell(pool: asyncpg.Pool, services_app: Serv
         "       'unchanged', 'h' FROM generate_series(1, 4) n"
     )
     await evaluate(pool, watch)
+    assert services_app.received == []  # 4 slots: too few to judge
+    await evaluate(pool, dataclasses.replace(watch, min_slots=4))
     [(_, body)] = services_app.received
     assert "50% of 4 slots on time in the last 1h (below 90%)" in body["message"]
 
