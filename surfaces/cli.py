@@ -697,10 +697,12 @@ async def health(
     ] = DEFAULT_WINDOW,
     as_json: JsonOpt = False,
 ) -> None:
-    """Schedule health: the window's due slots (on time, late, skipped by cause, failed),
-    targets unchecked for 3 slots, the workers polling each task queue, and whether Temporal
-    and Postgres answer (each asked within 5 s). Exit 0 healthy, 1 when something is unwell (each
-    problem one line), 2 bad input."""
+    """Is every slot checked on time: the window's slots, the workers, Temporal and Postgres.
+
+    The window's due slots (on time, late, skipped by cause, failed), targets unchecked for 3
+    slots, the workers polling each task queue, and whether Temporal and Postgres answer (each
+    asked within 5 s). Exit 0 healthy, 1 when something is unwell (each problem one line), 2
+    bad input."""
     async with pricewatch() as client:
         report = await client.health(window)
     if as_json:
