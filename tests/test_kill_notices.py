@@ -242,3 +242,15 @@ def test_an_overrun_check_says_to_make_it_cheaper(monkeypatch: pytest.MonkeyPatc
         notices.check(None, None)
     assert str(refused.value) == "the body template took longer than 1 s: make it cheaper"
     assert refused.value.__cause__ is None and refused.value.__suppress_context__
+
+
+def test_a_title_over_the_limit_is_refused_before_any_child_starts() -> None:
+    title = "x" * (notices.MAX_TEMPLATE + 1)
+    for call in (lambda: notices.render(title, None, {}), lambda: notices.check(title, None)):
+        with pytest.raises(ValueError, match=r"^the title template is 10001 characters"):
+            call()
+
+
+def test_check_tries_the_title_given() -> None:
+    with pytest.raises(ValueError, match=r"^the title template does not render: 'nope' is"):
+        notices.check("{{ nope }}", None)
