@@ -424,3 +424,11 @@ def test_the_server_says_little_and_an_embedded_one_leaves_the_signals_alone() -
 def test_the_static_directory_is_the_package_s() -> None:
     assert (web.HERE / "static" / "style.css").is_file()
     assert Path(web.__file__).parent == web.HERE
+
+
+async def test_a_malformed_path_names_its_parameter() -> None:
+    app, _ = standing()
+    async with app:
+        answer = await app.get("/api/v1/targets/Not_an_id")
+    assert answer.status_code == 422
+    assert answer.json()["error"].startswith("target_id: String should match pattern")
