@@ -90,6 +90,14 @@ async def test_with_a_token_the_bearer_decides_whatever_the_origin() -> None:
     assert stand.calls == ["pause acme"]
 
 
+async def test_a_token_with_spaces_is_the_rest_of_the_header() -> None:
+    """The scheme ends at the first space; whatever the setting holds, spaces too, follows."""
+    spaced = "correct horse battery staple"
+    async with app_client(spaced) as app:
+        headers = {"Authorization": f"Bearer {spaced}"}
+        assert (await app.get("/api/v1/openapi.json", headers=headers)).status_code == 200
+
+
 def test_the_token_is_matched_whole() -> None:
     assert auth.matches(TOKEN, TOKEN)
     assert not auth.matches(TOKEN[:-1], TOKEN)
@@ -137,7 +145,8 @@ async def test_a_session_without_a_csrf_token_matches_no_form(given_token: str) 
     async with app_client(None) as app:  # no page seen: the session has no CSRF token yet
         answer = await app.post("/logout", data={"csrf": given_token})
     assert answer.status_code == 403
-    assert "the form&#39;s CSRF token is wrong or missing: reload the page" in answer.text
+    line = "the form's CSRF token is wrong or missing: reload the page"
+    assert f">pricewatch: {line}</p>" in html.unescape(answer.text)
 
 
 async def test_a_wrong_csrf_token_is_refused_and_the_right_one_signs_out() -> None:
