@@ -25,7 +25,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from client.pricewatch import BadInput, Unknown
 from pricewatch.settings import Settings
 from surfaces import api, auth, web
-from tests.test_signin import CSRF, TOKEN, app_client, signed_in
+from tests.test_signin import CSRF, TOKEN, app_client, served, signed_in
 
 ORIGIN = "http://evil.example"
 
@@ -211,6 +211,7 @@ async def guarded(
     headers: dict[str, str] | None = None,
     path: str = "/api/v1/x",
     ended: bool = True,
+    hosts: set[str] | None = None,
 ) -> tuple[list[Message], list[Message]]:
     """What the app behind the guard received (all it asked for, the disconnect included),
     and what was sent back. `ended=False`: the client goes before its last chunk."""
@@ -236,7 +237,7 @@ async def guarded(
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
 
-    await web.Guard(app, token=None, hosts=None)(scope(path, headers), receive, send)
+    await web.Guard(app, token=None, hosts=hosts)(scope(path, headers), receive, send)
     return got, sent
 
 
@@ -283,19 +284,29 @@ async def test_static_files_may_be_cached_and_every_answer_has_the_headers() -> 
 
 
 async def test_other_scopes_pass_the_guard_untouched() -> None:
-    seen: list[Scope] = []
+    seen: list[object] = []
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         seen.append(scope)
+        seen.append(await receive())
+        await send({"type": "lifespan.startup.complete"})
 
-    async def nothing() -> Message:
-        raise AssertionError("nothing is read")
+    async def receive() -> Message:
+        return {"type": "lifespan.startup"}
 
-    async def no_send(message: Message) -> None:
-        raise AssertionError("nothing is sent")
+    async def send(message: Message) -> None:
+        seen.append(message)
 
-    await web.Guard(app, token=TOKEN, hosts=set())({"type": "lifespan"}, nothing, no_send)
-    assert seen == [{"type": "lifespan"}]
+    await web.Guard(app, token=TOKEN, hosts=set())({"type": "lifespan"}, receive, send)
+    assert seen == [
+        {"type": "lifespan"}, {"type": "lifespan.startup"}, {"type": "lifespan.startup.complete"}
+    ]  # fmt: skip
+
+
+async def test_a_request_without_a_host_is_refused_as_no_name() -> None:
+    got, sent = await guarded([b""], hosts=web.LOOPBACK_HOSTS)
+    assert got == [] and sent[0]["status"] == 400
+    assert json.loads(sent[1]["body"]) == {"error": "this server does not answer to the host ''"}
 
 
 @pytest.mark.parametrize("host", ["[bad", ""])
@@ -417,14 +428,21 @@ def test_a_port_in_use_is_one_line() -> None:
         assert six.family is socket.AF_INET6
 
 
-def test_the_server_says_little_and_an_embedded_one_leaves_the_signals_alone() -> None:
-    alone = web.server(Settings(), "127.0.0.1", 8093)
+async def test_the_default_port_names_the_cookie() -> None:
+    async with served(web.create_app(Settings())) as app:
+        assert (await app.get("/login")).headers["set-cookie"].startswith("pricewatch_8090=")
+
+
+async def test_the_server_says_little_and_an_embedded_one_leaves_the_signals_alone() -> None:
+    alone = web.server(Settings(), "localhost", 8093)
     config = alone.config
-    assert (config.host, config.port, config.lifespan) == ("127.0.0.1", 8093, "on")
+    assert (config.host, config.port, config.lifespan) == ("localhost", 8093, "on")
+    async with served(config.app) as app:  # the app for that port
+        assert (await app.get("/login")).headers["set-cookie"].startswith("pricewatch_8093=")
     assert (config.access_log, config.server_header, config.log_level) == (False, False, "warning")
     assert type(alone) is not web._Embedded
     embedded = web.server(Settings(), "127.0.0.1", 8093, embedded=True)
-    assert isinstance(embedded, web._Embedded)
+    assert isinstance(embedded, web._Embedded) and embedded.config.port == 8093
     before = signal.getsignal(signal.SIGINT)
     with embedded.capture_signals():
         assert signal.getsignal(signal.SIGINT) is before
