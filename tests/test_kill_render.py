@@ -380,3 +380,66 @@ def test_a_plot_without_matplotlib_says_what_to_install(
         ValueError, match=r"^--plot needs matplotlib: pip install 'pricewatch\[plot\]'$"
     ):
         render.plot_prices("acme", [], tmp_path / "x.png")
+
+
+def test_a_status_without_rendering_or_with_several_steps() -> None:
+    plain = MonitorStatus(config=config(), paused=False, next_slot=None, last_result=None,
+                          checks_completed=0)  # fmt: skip
+    assert not any(line.startswith("rendered:") for line in render.status(plain, [], "link"))
+    steps = plain.model_copy(
+        update={"config": config(render=RenderSettings(steps=["click #a", "wait 1s"]))}
+    )
+    assert "rendered:   click #a; wait 1s" in render.status(steps, [], "link")
+
+
+@pytest.mark.parametrize(("count", "said"), [(20, "20 lines"), (21, "21 lines, first 20")])
+def test_try_says_when_it_shows_the_first_20_lines_only(
+    count: int, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    render.tried(tried_view(text="\n".join(["x"] * count)))
+    lines = out(capsys)
+    assert lines[1] == f"text that is hashed ({said}):"
+    assert lines[2:-1] == ["  x"] * 20
+
+
+def test_an_amount_without_a_currency_takes_no_space(capsys: pytest.CaptureFixture[str]) -> None:
+    free = TriedPrice(name="Free", amount=Decimal("0"), currency=None, regular=None,
+                      availability=None, source=None)  # fmt: skip
+    render.tried(tried_view(prices=[free]))
+    assert out(capsys)[1:3] == [
+        "PRICE  AMOUNT  WAS  STOCK  READ FROM",
+        "Free   0       -    -      -",
+    ]
+
+
+def test_a_plot_draws_each_name_as_its_own_step_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("matplotlib")
+    from matplotlib import pyplot
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    closed: list[object] = []
+    real = pyplot.close
+
+    def close(figure: object) -> None:
+        closed.append(figure)
+        real(figure)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pyplot, "close", close)
+    rows = [
+        PricesRow(work_id=WORK, slot=SLOT, status="changed", prices=[price("Pro", "10")]),
+        PricesRow(work_id=WORK, slot=LATER, status="changed",
+                  prices=[price("Pro", "11"), price("Team", "3", None)]),
+    ]  # fmt: skip
+    render.plot_prices("acme", rows, tmp_path / "acme.png")
+    [figure] = closed
+    assert isinstance(figure.get_layout_engine(), ConstrainedLayoutEngine)  # type: ignore[attr-defined]
+    [axes] = figure.axes  # type: ignore[attr-defined]
+    assert (axes.get_title(), axes.get_ylabel()) == ("acme: prices per check", "amount")
+    pro, team = axes.get_lines()
+    assert list(pro.get_ydata()) == [10.0, 11.0] and list(team.get_ydata()) == [3.0]
+    assert {line.get_drawstyle() for line in (pro, team)} == {"steps-post"}
+    assert {line.get_marker() for line in (pro, team)} == {"."}
+    assert [t.get_text() for t in axes.get_legend().get_texts()] == ["Pro (EUR)", "Team"]
+    assert axes.xaxis.get_gridlines()[0].get_alpha() == 0.3
