@@ -254,3 +254,12 @@ def test_a_title_over_the_limit_is_refused_before_any_child_starts() -> None:
 def test_check_tries_the_title_given() -> None:
     with pytest.raises(ValueError, match=r"^the title template does not render: 'nope' is"):
         notices.check("{{ nope }}", None)
+
+
+def test_check_tries_every_sample_as_a_test_notice_too() -> None:
+    with pytest.raises(ValueError, match=r"^the body template does not render: 'nope' is"):
+        checked(None, "{% if test %}{{ nope }}{% endif %}x")
+
+
+def test_output_stops_at_exactly_its_bound_when_written_a_character_at_a_time() -> None:
+    assert len(rendered("{% for i in range(10**5) %}x{% endfor %}")) == notices.MAX_OUTPUT
