@@ -24,10 +24,13 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from client.pricewatch import BadInput, Unknown
 from pricewatch.settings import Settings
+from pricewatch.views import ChannelView
 from surfaces import api, auth, web
 from tests.test_signin import CSRF, TOKEN, app_client, served, signed_in
 
 ORIGIN = "http://evil.example"
+WEBHOOK_SECRET = "whsec_c2VjcmV0LXBsYW50ZWQtaW4tdGhlLWFwaQ=="
+APPRISE_URL = "json://ops:planted-password@h.example/"
 
 
 class Stand:
@@ -43,6 +46,14 @@ class Stand:
 
     async def resume(self, target_id: str) -> None:
         self.calls.append(f"resume {target_id}")
+
+    async def channels(self, target_id: str) -> list[ChannelView]:
+        return [
+            ChannelView(channel_id="hook", kind="webhook", destination="https://h.example/",
+                        secret=WEBHOOK_SECRET, disabled_reason=None),
+            ChannelView(channel_id="chat", kind="apprise", destination="json://h.example/",
+                        secret=APPRISE_URL, disabled_reason=None),
+        ]  # fmt: skip
 
     async def status_view(self, target_id: str) -> object:
         assert self.raising is not None
@@ -459,3 +470,13 @@ async def test_a_malformed_path_names_its_parameter() -> None:
         answer = await app.get("/api/v1/targets/Not_an_id")
     assert answer.status_code == 422
     assert answer.json()["error"].startswith("target_id: String should match pattern")
+
+
+async def test_the_api_never_hands_out_a_channel_s_secret() -> None:
+    """Issue 49's first hole: the API's channel listing is masked as the CLI's is."""
+    app, _ = standing()
+    async with app:
+        answer = await app.get("/api/v1/targets/acme/channels")
+    assert answer.status_code == 200
+    assert [c["secret"] for c in answer.json()] == ["whsec_********", "********"]
+    assert "planted" not in answer.text and "c2VjcmV0" not in answer.text
