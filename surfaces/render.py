@@ -25,10 +25,11 @@ from pricewatch.views import (
 SPARKS = "▁▂▃▄▅▆▇█"
 # C0 and C1 controls, DEL, and the bidi overrides that reorder a line: page text must not
 # drive the terminal (colours, a cleared screen, a rewritten line). A table's cell keeps
-# neither tab nor newline either, so that a record stays on one line.
+# neither tab nor newline either, nor Unicode's line and paragraph separators (Rich breaks
+# a row at them), so that a record stays on one line.
 _CONTROLS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
 _IN_LINES = re.compile(f"[{_CONTROLS}]")
-_IN_A_CELL = re.compile(f"[\t\n{_CONTROLS}]")
+_IN_A_CELL = re.compile(f"[\t\n\u2028\u2029{_CONTROLS}]")
 
 
 def inert(text: str, cell: bool = False) -> str:

@@ -443,3 +443,16 @@ def test_a_plot_draws_each_name_as_its_own_step_line(
     assert {line.get_marker() for line in (pro, team)} == {"."}
     assert [t.get_text() for t in axes.get_legend().get_texts()] == ["Pro (EUR)", "Team"]
     assert axes.xaxis.get_gridlines()[0].get_alpha() == 0.3
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029"])
+def test_a_line_separator_in_a_cell_keeps_the_record_on_one_line(
+    separator: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by test_console_text's generated text during the mutation run: Rich broke the
+    row at U+2028, so that grep saw half a record."""
+    render.channels(
+        [channel("json", None).model_copy(update={"disabled_reason": f"a{separator}b"})]
+    )
+    lines = capsys.readouterr().out.split("\n")
+    assert len(lines) == 3 and lines[1].rstrip().endswith(f"a{ascii(separator)[1:-1]}b")
