@@ -403,12 +403,13 @@ def test_try_says_when_it_shows_the_first_20_lines_only(
 
 
 def test_an_amount_without_a_currency_takes_no_space(capsys: pytest.CaptureFixture[str]) -> None:
-    free = TriedPrice(name="Free", amount=Decimal("0"), currency=None, regular=None,
+    """Wider than its header, so that a trailing space would widen the column."""
+    free = TriedPrice(name="Free", amount=Decimal("1234567"), currency=None, regular=None,
                       availability=None, source=None)  # fmt: skip
     render.tried(tried_view(prices=[free]))
     assert out(capsys)[1:3] == [
-        "PRICE  AMOUNT  WAS  STOCK  READ FROM",
-        "Free   0       -    -      -",
+        "PRICE  AMOUNT   WAS  STOCK  READ FROM",
+        "Free   1234567  -    -      -",
     ]
 
 
