@@ -3,8 +3,6 @@ form carrying the session's CSRF token; it answers with a redirect to the page i
 (which says what was done, once) or with the CLI's one line."""
 
 import asyncio
-import hmac
-import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -27,6 +25,7 @@ from pricewatch.settings import Settings
 from pricewatch.slots import format_slot
 from pricewatch.views import ChangeView, TargetState
 from surfaces import api, charts
+from surfaces.auth import check_csrf, csrf_token, local, sign_in
 from surfaces.errors import one_line
 from surfaces.render import masked
 
@@ -75,24 +74,6 @@ def page(request: Request, name: str, status: int = 200, **context: Any) -> HTML
     return served(request).pages.TemplateResponse(
         request, name, {**shared, **context}, status_code=status
     )
-
-
-def csrf_token(request: Request) -> str:
-    if "csrf" not in request.session:
-        request.session["csrf"] = secrets.token_urlsafe(32)
-    token: str = request.session["csrf"]
-    return token
-
-
-def check_csrf(request: Request, given: str) -> None:
-    expected = request.session.get("csrf")
-    if not expected or not hmac.compare_digest(given.encode(), str(expected).encode()):
-        raise HTTPException(403, "the form's CSRF token is wrong or missing: reload the page")
-
-
-def _local(path: str) -> str:
-    """A path on this server to go back to, never another site (`//evil`, `https://`)."""
-    return path if path.startswith("/") and not path.startswith("//") and "\\" not in path else "/"
 
 
 def _charts(series: dict[str, list[tuple[datetime, Decimal]]]) -> list[tuple[str, Any, int]]:
@@ -194,7 +175,7 @@ async def remove_page(request: Request, target_id: api.TargetId) -> Response:
 
 @router.get("/login", response_class=HTMLResponse)
 async def login_page(request: Request, next: str = "/") -> Response:
-    return page(request, "login.html", next=_local(next))
+    return page(request, "login.html", next=local(next))
 
 
 # Actions ---------------------------------------------------------------------------------
@@ -208,12 +189,9 @@ async def login(
     next: Annotated[str, Form()] = "/",
 ) -> Response:
     check_csrf(request, csrf)
-    token = served(request).token
-    if token is None or not hmac.compare_digest(api_token.encode(), token.encode()):
-        return page(request, "login.html", 401, next=_local(next), line="wrong token")
-    request.session.clear()  # a fresh session: a new CSRF token too
-    request.session["signed_in"] = True
-    return RedirectResponse(_local(next), status_code=303)
+    if not sign_in(request, api_token, served(request).token):
+        return page(request, "login.html", 401, next=local(next), line="wrong token")
+    return RedirectResponse(local(next), status_code=303)
 
 
 @router.post("/logout")

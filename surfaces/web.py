@@ -10,10 +10,8 @@ Every form carries the session's CSRF token. docs/web.md lists every rule and li
 """
 
 import contextlib
-import hmac
 import ipaddress
 import os
-import secrets
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -33,7 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from client.pricewatch import BadInput, Pricewatch
 from pricewatch.settings import Settings, long_enough
-from surfaces import api, dashboard
+from surfaces import api, auth, dashboard
 from surfaces.errors import EXPECTED, Fault, failure
 
 HERE = Path(__file__).parent
@@ -132,15 +130,10 @@ def create_app(settings: Settings, host: str = "127.0.0.1", port: int = 8090) ->
         return answer
 
     app.add_middleware(Guard, token=token, hosts=LOOPBACK_HOSTS if loopback(host) else None)
-    secret = (
-        hmac.new(token.encode(), b"pricewatch session", "sha256").hexdigest()
-        if token is not None
-        else secrets.token_hex(32)
-    )
     app.add_middleware(
         SessionMiddleware,
-        secret_key=secret,
-        session_cookie=cookie_name(settings, port),
+        secret_key=auth.session_key(token),
+        session_cookie=auth.cookie_name(settings, port),
         same_site="lax",  # a link from a notice keeps the session; forms carry CSRF tokens
         https_only=settings.cookie_secure,
         max_age=7 * 24 * 3600,
@@ -156,12 +149,6 @@ def _allowed(app: FastAPI, request: Request) -> str:
         for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
         if any(r.matches({**request.scope, "method": method})[0] is Match.FULL for r in app.routes)
     )
-
-
-def cookie_name(settings: Settings, port: int) -> str:
-    """PRICEWATCH_SESSION_COOKIE, else one per port: a browser sends a host's cookies to
-    every port of it, so two servers on one host sharing a name would sign each other out."""
-    return settings.session_cookie or f"pricewatch_{port}"
 
 
 def error(request: Request, status: int, line: str) -> Response:
@@ -202,9 +189,9 @@ class Guard:
         if self.hosts is not None and (named := _host(request)) not in self.hosts:
             refused = error(request, 400, f"this server does not answer to the host {named!r}")
         elif path.startswith("/api/"):
-            if (why := _api_refusal(request, self.token)) is not None:
+            if (why := auth.api_refusal(request, self.token)) is not None:
                 refused = JSONResponse({"error": why[1]}, status_code=why[0])
-        elif self.token and not request.session.get("signed_in") and _private(path):
+        elif self.token and not request.session.get("signed_in") and auth.private(path):
             where = urlencode({"next": path})
             refused = RedirectResponse(f"/login?{where}", status_code=303)
         if refused is None:
@@ -251,27 +238,6 @@ def _replay(messages: list[Message], receive: Receive) -> Receive:
         return waiting.pop(0) if waiting else await receive()
 
     return replayed
-
-
-def _api_refusal(request: Request, token: str | None) -> tuple[int, str] | None:
-    """Why an API request is refused, if it is: a missing or wrong bearer token; without a
-    token (loopback only), a change asked by another site's page (a browser sends its
-    Origin), which could otherwise reach a local server."""
-    if token is not None:
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), token.encode()):
-            return 401, "a bearer token is needed: Authorization: Bearer $PRICEWATCH_API_TOKEN"
-        return None
-    origin = request.headers.get("origin")
-    changes = request.method not in ("GET", "HEAD")
-    if changes and origin is not None and urlsplit(origin).netloc != request.headers.get("host"):
-        return 403, f"a change from another site ({origin}) is refused"
-    return None
-
-
-def _private(path: str) -> bool:
-    """A page that needs the session: all but the sign-in and the stylesheet."""
-    return path != "/login" and not path.startswith("/static/")
 
 
 def listen(host: str, port: int) -> socket.socket:
