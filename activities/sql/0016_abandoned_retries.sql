@@ -14,10 +14,16 @@ RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN status = 'skipped'
    AND starts_with(coalesce(error_message, ''), 'not checked: its retries were abandoned');
 
--- Finalise the target's scheduled slots strictly between `after` and `before` that are
--- still `retrying`, saying they were abandoned `why`; returns how many. A row a concurrent
--- commit finalised first keeps its result (the UPDATE re-checks the status under its lock).
-CREATE FUNCTION abandon_passed(target_id text, after timestamptz, before timestamptz, why text)
+-- Finalise the target's scheduled slots from `since` (where the schedule stood) up to
+-- `before` (where it now stands) that are still `retrying`, saying they were abandoned
+-- `why`; returns how many. `recorded`, the slot the calling statement itself records, is
+-- left to it. The range starts where the schedule stood, not at the slot recorded: a run
+-- whose dead letter could not be written moves on in its own state alone, and its next
+-- commit passes that slot. A row a concurrent commit finalised first keeps its result (the
+-- UPDATE re-checks the status under its lock).
+CREATE FUNCTION abandon_passed(
+    target_id text, since timestamptz, before timestamptz, recorded timestamptz, why text
+)
 RETURNS integer LANGUAGE sql VOLATILE
 AS $$
     WITH finalised AS (
@@ -26,7 +32,8 @@ AS $$
                error_message = 'not checked: its retries were abandoned when ' || why
                                || coalesce('; its last attempt: ' || c.error_message, '')
          WHERE c.target_id = abandon_passed.target_id AND c.kind = 'scheduled'
-           AND c.status = 'retrying' AND c.scheduled_for > after AND c.scheduled_for < before
+           AND c.status = 'retrying' AND c.scheduled_for >= since AND c.scheduled_for < before
+           AND c.scheduled_for IS DISTINCT FROM recorded
         RETURNING 1
     )
     SELECT count(*)::integer FROM finalised

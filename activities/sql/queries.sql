@@ -61,7 +61,8 @@ SELECT
 -- what held the slot back (:skip_cause, `pricewatch.decisions.skip_cause`) when given. A
 -- slot it passes that is still `retrying` was abandoned: it becomes `skipped` (0016).
 WITH lease AS (
-    SELECT id FROM monitor_targets WHERE id = :target_id AND lease_token = :execution_id FOR UPDATE
+    SELECT id, next_slot AS since FROM monitor_targets
+     WHERE id = :target_id AND lease_token = :execution_id FOR UPDATE
 ), recorded AS (
     INSERT INTO source_checks AS c (work_id, target_id, scheduled_for, kind, checked_at, status,
         attempt_count, result_hash, previous_hash, http_status, body_bytes, error_message,
@@ -115,7 +116,7 @@ WITH lease AS (
                                     || coalesce(': ' || :skip_cause::text, ''))
               END AS skipped,
               CASE WHEN :advance::boolean
-                   THEN abandon_passed(id, :slot, next_slot,
+                   THEN abandon_passed(id, (SELECT since FROM lease), next_slot, :slot,
                                        'the schedule moved past it (' || :work_id || ' was final)')
               END AS abandoned
 )
@@ -146,7 +147,8 @@ SELECT lease_expires_at - now() FROM monitor_targets
 -- means an attempt is still running, so this refuses (no row), unless an earlier attempt of
 -- this run holds it (`supersedes`): the run gave up on that one.
 WITH target AS (
-    SELECT id, next_slot <= :slot AND :advance::boolean AS advance FROM monitor_targets
+    SELECT id, next_slot <= :slot AND :advance::boolean AS advance, next_slot AS since
+      FROM monitor_targets
      WHERE id = :target_id
        AND (lease_token IS NULL OR lease_expires_at <= now()
             OR supersedes(:execution_id, lease_token))
@@ -179,7 +181,7 @@ WITH target AS (
                                     || coalesce(': ' || :skip_cause::text, ''))
               END AS skipped,
               CASE WHEN target.advance
-                   THEN abandon_passed(t.id, :slot, t.next_slot,
+                   THEN abandon_passed(t.id, target.since, t.next_slot, :slot,
                                        'the schedule moved past it (' || :work_id || ' gave up)')
               END AS abandoned
 )
@@ -190,17 +192,19 @@ SELECT recorded.*, (SELECT next_slot FROM moved WHERE :advance::boolean) AS next
 -- A re-run of a final slot finds the schedule still at or before it (a sync wrote the
 -- workflow's slot back): move the schedule on as the commit would have, with a skipped row
 -- for each slot the jump passes. Returns where the schedule stands either way.
-WITH moved AS (
+WITH target AS (
+    SELECT id, next_slot AS since FROM monitor_targets
+     WHERE id = :target_id AND next_slot <= :slot FOR UPDATE
+), moved AS (
     -- The schedule's rule, as in `commit` (0005_advance.sql).
-    UPDATE monitor_targets
-       SET next_slot = next_due(monitor_targets, :slot, :temporal_now),
-           updated_at = now()
-     WHERE id = :target_id AND next_slot <= :slot
-    RETURNING next_slot,
-              skip_passed(monitor_targets, :slot, next_slot,
+    UPDATE monitor_targets t
+       SET next_slot = next_due(t, :slot, :temporal_now), updated_at = now()
+      FROM target WHERE t.id = target.id
+    RETURNING t.next_slot,
+              skip_passed(t, :slot, t.next_slot,
                           'not checked: the schedule was behind'
                           || coalesce(': ' || :skip_cause::text, '')) AS skipped,
-              abandon_passed(id, :slot, next_slot,
+              abandon_passed(t.id, target.since, t.next_slot, :slot,
                              'the schedule, found behind, moved past it') AS abandoned
 )
 SELECT COALESCE((SELECT next_slot FROM moved),
@@ -299,7 +303,7 @@ RETURNING id;
 -- the slots from where the database had it: one still `retrying` there was abandoned by the
 -- workflow (the run retrying it ended or was reset, or a resume moved on), and becomes
 -- `skipped` (0016). Runs in the sync's transaction, before the sync writes the new slot.
-SELECT abandon_passed(id, next_slot - interval '1 microsecond', :next_slot,
+SELECT abandon_passed(id, next_slot, :next_slot, NULL,
                       'the workflow moved its schedule past it')
   FROM monitor_targets WHERE id = :target_id FOR UPDATE;
 

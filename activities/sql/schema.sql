@@ -575,10 +575,13 @@ RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN status = 'skipped'
    AND starts_with(coalesce(error_message, ''), 'not checked: its retries were abandoned');
 
--- The target's scheduled slots strictly between `after` and `before` still `retrying` become
+-- The target's scheduled slots from `since` (where the schedule stood) up to `before` (where
+-- it now stands) still `retrying`, but for `recorded` (the slot the caller records), become
 -- `skipped`, saying they were abandoned `why` and what the last attempt said; returns how
 -- many.
-CREATE FUNCTION abandon_passed(target_id text, after timestamptz, before timestamptz, why text)
+CREATE FUNCTION abandon_passed(
+    target_id text, since timestamptz, before timestamptz, recorded timestamptz, why text
+)
 RETURNS integer LANGUAGE sql VOLATILE
 AS $$
     WITH finalised AS (
@@ -587,7 +590,8 @@ AS $$
                error_message = 'not checked: its retries were abandoned when ' || why
                                || coalesce('; its last attempt: ' || c.error_message, '')
          WHERE c.target_id = abandon_passed.target_id AND c.kind = 'scheduled'
-           AND c.status = 'retrying' AND c.scheduled_for > after AND c.scheduled_for < before
+           AND c.status = 'retrying' AND c.scheduled_for >= since AND c.scheduled_for < before
+           AND c.scheduled_for IS DISTINCT FROM recorded
         RETURNING 1
     )
     SELECT count(*)::integer FROM finalised
