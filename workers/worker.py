@@ -34,6 +34,7 @@ from client.temporal import (
     ensure_selfwatch_schedule,
     missing_search_attributes,
 )
+from client.temporal import address as temporal_address
 from pricewatch.names import render_queue
 from pricewatch.settings import Settings
 from workers.observability import (
@@ -307,6 +308,63 @@ async def until_up(what: str, start: Callable[[], Awaitable[T]], stop: asyncio.E
         delay = min(2 * delay, STARTUP_RETRY_CAP)
 
 
+# How often a starting worker looks whether the SDK's start-up check has passed: the SDK
+# sets no event for it, only `is_running`.
+STARTED_POLL = 0.05
+
+
+def discard(worker: Worker) -> None:
+    """Release a worker whose start-up check failed. The SDK leaves it registered with the
+    client, and a new worker for the same task queue is refused ("Registration of multiple
+    workers with overlapping worker task types ... not allowed"); starting the bridge's
+    shutdown releases it (its finalising waits for polls that never began). Private: there
+    is no public way, and `tests/test_worker_start.py` fails if this stops working."""
+    worker._bridge_worker.initiate_shutdown()
+
+
+@contextlib.asynccontextmanager
+async def polling(
+    new_worker: Callable[[], Worker], client: Client, stop: asyncio.Event
+) -> AsyncIterator[Worker]:
+    """A worker running once the SDK's own start-up check has passed, shut down on exit. A
+    fatal error while it runs sets `stop`, and is raised at the exit.
+
+    The SDK checks the namespace as the worker starts; against a frozen frontend the check
+    hangs, or fails as a bare RuntimeError ("Worker validation failed: ... http2 error")
+    that `async with worker` makes fatal. Here a hang is said every RPC_TIMEOUT and waited
+    out (the check cannot be cancelled and asked again: the SDK allows one per worker), and
+    a failure is classified by asking once more with a status: a namespace that does not
+    exist stays fatal (NOT_FOUND); otherwise a new worker tries, once Temporal answers."""
+    what = f"Temporal at {temporal_address()}"
+    worker = new_worker()
+    run = asyncio.create_task(worker.run())
+    waited = 0.0
+    while not worker.is_running:
+        if stop.is_set():
+            run.cancel()
+            raise Stopping
+        if run.done():
+            failure = run.exception()
+            discard(worker)
+            await until_up(what, lambda: check_namespace(client), stop)  # NOT_FOUND raises
+            said = str(failure).partition(": Status {")[0][:200]
+            LOG.warning("waiting for %s (the worker's start-up check failed: %s)", what, said)
+            worker, waited = new_worker(), 0.0
+            run = asyncio.create_task(worker.run())
+        await asyncio.sleep(STARTED_POLL)
+        waited += STARTED_POLL
+        if waited >= RPC_TIMEOUT.total_seconds():
+            LOG.warning("waiting for %s (no answer to the worker's start-up check)", what)
+            waited = 0.0
+    run.add_done_callback(lambda _: stop.set())
+    try:
+        yield worker
+    finally:
+        await worker.shutdown()
+        await asyncio.wait([run])
+        run.result()
+
+
 def stop_on_signals() -> asyncio.Event:
     """An event that SIGINT (Ctrl-C) or SIGTERM (a supervisor's stop) sets."""
     stop = asyncio.Event()
@@ -322,7 +380,7 @@ async def temporal_when_up(
     """A client once Temporal answers: it may be away, and a server just started opens its
     port before its frontend answers."""
     return await until_up(
-        "Temporal",
+        f"Temporal at {temporal_address()}",
         lambda: asyncio.wait_for(connect(runtime, tracing), RPC_TIMEOUT.total_seconds()),
         stop,
     )
@@ -385,19 +443,20 @@ async def _serve(settings: Settings, stop: asyncio.Event) -> None:
                 "or the workflows that set them stall",
                 ", ".join(unregistered),
             )
-        # The SDK checks the namespace as the worker starts and exits if the frontend is
-        # away; asked just before, that is a window of one round trip.
-        await until_up(
-            f"Temporal (namespace {client.namespace!r})", lambda: check_namespace(client), stop
-        )
         if settings.render:
             fetcher = await stack.enter_async_context(browser(settings))
             checks = activities.checks.fetching_with(fetcher)
-            worker = build_render_worker(
-                client, settings.task_queue, checks, settings.render_concurrency, tuning
-            )
+
+            def new_worker() -> Worker:
+                return build_render_worker(
+                    client, settings.task_queue, checks, settings.render_concurrency, tuning
+                )
         else:
-            worker = build_worker(client, settings.task_queue, activities, tuning)
+
+            def new_worker() -> Worker:
+                return build_worker(client, settings.task_queue, activities, tuning)
+
+        worker = await stack.enter_async_context(polling(new_worker, client, stop))
         polled = render_queue(settings.task_queue) if settings.render else settings.task_queue
         pool = activities.checks.pool
 
@@ -414,7 +473,6 @@ async def _serve(settings: Settings, stop: asyncio.Event) -> None:
             health = await serve_health(settings.health_address, ready)
         try:
             async with (
-                worker,
                 watching_temporal(client),
                 watching_loop_lag(runtime) as watch,
                 heartbeating(watch, pool, client.identity, [polled]),
