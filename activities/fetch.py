@@ -29,7 +29,7 @@ from email.utils import parsedate_to_datetime
 
 import httpx
 
-from activities.guard import AddressPolicy, BlockedAddress, GuardedTransport
+from activities.guard import AddressPolicy, BlockedAddress, GuardedTransport, ResolveTimeout
 from activities.normalise import Extraction, ExtractionError, normalise
 from activities.price_reader import observe
 from pricewatch.models import CheckInput, RenderSettings
@@ -212,10 +212,11 @@ def timed_out(request: Request, err: httpx.TimeoutException | None) -> FetchErro
     (`err` None: the overall deadline)."""
     limits = request.timeouts
     if isinstance(err, httpx.ConnectTimeout):
+        # The guard's own timeout names the stage and its bound: resolving, not connecting.
+        resolving = isinstance(err.__cause__, ResolveTimeout)
+        what = str(err) if resolving else f"no connection within {_seconds(limits.connect)}"
         return FetchError(
-            f"timed out: no connection within {_seconds(limits.connect)} (the connect limit, "
-            "the same for every target)",
-            transient=True,
+            f"timed out: {what} (the connect limit, the same for every target)", transient=True
         )
     if isinstance(err, httpx.PoolTimeout):
         return FetchError(

@@ -8,6 +8,7 @@ for this; its connection pool takes an httpcore network backend, so the guard is
 """
 
 import asyncio
+import contextlib
 import ipaddress
 import socket
 import ssl
@@ -74,7 +75,11 @@ def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | Non
 
 async def resolve(host: str, port: int) -> list[IPAddress]:
     """Every address the host resolves to. Literal IPs in any spelling (decimal, octal,
-    hex, IPv4-mapped IPv6) come back in canonical form, so they are checked like names."""
+    hex, IPv4-mapped IPv6) come back in canonical form, so they are checked like names.
+    A canonical literal is taken as it is: the resolver runs in a thread, which a starved
+    machine may not schedule within the connect timeout."""
+    with contextlib.suppress(ValueError):  # not a canonical literal: the resolver reads it
+        return [ipaddress.ip_address(host)]
     infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return [ipaddress.ip_address(info[4][0]) for info in infos]
 
@@ -105,6 +110,11 @@ async def check_url(policy: AddressPolicy, url: str) -> None:
         raise BlockedAddress(f"refused {url}: {host} does not resolve ({err.strerror})") from err
 
 
+class ResolveTimeout(httpcore.ConnectTimeout):
+    """The host's addresses did not come within the connect timeout (the resolver runs in a
+    thread, which a starved machine schedules late); httpx reports it as ConnectTimeout."""
+
+
 class GuardedBackend(httpcore.AsyncNetworkBackend):
     def __init__(self, policy: AddressPolicy) -> None:
         self.policy = policy
@@ -121,9 +131,11 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         try:
             async with asyncio.timeout(timeout):
                 address = await check_host(self.policy, host, port)
-        except (socket.gaierror, TimeoutError) as err:
-            # httpx reports these as ConnectError; the cause tells unknown host from a hiccup.
-            raise httpcore.ConnectError(f"cannot resolve {host}: {err}") from err
+        except socket.gaierror as err:
+            # httpx reports this as ConnectError; the cause tells unknown host from a hiccup.
+            raise httpcore.ConnectError(f"cannot resolve {host}: {err.strerror}") from err
+        except TimeoutError as err:  # the resolver's thread did not answer in time
+            raise ResolveTimeout(f"{host} was not resolved within {timeout:g}s") from err
         # TLS still verifies (and sends SNI for) the original host name: httpcore takes it
         # from the request, not from the address we connect to.
         return await self.inner.connect_tcp(

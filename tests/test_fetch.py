@@ -363,3 +363,43 @@ async def test_dropped_connection_is_transient(http: httpx.AsyncClient) -> None:
         dropper.close()
         await dropper.wait_closed()
     assert err.transient
+
+
+@pytest.fixture
+async def starved_resolver(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop's resolver never answers (its thread is not scheduled on a starved machine),
+    and the connect limit is 0.3 s."""
+
+    async def never(*args: object, **kwargs: object) -> list[object]:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", never)
+    monkeypatch.setattr(fetch, "HTTP_TIMEOUTS", httpx.Timeout(10.0, connect=0.3))
+
+
+@pytest.mark.usefixtures("starved_resolver")
+async def test_a_resolver_that_times_out_is_said_with_its_bound(
+    server: str, http: httpx.AsyncClient
+) -> None:
+    """Not "cannot resolve localhost: " with an empty reason: what ran out, and its bound."""
+    error = await fetch_error(http, server.replace("127.0.0.1", "localhost") + "/page")
+
+    assert error.transient
+    assert str(error) == (
+        "timed out: localhost was not resolved within 0.3s (the connect limit, the same for "
+        "every target)"
+    )
+
+
+@pytest.mark.usefixtures("starved_resolver")
+async def test_an_ip_literal_needs_no_resolver(server: str, http: httpx.AsyncClient) -> None:
+    """The page's address is the URL's own: it is fetched with the resolver gone, and a
+    literal where nothing listens fails as a refused connection, never as "cannot resolve"."""
+    assert (await fetch_page(http, f"{server}/page")).status_code == 200
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    error = await fetch_error(http, f"http://127.0.0.1:{port}/")
+    assert error.transient
+    assert str(error).startswith("connection failed: ") and "resolve" not in str(error), error
