@@ -112,14 +112,19 @@ def _child(
     def note(doing: str) -> None:
         sending.send(("note", doing))
 
-    sending.send(("ready", None))
     try:
-        result: tuple[str, Any] = ("done", function(note, *args))
-    except MemoryError:
-        result = ("memory", None)
-    except Exception as err:
-        result = ("failed", str(err))
-    sending.send(result)
+        sending.send(("ready", None))
+        try:
+            result: tuple[str, Any] = ("done", function(note, *args))
+        except MemoryError:
+            result = ("memory", None)
+        except Exception as err:
+            result = ("failed", str(err))
+        sending.send(result)
+    except BrokenPipeError:
+        # The parent is gone (a worker killed mid-render): nobody to tell, and a traceback
+        # would land in the dead worker's log as if something had failed here.
+        raise SystemExit(1) from None
 
 
 def _limit(memory_bytes: int, seconds: float) -> None:
