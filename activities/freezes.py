@@ -10,9 +10,12 @@ process thaws,
 
     12:00:31 this worker was frozen for 92 s (stopped, or its machine paused)
 
-and, SUMMARY_AFTER later, in one more if checks it held were given up because of it:
+and, SUMMARY_AFTER later, in one more if checks it held were given up because of it, or
+notices it was about to send were left to another attempt (their sending lease lapsed):
 
     12:00:41 after the freeze: 3 checks it held were taken over or retried (a, b, c)
+    12:00:41 after the freeze: 1 check it held was taken over or retried (a); 1 notice it
+             was sending was left to another attempt (b)
 
 on `pricewatch.outages`. The checks ask `stalled_since` before blaming a page for a
 deadline that ran out; their own lines about it, and the SDK's (a cancelled activity's
@@ -51,6 +54,8 @@ class Stalls:
         """(start, end, frozen): frozen if the process spent little CPU time meanwhile."""
         self.given_up: dict[str, float] = {}
         """Checks given up because of a stall, by target, with when (monotonic)."""
+        self.notices_given_up: dict[str, float] = {}
+        """Notices not sent because of a stall (their lease lapsed), by target, with when."""
         self.summary_due: float | None = None
         self.thawed_after = 0.0  # the start of the last freeze told
         self._lock = threading.Lock()
@@ -72,22 +77,33 @@ class Stalls:
                     frozen_for = now - last
                     self.thawed_after = last
                     self.summary_due = now + SUMMARY_AFTER
-            summary = None
+            summary: list[list[str]] = []
             if self.summary_due is not None and now >= self.summary_due:
-                summary = [t for t, at in self.given_up.items() if at >= self.thawed_after]
-                self.given_up, self.summary_due = {}, None
+                summary = [
+                    [t for t, at in given_up.items() if at >= self.thawed_after]
+                    for given_up in (self.given_up, self.notices_given_up)
+                ]
+                self.given_up, self.notices_given_up, self.summary_due = {}, {}, None
         if frozen_for:
             OUTAGE_LOG.warning(
                 "this worker was frozen for %d s (stopped, or its machine paused)",
                 round(frozen_for), extra={"state": "frozen", "frozen_seconds": round(frozen_for)},
             )  # fmt: skip
-        if summary:
-            named = ", ".join(summary[:NAMED]) + (", ..." if len(summary) > NAMED else "")
+        if any(summary):
+            checks, notices = summary
+            told = [
+                f"{_counted(names, what)} it {held} {'was' if len(names) == 1 else 'were'} "
+                f"{then} ({_named(names)})"
+                for names, what, held, then in (
+                    (checks, "check", "held", "taken over or retried"),
+                    (notices, "notice", "was sending", "left to another attempt"),
+                )
+                if names
+            ]
             OUTAGE_LOG.warning(
-                "after the freeze: %d check%s it held %s taken over or retried (%s)",
-                len(summary), "" if len(summary) == 1 else "s",
-                "was" if len(summary) == 1 else "were", named,
-                extra={"state": "thawed", "checks_given_up": len(summary)},
+                "after the freeze: %s", "; ".join(told),
+                extra={"state": "thawed", "checks_given_up": len(checks),
+                       "notices_given_up": len(notices)},
             )  # fmt: skip
 
     def stalled_since(self, since: float, now: float | None = None, frozen: bool = False) -> float:
@@ -114,12 +130,24 @@ class Stalls:
         """Whether the process stalled in the last `within` seconds (or is stalled now)."""
         return self.stalled_since(time.monotonic() - within) > 0
 
-    def gave_up(self, target_id: str) -> None:
-        """A check this worker held was given up because of a stall: the summary names it."""
+    def gave_up(self, target_id: str, notice: bool = False) -> None:
+        """A check this worker held was given up because of a stall (or, `notice`, a notice
+        it was about to send was left to another attempt): the summary names the target."""
         now = time.monotonic()
         with self._lock:
-            self.given_up = {t: at for t, at in self.given_up.items() if at > now - QUIET_FOR}
-            self.given_up.setdefault(target_id, now)
+            given_up = self.notices_given_up if notice else self.given_up
+            for t, at in list(given_up.items()):
+                if at <= now - QUIET_FOR:
+                    del given_up[t]
+            given_up.setdefault(target_id, now)
+
+
+def _counted(names: list[str], what: str) -> str:
+    return f"{len(names)} {what}{'' if len(names) == 1 else 's'}"
+
+
+def _named(names: list[str]) -> str:
+    return ", ".join(names[:NAMED]) + (", ..." if len(names) > NAMED else "")
 
 
 STALLS = Stalls()

@@ -5,7 +5,9 @@ One activity call is one notice to one channel. The `deliveries` row keyed on (w
 channel, notice) makes every re-execution after a recorded send a no-op. The one window
 that cannot be closed is "sent, then the worker died before recording it": the re-send
 carries the same webhook-id / Message-ID, so the receiver can drop it; a chat service has
-no such key, so its people see that message twice (docs/notifications.md).
+no such key, so its people see that message twice (docs/notifications.md). A worker frozen
+between its claim and its send wakes with its lease lapsed: right before the send, the
+attempt renews its lease or, finding another's there (or none), sends nothing.
 """
 
 import asyncio
@@ -14,8 +16,10 @@ import contextlib
 import hashlib
 import hmac
 import json
+import logging
 import time
 import uuid
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from email.message import EmailMessage
@@ -28,10 +32,11 @@ from temporalio.exceptions import ApplicationError
 
 from activities import services
 from activities.fetch import TRANSIENT_STATUSES
+from activities.freezes import STALLS
 from activities.guard import AddressPolicy, BlockedAddress
 from activities.metrics import count
 from activities.outages import SMTP
-from activities.queries import QUERIES
+from activities.queries import QUERIES, parse
 from pricewatch import notices
 from pricewatch.models import (
     ChannelKind,
@@ -59,6 +64,39 @@ SENDING_LEASE = timedelta(seconds=15)
 SEND_DEADLINE = timedelta(seconds=9)
 WEBHOOK_TIMEOUT = httpx.Timeout(8.0, connect=4.0)
 SMTP_TIMEOUT_SECONDS = 8.0
+
+NOTIFY_LOG = logging.getLogger("pricewatch.notify")
+
+# Right before a notice goes out, the attempt renews its lease, or learns it has none: a
+# worker frozen since its claim (SIGSTOP, a paused VM) wakes believing no time has passed,
+# while its lease lapsed and another attempt may have sent. The lease is the one its claim
+# set (`now() + SENDING_LEASE` in that statement): no other claim or record left it there.
+HOLD_DELIVERY = parse("""-- name: hold_delivery
+UPDATE deliveries SET sending_until = now() + :sending_lease::interval
+ WHERE work_id = :work_id AND channel_id = :channel_id AND notice = :notice
+   AND status <> 'sent' AND sending_until = :held AND sending_until > now()
+RETURNING sending_until;
+""")["hold_delivery"]
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The sending lease the current attempt's claim took: `sending_until` as the claim set
+    it, and when (monotonic: a freeze since then is named if it cost the lease)."""
+
+    delivery: DeliveryInput
+    held: datetime
+    taken: float
+
+
+LEASE: ContextVar[Lease | None] = ContextVar("delivery_lease", default=None)
+"""Set for the send of a claimed delivery. A context variable, not a parameter: the senders'
+signatures are the seams the chaos run's fault windows wrap (tests/chaos/worker.py)."""
+
+
+class LeaseLost(Exception):
+    """This attempt's sending lease lapsed (the worker was frozen or stalled) before its send:
+    another attempt may have sent the notice, so this one must not."""
 
 
 @dataclass(frozen=True)
@@ -166,7 +204,9 @@ class NotifyActivities:
             raise expected_failure(
                 "another attempt is sending this notice", TRANSIENT_DELIVERY_ERROR
             )
+        held = LEASE.set(Lease(delivery, row["now"] + SENDING_LEASE, time.monotonic()))
         on_the_wire = asyncio.ensure_future(self._send_and_record(delivery, row))
+        LEASE.reset(held)  # the send's task keeps its copy; this context has no lease
         try:
             await asyncio.shield(on_the_wire)
         except asyncio.CancelledError:
@@ -191,6 +231,10 @@ class NotifyActivities:
                 await self._send_email(delivery, body, row["destination"])
             else:
                 await self._notify_service(delivery.target_id, delivery.channel_id, body, row)
+        except LeaseLost as err:
+            # Nothing recorded: the row is another attempt's now (or `sent`). The next
+            # attempt reads which.
+            raise expected_failure(str(err), TRANSIENT_DELIVERY_ERROR) from err
         except DeliveryError as err:
             count("pricewatch_deliveries", "notices by outcome", notice=delivery.notice.value,
                   kind=row["kind"], outcome="failed")  # fmt: skip
@@ -222,6 +266,34 @@ class NotifyActivities:
     @staticmethod
     def message_id(delivery: DeliveryInput) -> str:
         return f"msg_{delivery.delivery_id}"
+
+    async def _still_held(self) -> None:
+        """Right before the network send: renew this attempt's sending lease (a full
+        SENDING_LEASE, longer than the send's own deadline), or raise LeaseLost if it lapsed
+        meanwhile. After a freeze its line is at debug and the freeze's summary names the
+        notice. What remains is the instant between this statement and the send."""
+        lease = LEASE.get()
+        if lease is None:  # a test notice: no row, no lease
+            return
+        delivery = lease.delivery
+        keys = delivery_keys(delivery)
+        held = await HOLD_DELIVERY.fetchval(
+            self.pool, **keys, held=lease.held, sending_lease=SENDING_LEASE
+        )
+        if held is not None:
+            return
+        if stalled := STALLS.stalled_since(lease.taken):
+            STALLS.gave_up(delivery.target_id, notice=True)
+            why = f"this worker was stalled for {stalled:.0f} s since its claim"
+        else:
+            why = "the attempt outran it"
+        NOTIFY_LOG.log(
+            logging.DEBUG if stalled else logging.WARNING,
+            "%s %s notice to channel %s not sent: its sending lease lapsed (%s)",
+            delivery.target_id, delivery.notice.value, delivery.channel_id, why,
+            extra={**keys, "target_id": delivery.target_id, "outcome": "lease lost"},
+        )  # fmt: skip
+        raise LeaseLost(f"not sent: this attempt's sending lease lapsed before the send ({why})")
 
     async def _give_up(self, delivery: DeliveryInput, reason: str) -> ApplicationError:
         await self._record(delivery, "failed", attempts=0, error=reason)
@@ -266,6 +338,7 @@ class NotifyActivities:
             "webhook-timestamp": str(timestamp),
             "webhook-signature": sign(secret, message_id, timestamp, body),
         }
+        await self._still_held()
         try:
             async with asyncio.timeout(SEND_DEADLINE.total_seconds()):
                 response = await self.http.post(
@@ -311,6 +384,7 @@ class NotifyActivities:
             )  # fmt: skip
         except ValueError as err:  # it raised, rendered nothing, or overran its bounds
             raise DeliveryError(f"the message template failed: {err}", transient=False) from err
+        await self._still_held()  # the render may have taken a while, or a freeze
         seconds = SEND_DEADLINE.total_seconds()
         try:
             async with asyncio.timeout(seconds + 1):  # `send` keeps to `seconds` itself
@@ -388,6 +462,7 @@ class NotifyActivities:
         if isinstance(moves := notice.get("prices"), list):
             text = "Prices:\n" + "\n".join(map(move_line, moves)) + f"\n\n{text}"
         message.set_content(text)
+        await self._still_held()
         try:
             async with asyncio.timeout(SEND_DEADLINE.total_seconds()):
                 await self._smtp_send(message)
