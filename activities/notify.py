@@ -7,7 +7,7 @@ that cannot be closed is "sent, then the worker died before recording it": the r
 carries the same webhook-id / Message-ID, so the receiver can drop it; a chat service has
 no such key, so its people see that message twice (docs/notifications.md). A worker frozen
 between its claim and its send wakes with its lease lapsed: right before the send, the
-attempt renews its lease or, finding another's there (or none), sends nothing.
+attempt renews its lease or, finding another's there (or the row recorded), sends nothing.
 """
 
 import asyncio
@@ -69,12 +69,14 @@ NOTIFY_LOG = logging.getLogger("pricewatch.notify")
 
 # Right before a notice goes out, the attempt renews its lease, or learns it has none: a
 # worker frozen since its claim (SIGSTOP, a paused VM) wakes believing no time has passed,
-# while its lease lapsed and another attempt may have sent. The lease is the one its claim
-# set (`now() + SENDING_LEASE` in that statement): no other claim or record left it there.
+# while its lease lapsed and another attempt may have taken it and sent. The row still holds
+# the lease this attempt's claim set (`now() + SENDING_LEASE` in that statement) only if no
+# other claim or record came since: then nobody else sent, even if it lapsed (a slow render
+# on a loaded machine), and renewing it is safe.
 HOLD_DELIVERY = parse("""-- name: hold_delivery
 UPDATE deliveries SET sending_until = now() + :sending_lease::interval
  WHERE work_id = :work_id AND channel_id = :channel_id AND notice = :notice
-   AND status <> 'sent' AND sending_until = :held AND sending_until > now()
+   AND status <> 'sent' AND sending_until = :held
 RETURNING sending_until;
 """)["hold_delivery"]
 
@@ -95,8 +97,8 @@ signatures are the seams the chaos run's fault windows wrap (tests/chaos/worker.
 
 
 class LeaseLost(Exception):
-    """This attempt's sending lease lapsed (the worker was frozen or stalled) before its send:
-    another attempt may have sent the notice, so this one must not."""
+    """Another attempt took this one's sending lease before its send (this one's worker was
+    frozen or slow past the lease): it may have sent the notice, so this one must not."""
 
 
 @dataclass(frozen=True)
@@ -269,9 +271,10 @@ class NotifyActivities:
 
     async def _still_held(self) -> None:
         """Right before the network send: renew this attempt's sending lease (a full
-        SENDING_LEASE, longer than the send's own deadline), or raise LeaseLost if it lapsed
-        meanwhile. After a freeze its line is at debug and the freeze's summary names the
-        notice. What remains is the instant between this statement and the send."""
+        SENDING_LEASE, longer than the send's own deadline), or raise LeaseLost if another
+        attempt took it meanwhile (or the row was recorded). After a freeze its line is at
+        debug and the freeze's summary names the notice. What remains is the instant between
+        this statement and the send."""
         lease = LEASE.get()
         if lease is None:  # a test notice: no row, no lease
             return
@@ -286,14 +289,14 @@ class NotifyActivities:
             STALLS.gave_up(delivery.target_id, notice=True)
             why = f"this worker was stalled for {stalled:.0f} s since its claim"
         else:
-            why = "the attempt outran it"
+            why = "another attempt took it while this one was slow"
         NOTIFY_LOG.log(
             logging.DEBUG if stalled else logging.WARNING,
-            "%s %s notice to channel %s not sent: its sending lease lapsed (%s)",
+            "%s %s notice to channel %s not sent: its sending lease was taken over (%s)",
             delivery.target_id, delivery.notice.value, delivery.channel_id, why,
             extra={**keys, "target_id": delivery.target_id, "outcome": "lease lost"},
         )  # fmt: skip
-        raise LeaseLost(f"not sent: this attempt's sending lease lapsed before the send ({why})")
+        raise LeaseLost(f"not sent: this attempt's sending lease was taken over ({why})")
 
     async def _give_up(self, delivery: DeliveryInput, reason: str) -> ApplicationError:
         await self._record(delivery, "failed", attempts=0, error=reason)

@@ -112,7 +112,7 @@ async def test_a_thawed_attempt_whose_lease_was_taken_over_sends_nothing(
     with pytest.raises(ApplicationError) as gave_up:
         await first
     assert gave_up.value.type == TRANSIENT_DELIVERY_ERROR
-    assert "sending lease lapsed before the send" in gave_up.value.message
+    assert "sending lease was taken over" in gave_up.value.message
     assert len(services_app.received) == 1, "the thawed attempt sent it again"
     row = await pool.fetchrow("SELECT status, attempt_count FROM deliveries")
     assert row is not None and (row["status"], row["attempt_count"]) == ("sent", 1)
@@ -121,27 +121,24 @@ async def test_a_thawed_attempt_whose_lease_was_taken_over_sends_nothing(
     assert "acme" in freezes.STALLS.notices_given_up
 
 
-async def test_a_lapsed_lease_nobody_took_is_not_sent_on_either(
+async def test_a_lapsed_lease_nobody_took_is_renewed_and_sent_once(
     pool: asyncpg.Pool, http: httpx.AsyncClient, services_app: Services,
-    frozen_after_the_claim: Frozen, caplog: pytest.LogCaptureFixture,
+    frozen_after_the_claim: Frozen, monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    """A send begins only inside a live lease of its own: lapsed (no stall seen: a warning)
-    is given up, the row left `pending` for the next attempt, which sends it once."""
+    """Lapsed, but still the lease this attempt's claim set (a slow render on a loaded
+    machine, and nobody else came): no other attempt can have sent, so it is renewed and
+    the notice sent, once. (Here with a lease of 1 s.)"""
     claimed, thaw = frozen_after_the_claim
+    monkeypatch.setattr(notify_module, "SENDING_LEASE", timedelta(seconds=1))
     config = await synced(pool, services_app.urls()["json"])
     notify = NotifyActivities(pool, http, NO_SMTP, LOOPBACK)
     notice = delivery(config, ChannelKind.APPRISE)
     first = await first_attempt_claims(notify, notice, claimed)
-    await pool.execute("UPDATE deliveries SET sending_until = now() - interval '1 s'")
+    await asyncio.sleep(1.5)
+    assert await pool.fetchval("SELECT sending_until < now() FROM deliveries"), "lapsed"
     thaw.set()
-    with pytest.raises(ApplicationError, match="sending lease lapsed"):
-        await first
-    assert services_app.received == []
-    assert await pool.fetchval("SELECT status FROM deliveries") == "pending"
-    [line] = [r for r in caplog.records if r.name == "pricewatch.notify"]
-    assert line.levelno == logging.WARNING, line
-    again = await ActivityEnvironment().run(notify.deliver_notice, notice)
-    assert (again.status, again.attempt_count, len(services_app.received)) == ("sent", 1, 1)
+    sent = await first
+    assert (sent.status, sent.attempt_count, len(services_app.received)) == ("sent", 1, 1)
 
 
 async def test_the_send_starts_with_a_full_lease_ahead_of_it(
@@ -292,7 +289,7 @@ async def test_a_worker_frozen_between_its_claim_and_its_send_does_not_send_agai
     texts = services_app.texts("json")
     assert len(texts) == 1, texts
     assert row is not None and (row["status"], row["attempt_count"]) == ("sent", 1)
-    assert "its sending lease lapsed (this worker was stalled for" in log, log
+    assert "its sending lease was taken over (this worker was stalled for" in log, log
     assert "1 notice it was sending was left to another attempt (thaw)" in log, log
 
 
