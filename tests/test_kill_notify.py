@@ -15,14 +15,23 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities import notify as notify_module
+from activities import store
 from activities.fetch import new_client
 from activities.guard import AddressPolicy
 from activities.notify import NotifyActivities, SmtpSettings, _subject, notice_body
-from pricewatch.models import Channel, ChannelKind, DeliveryFailureInput, Notice, TargetConfig
+from activities.queries import QUERIES
+from pricewatch.models import (
+    Channel,
+    ChannelKind,
+    DeliveryFailureInput,
+    DeliveryInput,
+    Notice,
+    TargetConfig,
+)
 from pricewatch.policy import PERMANENT_DELIVERY_ERROR, TRANSIENT_DELIVERY_ERROR
 from pricewatch.settings import Settings
-from tests.conftest import Hold, MailSink, WebhookReceiver
-from tests.helpers import CHANGED, add_target, deliveries, delivery
+from tests.conftest import LOOPBACK, Hold, MailSink, Services, WebhookReceiver
+from tests.helpers import CHANGED, NO_SMTP, SLOT, add_target, deliveries, delivery
 
 EMAIL_ONLY = TargetConfig(
     target_id="acme", url="https://example.com/pricing", interval_seconds=3600,
@@ -290,3 +299,89 @@ def test_a_signature_is_the_reference_packages() -> None:
     body = '{"test": 2432232314}'
     signed = notify_module.sign(secret, "msg_p5jXN8AQM9LW", int(at.timestamp()), body.encode())
     assert signed == Webhook(secret).sign("msg_p5jXN8AQM9LW", at, body)
+
+
+# Apprise services, the channel's row written as `add` leaves it (the URL is its secret).
+
+
+async def apprise(pool: asyncpg.Pool, url: str | None, title: str | None = None) -> DeliveryInput:
+    await store.sync_target(pool, EMAIL_ONLY, next_slot=SLOT, enabled=True)
+    await pool.execute(
+        """INSERT INTO channels (target_id, channel_id, kind, destination, secret,
+                                 title_template)
+           VALUES ('acme', 'apprise-k1', 'apprise', 'json://127.0.0.1/json', $1, $2)""",
+        url, title,
+    )  # fmt: skip
+    return DeliveryInput(
+        notice=Notice.CHANGED, channel_id="apprise-k1", target_id="acme",
+        url=EMAIL_ONLY.url, result=CHANGED,
+    )  # fmt: skip
+
+
+async def test_a_service_gets_the_rendered_message_once(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, services_app: Services
+) -> None:
+    notice = await apprise(pool, services_app.urls()["json"], title="{{ target }} moved")
+    notify = NotifyActivities(pool, http, NO_SMTP, LOOPBACK)
+    sent = await ActivityEnvironment().run(notify.deliver_notice, notice)
+    assert (sent.status, sent.attempt_count) == ("sent", 1)
+    [(kind, body)] = services_app.received
+    assert kind == "json" and body["title"] == "acme moved"
+    assert f"work id {CHANGED.work_id}" in body["message"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "transient", "disabled"),
+    [(401, False, True), (400, False, False), (503, True, False)],
+)
+async def test_a_services_refusal_disables_only_for_its_credentials_or_destination(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, services_app: Services, answer: int,
+    transient: bool, disabled: bool,
+) -> None:  # fmt: skip
+    notice = await apprise(pool, services_app.urls()["json"])
+    services_app.answers["json"] = [answer, answer]
+    notify = NotifyActivities(pool, http, NO_SMTP, LOOPBACK)
+    [channel] = [
+        row for row in await QUERIES["channels_to_test"].fetch(pool, target_id="acme")
+        if row["kind"] == "apprise"
+    ]  # fmt: skip
+    tested = await notify.send_test("acme", channel)
+    assert tested is not None and f"HTTP {answer}" in tested and "disabled" not in tested
+    assert (
+        await pool.fetchval("SELECT count(*) FROM channels WHERE disabled_reason IS NOT NULL") == 0
+    )
+    with pytest.raises(ApplicationError) as failed:
+        await ActivityEnvironment().run(notify.deliver_notice, notice)
+    assert failed.value.non_retryable is not transient
+    assert failed.value.message.endswith("; channel disabled") is disabled
+    reason = await pool.fetchval("SELECT disabled_reason FROM channels WHERE kind = 'apprise'")
+    assert (reason is not None) is disabled
+    if disabled:
+        assert failed.value.message == f"{reason}; channel disabled"
+    row = await pool.fetchrow("SELECT status, last_error FROM deliveries")
+    assert (row["status"], row["last_error"]) == (
+        "pending" if transient else "failed", failed.value.message,
+    )  # fmt: skip
+
+
+async def test_a_service_whose_url_is_not_stored_or_whose_template_fails_is_given_up(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, services_app: Services
+) -> None:
+    notice = await apprise(pool, None)
+    notify = NotifyActivities(pool, http, NO_SMTP, LOOPBACK)
+    with pytest.raises(ApplicationError) as missing:
+        await ActivityEnvironment().run(notify.deliver_notice, notice)
+    assert missing.value.message == (
+        "its Apprise URL is not stored in this database: add the channel again with its URL"
+    )
+    assert missing.value.non_retryable
+    await pool.execute(
+        "UPDATE channels SET secret = $1, title_template = '{{ nope() }}' WHERE kind = 'apprise'",
+        services_app.urls()["json"],
+    )
+    await pool.execute("UPDATE deliveries SET status = 'pending'")
+    with pytest.raises(ApplicationError) as broken:
+        await ActivityEnvironment().run(notify.deliver_notice, notice)
+    assert broken.value.message.startswith("the message template failed: ")
+    assert broken.value.non_retryable
+    assert services_app.received == []
