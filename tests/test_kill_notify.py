@@ -29,6 +29,7 @@ from pricewatch.models import (
     TargetConfig,
 )
 from pricewatch.policy import PERMANENT_DELIVERY_ERROR, TRANSIENT_DELIVERY_ERROR
+from pricewatch.prices import move_line
 from pricewatch.settings import Settings
 from tests.conftest import LOOPBACK, Hold, MailSink, Services, WebhookReceiver
 from tests.helpers import CHANGED, NO_SMTP, SLOT, add_target, deliveries, delivery
@@ -37,7 +38,7 @@ EMAIL_ONLY = TargetConfig(
     target_id="acme", url="https://example.com/pricing", interval_seconds=3600,
     channels=[Channel(kind=ChannelKind.EMAIL, destination="ops@example.com")],
 )  # fmt: skip
-MOVE = {
+MOVE: dict[str, object] = {
     "name": "Pro", "old": "12.00", "new": "13.00", "currency": "EUR", "change": "1.00",
     "change_percent": "8.33", "direction": "rise", "rules": None,
 }  # fmt: skip
@@ -104,16 +105,19 @@ async def test_an_email_lists_the_prices_and_what_changed_before_the_json(
     [message] = sink.messages
     assert message["From"] == "pricewatch@test.local"
     assert message["Subject"] == "[pricewatch] acme price changed (2026-08-07T08:00:00Z)"
-    text = message.get_payload(decode=True).decode().replace("\r\n", "\n")
+    payload = message.get_payload(decode=True)
+    assert isinstance(payload, bytes)
+    text = payload.decode().replace("\r\n", "\n")
     prices, changed, rest = text.split("\n\n", 2)
-    assert prices == "Prices:\n" + notify_module.move_line(MOVE)
+    assert prices == "Prices:\n" + move_line(MOVE)
     assert changed == "What changed:\nPro: 12 -> 13"
     sent = json.loads(rest)
     assert sent == {k: v for k, v in body.items() if k != "excerpt"}
     assert '  "type"' in rest  # indented for people
 
     await notify._send_email(notice, notice_body(notice, None, None), "ops@example.com")
-    assert json.loads(sink.messages[1].get_payload(decode=True))["type"] == "page.changed"
+    plain = sink.messages[1].get_payload(decode=True)
+    assert isinstance(plain, bytes) and json.loads(plain)["type"] == "page.changed"
 
 
 class Counted:
@@ -265,7 +269,7 @@ async def test_a_test_notice_reaches_each_kind_and_disables_nothing(
     sink, smtp = smtp_server
     await add_target(pool, webhook_receiver)
     notify = NotifyActivities(pool, http, smtp)
-    channels = {row["kind"]: row for row in await notify_module.QUERIES["channels_to_test"].fetch(
+    channels = {row["kind"]: row for row in await QUERIES["channels_to_test"].fetch(
         pool, target_id="acme")}  # fmt: skip
     assert await notify.send_test("acme", channels["webhook"]) is None
     assert await notify.send_test("acme", channels["email"]) is None
@@ -359,6 +363,7 @@ async def test_a_services_refusal_disables_only_for_its_credentials_or_destinati
     if disabled:
         assert failed.value.message == f"{reason}; channel disabled"
     row = await pool.fetchrow("SELECT status, last_error FROM deliveries")
+    assert row is not None
     assert (row["status"], row["last_error"]) == (
         "pending" if transient else "failed", failed.value.message,
     )  # fmt: skip

@@ -1,9 +1,17 @@
 """Precise tests for the SQL that `make mutants-sql` (mutation/sql.py) showed missing: each
 kills SQL mutants no other test noticed."""
 
+from datetime import UTC, datetime, timedelta
+from typing import cast
+
 import asyncpg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from activities import store
+from activities.queries import Executor
+from pricewatch.models import CheckKind, CheckResult, CheckStatus, TargetConfig
+from pricewatch.slots import work_id
 
 shared_pool = settings(
     max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -28,3 +36,94 @@ async def test_a_later_attempt_of_the_same_run_supersedes_and_nothing_else_does(
     as_token = "{}/{}/{}{}".format
     got = await pool.fetchval("SELECT supersedes($1, $2)", as_token(*claimant), as_token(*holder))
     assert got is expected, (claimant, holder)
+
+
+# queries.sql: claim, commit, record_failed and lease_left with a second target beside the
+# first, at the lease's expiry instant, and with nothing recorded.
+
+T0 = datetime(2036, 8, 7, 8, 0, tzinfo=UTC)  # ahead of the database's clock
+HOUR = timedelta(hours=1)
+LEASE = timedelta(seconds=90)
+GOOD = store.Outcome(status=CheckStatus.UNCHANGED, result_hash="a" * 64, snapshot=b"acme's")
+
+
+def config(target_id: str) -> TargetConfig:
+    return TargetConfig(target_id=target_id, url="https://example.com/", interval_seconds=3600)
+
+
+async def claim(db: Executor, target_id: str, execution_id: str) -> store.Claim:
+    return await store.claim(
+        cast(asyncpg.Pool, db), target_id=target_id, work_id=work_id(target_id, T0),
+        execution_id=execution_id, lease=LEASE, on_schedule=True, slot=T0,
+    )  # fmt: skip
+
+
+async def commit(
+    pool: asyncpg.Pool, execution_id: str, *, advance: bool = True, kept: int = 50
+) -> CheckResult | None:
+    return await store.commit(
+        pool, target_id="acme", execution_id=execution_id, work_id=work_id("acme", T0),
+        slot=T0, kind=CheckKind.SCHEDULED, outcome=GOOD, advance=advance, snapshots_kept=kept,
+    )  # fmt: skip
+
+
+async def test_a_claim_reads_its_own_target_and_its_own_snapshot(pool: asyncpg.Pool) -> None:
+    await store.sync_target(pool, config("acme"), next_slot=T0, enabled=True)
+    assert (await claim(pool, "acme", "a")).claimed
+    assert await commit(pool, "a") is not None
+    # Another target, paused, a slot later, with a newer snapshot and a live lease.
+    await store.sync_target(pool, config("other"), next_slot=T0 + HOUR, enabled=False)
+    await pool.execute(
+        """INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at,
+                                      status, result_hash, snapshot)
+           VALUES ('other:x', 'other', $1, 'manual', now() + interval '1 hour', 'unchanged',
+                   $2, 'other''s')""",
+        T0, "b" * 64,
+    )  # fmt: skip
+    await pool.execute(
+        "UPDATE monitor_targets SET lease_token = 'x', lease_expires_at = now() + interval '1 h'"
+        " WHERE id = 'other'"
+    )
+    assert await store.lease_left(pool, "acme") is None
+    later = await store.claim(
+        pool, target_id="acme", work_id=work_id("acme", T0 + HOUR), execution_id="b",
+        lease=LEASE, on_schedule=True, slot=T0 + HOUR,
+    )  # fmt: skip
+    assert (later.claimed, later.enabled, later.next_slot) == (True, True, T0 + HOUR)
+    assert (later.previous_hash, later.previous_snapshot) == ("a" * 64, b"acme's")
+
+
+async def test_a_lease_is_over_at_its_expiry_instant(pool: asyncpg.Pool) -> None:
+    """`lease_expires_at <= now()`: in one transaction (one now()), a lease that expires now
+    is free to claim and to give up on."""
+    await store.sync_target(pool, config("acme"), next_slot=T0, enabled=True)
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(
+            "UPDATE monitor_targets SET lease_token = 'old', lease_expires_at = now()"
+        )
+        assert (await claim(conn, "acme", "new")).claimed
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("UPDATE monitor_targets SET lease_expires_at = now()")
+        failed = await store.record_failed(
+            cast(asyncpg.Pool, conn), target_id="acme", work_id=work_id("acme", T0), slot=T0,
+            kind=CheckKind.SCHEDULED, error_message="gave up", advance=True,
+        )  # fmt: skip
+        assert failed is not None and failed.status is CheckStatus.FAILED
+
+
+async def test_a_commit_that_records_nothing_changes_nothing(pool: asyncpg.Pool) -> None:
+    """The slot is already final: the holder's commit neither moves the schedule nor frees
+    its lease, and a stale commit prunes no snapshot."""
+    await store.sync_target(pool, config("acme"), next_slot=T0, enabled=True)
+    assert (await claim(pool, "acme", "a")).claimed
+    assert await commit(pool, "a", advance=False) is not None  # final, schedule left
+    await pool.execute(
+        "UPDATE monitor_targets SET lease_token = 'b', lease_expires_at = now() + interval '1 h'"
+    )
+    assert await commit(pool, "b", kept=1) is None
+    row = await pool.fetchrow("SELECT next_slot, lease_token FROM monitor_targets")
+    assert row is not None
+    assert (row["next_slot"], row["lease_token"]) == (T0, "b")
+    assert await pool.fetchval("SELECT snapshot FROM source_checks") == b"acme's"
+    assert await commit(pool, "stale", kept=1) is None
+    assert await pool.fetchval("SELECT snapshot FROM source_checks") == b"acme's"

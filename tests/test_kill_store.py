@@ -61,6 +61,7 @@ async def test_every_field_of_an_outcome_is_stored_and_read_back_by_the_next_cla
         CheckStatus.CHANGED, "b" * 64, "a" * 64, False,
     )  # fmt: skip
     row = await target.fetchrow("SELECT * FROM source_checks")
+    assert row is not None
     assert {k: row[k] for k in ("http_status", "body_bytes", "etag", "last_modified", "snapshot",
                                 "excerpt", "rules", "skipped_values", "screenshot", "kind")} == {
         "http_status": 203, "body_bytes": 1234, "etag": '"v2"',
