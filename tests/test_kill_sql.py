@@ -5,11 +5,13 @@ from datetime import UTC, datetime, timedelta
 from typing import cast
 
 import asyncpg
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from activities import store
 from activities.queries import Executor
+from pricewatch.calendar import Calendar, slot_after, slots_between
 from pricewatch.models import CheckKind, CheckResult, CheckStatus, TargetConfig
 from pricewatch.slots import work_id
 
@@ -127,3 +129,57 @@ async def test_a_commit_that_records_nothing_changes_nothing(pool: asyncpg.Pool)
     assert await pool.fetchval("SELECT snapshot FROM source_checks") == b"acme's"
     assert await commit(pool, "stale", kept=1) is None
     assert await pool.fetchval("SELECT snapshot FROM source_checks") == b"acme's"
+
+
+# 0012: the calendar grid from a moment that is itself a slot, and a schedule moved back
+# over slots that already have rows.
+
+CALENDAR_SQL = """
+SELECT calendar_after($1, $2, $3, $4, $5, $6, $7, $8, 'acme', $9),
+       ARRAY(SELECT calendar_between($1, $2, $3, $4, $5, $6, $7, $8, 'acme', $9, $10))
+"""
+
+
+@pytest.mark.parametrize(("jitter", "offset"), [(0, 0), (0, 600), (900, None), (900, 300)])
+async def test_the_calendar_from_a_slot_is_strictly_after_it(
+    pool: asyncpg.Pool, jitter: int, offset: int | None
+) -> None:
+    """`after` is often a slot itself (the one just checked): the next slot and the slots
+    passed are strictly after it, as in Python."""
+    calendar = Calendar.parse("0 8,17 * * mon-fri", "Europe/Berlin", jitter).model_copy(
+        update={"offset_seconds": offset}
+    )
+    slot = slot_after(calendar, "acme", datetime(2026, 10, 23, 12, tzinfo=UTC))
+    before = slot + timedelta(days=3)
+    days = (calendar.times, calendar.days_of_month, calendar.months, calendar.weekdays)
+    columns = (*map(list, days), calendar.days_or, calendar.time_zone, jitter, offset)
+    row = await pool.fetchrow(CALENDAR_SQL, *columns, slot, before)
+    assert row is not None
+    following, passed = row
+    assert following == slot_after(calendar, "acme", slot) > slot
+    assert passed == slots_between(calendar, "acme", slot, before)
+    assert slot not in passed
+
+
+async def test_a_schedule_moved_back_skips_only_the_slots_without_a_row(
+    pool: asyncpg.Pool,
+) -> None:
+    await store.sync_target(pool, config("acme"), next_slot=T0, enabled=True)
+    assert (await claim(pool, "acme", "a")).claimed
+    await store.commit(
+        pool, target_id="acme", execution_id="a", work_id=work_id("acme", T0), slot=T0,
+        kind=CheckKind.SCHEDULED, outcome=GOOD, advance=True, temporal_now=T0 + 2.5 * HOUR,
+    )  # fmt: skip
+    await store.sync_target(pool, config("acme"), next_slot=T0 + HOUR, enabled=True)
+    moved = await store.advance_past_final(
+        pool, target_id="acme", slot=T0 + HOUR, temporal_now=T0 + 3.5 * HOUR
+    )
+    assert moved == T0 + 4 * HOUR
+    rows = await pool.fetch("SELECT scheduled_for, error_message FROM source_checks ORDER BY 1")
+    assert [(r[0], r[1].split(":")[0] if r[1] else None) for r in rows] == [
+        (T0, None),
+        (T0 + HOUR, "not checked"),
+        (T0 + 2 * HOUR, "not checked"),
+        (T0 + 3 * HOUR, "not checked"),
+    ]
+    assert "the schedule was behind" in rows[3][1] and "was final" in rows[2][1]
