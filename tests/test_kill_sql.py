@@ -87,6 +87,7 @@ async def test_a_claim_reads_its_own_target_and_its_own_snapshot(pool: asyncpg.P
         " WHERE id = 'other'"
     )
     assert await store.lease_left(pool, "acme") is None
+    assert await store.lease_left(pool, "nobody") is None
     later = await store.claim(
         pool, target_id="acme", work_id=work_id("acme", T0 + HOUR), execution_id="b",
         lease=LEASE, on_schedule=True, slot=T0 + HOUR,
