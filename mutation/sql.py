@@ -65,6 +65,7 @@ GRID_TESTS = (
     "tests/test_grid_sql.py",
     "tests/test_calendar.py::test_sql_calendar_functions_are_the_python_ones",
     "tests/test_calendar.py::test_grid_passed_dispatches",
+    "tests/test_calendar.py::test_the_table_takes_a_calendar_whole_or_not_at_all",
     "tests/test_calendar.py::test_postgres_reads_missing_and_repeated_times_unlike_our_rules",
     "tests/test_store.py",
 )
