@@ -53,9 +53,21 @@ bench: $(BIN)/python
 # survived. Results are kept in mutants/: a rerun tests only new or changed functions, and
 # MODULE=pricewatch/slots.py tests that module's mutants again (after a new test). JOBS
 # mutants at a time, at low priority; the scores per module and the survivors are printed last.
-.PHONY: mutants
+# Every mutant's tests share one embedded Postgres that mutation/pg.py starts for the run and
+# removes after (PRICEWATCH_TEST_DATABASE_URL, kept if already set).
+.PHONY: mutants mutants-sql
 JOBS ?= 2
 mutants: $(BIN)/python
 	$(BIN)/python -m pip install --quiet --editable '.[test]'
-	nice -n 10 $(BIN)/mutmut run --max-children $(JOBS) $(if $(MODULE),'$(subst /,.,$(MODULE:.py=)).*')
+	nice -n 10 $(BIN)/python mutation/pg.py \
+		$(BIN)/mutmut run --max-children $(JOBS) $(if $(MODULE),'$(subst /,.,$(MODULE:.py=)).*')
 	$(BIN)/python mutation/scores.py $(MODULE)
+
+# The SQL that carries the promises (claim and commit, the next due slot, the calendar grid),
+# which mutmut cannot change: mutation/sql.py makes one mutant at a time in a copy of the
+# tree and runs the tests that reach that SQL against it. FILE=activities/sql/queries.sql
+# for one file; ARGS for more (--cap N mutants per file, --timeout S per mutant, --list).
+mutants-sql: $(BIN)/python
+	$(BIN)/python -m pip install --quiet --editable '.[test]'
+	nice -n 10 $(BIN)/python mutation/pg.py \
+		$(BIN)/python mutation/sql.py --jobs $(JOBS) $(ARGS) $(FILE)

@@ -75,20 +75,31 @@ def postgres_server_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-async def template_database(postgres_server_url: str) -> str:
-    """A migrated database that every test's database is cloned from (cheap per test)."""
+async def template_database(postgres_server_url: str) -> AsyncIterator[str]:
+    """A migrated database that every test's database is cloned from (cheap per test).
+
+    Under `make mutants` each mutant is a session of its own in a forked process, two at a
+    time on one server (mutation/pg.py): each gets a template of its own, dropped after."""
+    mutant = bool(os.environ.get("MUTANT_UNDER_TEST"))
+    name = f"{TEMPLATE_DB}_{os.getpid()}" if mutant else TEMPLATE_DB
     admin = await asyncpg.connect(postgres_server_url)
     try:
-        await admin.execute(f"DROP DATABASE IF EXISTS {TEMPLATE_DB}")
-        await admin.execute(f"CREATE DATABASE {TEMPLATE_DB}")
+        await admin.execute(f"DROP DATABASE IF EXISTS {name}")
+        await admin.execute(f"CREATE DATABASE {name}")
     finally:
         await admin.close()
-    conn = await asyncpg.connect(with_database(postgres_server_url, TEMPLATE_DB))
+    conn = await asyncpg.connect(with_database(postgres_server_url, name))
     try:
         await migrate(conn)
     finally:
         await conn.close()
-    return TEMPLATE_DB
+    yield name
+    if mutant:
+        admin = await asyncpg.connect(postgres_server_url)
+        try:
+            await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        finally:
+            await admin.close()
 
 
 @pytest.fixture
