@@ -8,9 +8,10 @@ retried as a normal activity, continue-as-new, a removal during a backoff) with 
 webhook channel told of its changes, a run started with 1.0's run length (300 checks)
 that 1.1 shortens, a target in price mode whose rises nobody is told (`--notify-on drop`), a
 rendered target checked on the render task queue and a calendar target (1.7: with an
-offset) reconfigured to an interval (1.4), then one retention pass (`PruneChecks`), and
-writes each run's history to tests/histories/<version>/, the package's version: from 1.0 on
-every release keeps its histories there and every later release must replay them.
+offset) reconfigured to an interval (1.4), then one retention pass (`PruneChecks`) and one
+self-watch pass (`WatchSelf`, 1.10), and writes each run's history to
+tests/histories/<version>/, the package's version: from 1.0 on every release keeps its
+histories there and every later release must replay them.
 """
 
 import asyncio
@@ -55,10 +56,12 @@ from workers.worker import (
 )
 from workflows.monitor import MonitorTarget
 from workflows.retention import PruneChecks
+from workflows.selfwatch import WatchSelf
 
 HISTORIES = Path(__file__).parent / "histories" / version("pricewatch")
 TASK_QUEUE = "record-histories"
 RETENTION_RECORDED = "pricewatch-retention-recorded"
+SELFWATCH_RECORDED = "pricewatch-selfwatch-recorded"
 
 
 async def drive(client: Client, activities: Activities, page_url: str) -> list[str]:
@@ -166,6 +169,11 @@ async def drive(client: Client, activities: Activities, page_url: str) -> list[s
             PruneChecks.run, id=RETENTION_RECORDED, task_queue=TASK_QUEUE
         )
         await prune.result()
+        # A self-watch pass (1.10), as its Schedule starts one every minute.
+        watch = await client.start_workflow(
+            WatchSelf.run, id=SELFWATCH_RECORDED, task_queue=TASK_QUEUE
+        )
+        await watch.result()
     return [r for r in run_ids if r]
 
 
@@ -235,6 +243,8 @@ async def main() -> None:
                 write(HISTORIES / f"monitor_target_run{index + 1}.json", history)
             prune = await client.get_workflow_handle(RETENTION_RECORDED).fetch_history()
             write(HISTORIES / "prune_checks_run1.json", prune)
+            watch = await client.get_workflow_handle(SELFWATCH_RECORDED).fetch_history()
+            write(HISTORIES / "watch_self_run1.json", watch)
         finally:
             await runner.cleanup()
             stop_process(temporal)

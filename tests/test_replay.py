@@ -19,6 +19,7 @@ from client.temporal import DATA_CONVERTER, SharedPydanticPayloadConverter
 from pricewatch.models import MonitorState, TargetConfig
 from workflows.monitor import MonitorTarget
 from workflows.retention import PruneChecks
+from workflows.selfwatch import WatchSelf
 
 # Each release's histories, under tests/histories/<version>/: all of them must replay.
 ROOT = Path(__file__).parent / "histories"
@@ -32,7 +33,9 @@ def test_histories_are_committed() -> None:
 @pytest.mark.parametrize("name", HISTORIES)
 async def test_recorded_history_replays(name: str) -> None:
     history = WorkflowHistory.from_json(name, HISTORIES[name])
-    replayer = Replayer(workflows=[MonitorTarget, PruneChecks], data_converter=DATA_CONVERTER)
+    replayer = Replayer(
+        workflows=[MonitorTarget, PruneChecks, WatchSelf], data_converter=DATA_CONVERTER
+    )
     await replayer.replay_workflow(history)
 
 
