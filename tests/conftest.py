@@ -38,6 +38,7 @@ from client.temporal import DATA_CONVERTER, register_search_attributes, start_mo
 from pricewatch.models import MonitorState, TargetConfig
 from tests.chaos import procs
 from tests.chaos.stack import serve
+from tests.origins import Answer, Origin, StartOrigin
 from workers import lifeline
 from workers.embedded import (
     find_binary,
@@ -489,3 +490,21 @@ async def services_app() -> AsyncIterator[Services]:
     async with serve([*routes, web.post("/hooks/{token}", app.handle)]) as base:
         app.base = base
         yield app
+
+
+@pytest.fixture
+async def origins() -> AsyncIterator[StartOrigin]:
+    """Starts origins (all stopped at the end, also on failure)."""
+    started: list[Origin] = []
+
+    async def start(answer: Answer, host: str = "127.0.0.1", port: int = 0) -> Origin:
+        origin = Origin(answer)
+        started.append(origin)
+        await origin.start(host, port)
+        return origin
+
+    try:
+        yield start
+    finally:
+        for origin in started:
+            await origin.stop()

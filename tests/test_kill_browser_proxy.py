@@ -40,11 +40,8 @@ from activities.browser_proxy import (
     valid,
 )
 from activities.guard import AddressPolicy
-from tests import test_browser_proxy
 from tests.conftest import LOOPBACK
-from tests.test_browser_proxy import Origin, StartOrigin, asking, connect, echo_answer, get
-
-origins = test_browser_proxy.origins  # the fixture: origins started, and stopped at the end
+from tests.origins import Origin, StartOrigin, asking, connect, echo_answer, get
 
 hosts = st.sampled_from(["example.com", "shop.example", "93.184.216.34", "[2001:db8::1]"])
 ports = st.integers(min_value=1, max_value=65535)

@@ -23,10 +23,11 @@ from starlette.types import Message, Receive, Scope, Send
 from temporalio.service import RPCError, RPCStatusCode
 
 from client.pricewatch import BadInput, Unknown
+from client.temporal import address as temporal_address
 from pricewatch.settings import Settings
 from pricewatch.views import ChannelView
 from surfaces import api, auth, web
-from tests.test_signin import CSRF, TOKEN, app_client, served, signed_in
+from tests.sessions import CSRF, TOKEN, app_client, served, signed_in
 
 ORIGIN = "http://evil.example"
 WEBHOOK_SECRET = "whsec_c2VjcmV0LXBsYW50ZWQtaW4tdGhlLWFwaQ=="
@@ -336,12 +337,17 @@ async def test_an_unreadable_host_is_refused_as_no_name(host: str) -> None:
     [
         (Unknown("no target named 'acme'"), 404, "no target named 'acme'"),
         (BadInput("bad\nsecond line"), 400, "bad"),
-        (RPCError("down", RPCStatusCode.UNAVAILABLE, b""), 503, "Temporal: down"),
+        (
+            RPCError("down", RPCStatusCode.UNAVAILABLE, b""),
+            503,
+            "cannot reach Temporal at {address}: down",
+        ),
     ],
 )
 async def test_an_expected_failure_is_its_one_line_and_status(
     raised: BaseException, status: int, line: str
 ) -> None:
+    line = line.format(address=temporal_address())
     app, stand = standing()
     stand.raising = raised
     async with app:

@@ -8,7 +8,6 @@ body limit, the cookie's name and Secure flag."""
 import hmac
 import html
 import os
-import re
 import string
 from collections.abc import AsyncIterator, Iterator
 
@@ -22,26 +21,14 @@ from client.pricewatch import BadInput
 from pricewatch.settings import TOKEN_FLOOR, Settings
 from surfaces import web
 from tests.helpers import cli
+from tests.sessions import TOKEN, app_client, served, signed_in
 
-TOKEN = "k7Qz-R2mX_9vLp4a-Hc8Wn3e"
-CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 # RFC 6750's b64token characters: what a bearer token may hold.
 TOKEN_CHARS = string.ascii_letters + string.digits + "-._~+/"
 tokens = st.text(TOKEN_CHARS, min_size=TOKEN_FLOOR, max_size=40)
 GUARDING = ["api_token", "session_cookie", "smtp_username", "smtp_password", "database_url"]
 blank = st.text(" \t\r\n\f\v", max_size=5)
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def app_client(token: str | None, **fields: object) -> httpx.AsyncClient:
-    """The app (no lifespan: nothing here reaches Temporal or Postgres) behind a client on
-    its own cookie jar."""
-    chosen = Settings(api_token=token, **fields)  # type: ignore[arg-type]
-    return served(web.create_app(chosen))
-
-
-def served(app: object, base_url: str = "http://127.0.0.1:8090") -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=base_url)  # type: ignore[arg-type]
 
 
 def wrong_guesses(token: str) -> Iterator[str]:
@@ -183,17 +170,6 @@ async def test_the_tokens_are_compared_in_constant_time(monkeypatch: pytest.Monk
 
 
 # The dashboard's sign-in -----------------------------------------------------------------
-
-
-async def signed_in(app: httpx.AsyncClient, given: str) -> bool:
-    """Sign in with `given`; whether a private page is then served (a 404 for a page that
-    does not exist, not the 303 to /login)."""
-    csrf = CSRF.findall((await app.get("/login")).text)[0]
-    answer = await app.post("/login", data={"csrf": csrf, "token": given})
-    assert answer.status_code in (303, 401), answer.text
-    private = await app.get("/nothing")
-    assert (answer.status_code == 303) == (private.status_code == 404)
-    return answer.status_code == 303
 
 
 @FAST
