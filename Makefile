@@ -59,6 +59,9 @@ bench: $(BIN)/python
 JOBS ?= 2
 mutants: $(BIN)/python
 	$(BIN)/python -m pip install --quiet --editable '.[test]'
+	# mutmut refreshes only the Python files of its copy: the SQL and the templates too.
+	[ ! -d mutants ] || cp -r activities/sql mutants/activities/
+	[ ! -d mutants ] || cp -r surfaces/templates surfaces/static mutants/surfaces/
 	nice -n 10 $(BIN)/python mutation/pg.py \
 		$(BIN)/mutmut run --max-children $(JOBS) $(if $(MODULE),'$(subst /,.,$(MODULE:.py=)).*')
 	$(BIN)/python mutation/scores.py $(MODULE)
