@@ -30,6 +30,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
+from activities import checks, freezes, notify
 from activities.fetch import new_client
 from activities.guard import AddressPolicy
 from activities.migrate import migrate
@@ -39,7 +40,7 @@ from pricewatch.models import MonitorState, TargetConfig
 from tests.chaos import procs
 from tests.chaos.stack import serve
 from tests.origins import Answer, Origin, StartOrigin
-from workers import lifeline
+from workers import lifeline, observability
 from workers.embedded import (
     find_binary,
     free_port,
@@ -52,6 +53,15 @@ from workers.embedded import (
 TEMPLATE_DB = f"pricewatch_template_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
 # The tests' pages and receivers live on 127.0.0.1, which the SSRF guard refuses by default.
 LOOPBACK = AddressPolicy.allowing(["127.0.0.1/32"])
+
+
+@pytest.fixture(autouse=True)
+def never_frozen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's process starts never frozen: the stall registry is process-wide, and a
+    freeze one test feeds it was named on another test's skipped slots (CI, 1.10.0)."""
+    stalls = freezes.Stalls()
+    for module in (freezes, checks, notify, observability):
+        monkeypatch.setattr(module, "STALLS", stalls)
 
 
 def with_database(url: str, database: str) -> str:

@@ -51,6 +51,11 @@ async def test_the_api_adds_reads_and_steers_a_target_as_the_cli_does(
         assert listed.headers["x-total-count"] == "1"
         assert [t["id"] for t in listed.json()] == ["acme"]
 
+        async def first_slot_recorded() -> bool:  # its first slot falls due at the add
+            history = (await http.get("/targets/acme/history")).json()
+            return any(row["kind"] == "scheduled" for row in history)
+
+        await eventually(first_slot_recorded, what="acme's first slot recorded")
         first = await http.post("/targets/acme/check")
         assert first.status_code == 200, first.text
         assert first.json()[0]["status"] == "unchanged"  # the baseline
