@@ -126,11 +126,7 @@ async def worker_process(
     assert process.stdout is not None
     drain = None
     try:
-        before: list[bytes] = []  # a warning may come first (a GC pause while it starts)
-        async with asyncio.timeout(60):
-            while b"polling" not in (line := await process.stdout.readline()):
-                assert line, b"".join(before)  # it exited without polling
-                before.append(line)
+        await read_until(process, b"polling", [])  # a warning may come first (a GC pause)
         drain = asyncio.create_task(process.stdout.read())
         yield process
     finally:
@@ -139,6 +135,27 @@ async def worker_process(
             logged = await drain
             if output is not None:
                 output.append(logged)
+
+
+async def read_until(
+    process: asyncio.subprocess.Process,
+    said: bytes,
+    seen: list[bytes],
+    within: float = 60,
+    each: Callable[[bytes], object] | None = None,
+) -> None:
+    """Read the process's output into `seen` (each line handed to `each`) up to and
+    including the first line holding `said`; fail with what it printed if it exits first."""
+    assert process.stdout is not None
+    async with asyncio.timeout(within):
+        while True:
+            line = await process.stdout.readline()
+            assert line, b"the process exited:\n" + b"".join(seen)
+            seen.append(line)
+            if each is not None:
+                each(line)
+            if said in line:
+                return
 
 
 async def terminated(process: asyncio.subprocess.Process, grace: float) -> None:

@@ -24,7 +24,7 @@ from pricewatch.names import RETENTION_SCHEDULE_ID, RETENTION_WORKFLOW_TYPE
 from pricewatch.settings import Settings
 from tests.chaos.proxy import Proxy, postgres_upstream, through
 from tests.conftest import MailSink, PageServer, WebhookReceiver
-from tests.helpers import PRICEWATCH, cli, remove_all, worker_process
+from tests.helpers import PRICEWATCH, cli, read_until, remove_all, worker_process
 from tests.waits import eventually, wait_for
 from workers.embedded import free_port
 from workflows.monitor import MonitorTarget
@@ -153,15 +153,15 @@ async def test_a_worker_started_while_its_dependencies_are_away_waits_for_them(
         stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     assert process.stdout is not None
+
+    def dependency_back(line: bytes) -> None:
+        for said, fault in faults.items():
+            if said in line:
+                fault.cancel()
+
     seen: list[bytes] = []
     try:
-        async with asyncio.timeout(150):
-            while b"polling" not in (line := await process.stdout.readline()):
-                assert line, b"the worker exited:\n" + b"".join(seen)
-                seen.append(line)
-                for said, fault in faults.items():
-                    if said in line:
-                        fault.cancel()  # the dependency is back
+        await read_until(process, b"polling", seen, within=150, each=dependency_back)
     finally:
         process.send_signal(signal.SIGTERM)
         await asyncio.wait_for(process.wait(), timeout=40)

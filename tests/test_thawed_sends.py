@@ -37,7 +37,7 @@ from pricewatch import notices
 from pricewatch.models import ChannelKind, DeliveryInput, TargetConfig
 from pricewatch.policy import TRANSIENT_DELIVERY_ERROR
 from tests.conftest import LOOPBACK, PageServer, Services
-from tests.helpers import NO_SMTP, SLOT, cli, delivery, terminated, worker_process
+from tests.helpers import NO_SMTP, SLOT, cli, delivery, read_until, terminated, worker_process
 from tests.waits import eventually
 
 
@@ -229,9 +229,7 @@ async def frozen_worker(
     assert process.stdout is not None
     drain = None
     try:
-        async with asyncio.timeout(60):
-            while b"polling" not in (line := await process.stdout.readline()):
-                assert line, "the freezing worker exited before polling"
+        await read_until(process, b"polling", [])
         drain = asyncio.create_task(process.stdout.read())
         yield process
     finally:

@@ -27,7 +27,7 @@ from temporalio.worker import Worker
 
 from tests.chaos.proxy import Proxy
 from tests.conftest import PageServer
-from tests.helpers import PRICEWATCH, cli, terminated
+from tests.helpers import PRICEWATCH, cli, read_until, terminated
 from tests.waits import wait_for
 from workers.embedded import free_port, start_temporal_dev_server, stop_process
 from workers.worker import polling
@@ -160,21 +160,14 @@ async def test_a_worker_started_while_temporal_is_frozen_starts_and_checks_once_
         assert process.stdout is not None
         seen: list[bytes] = []
         try:
-            async with asyncio.timeout(60):
-                while b"waiting for Temporal" not in (line := await process.stdout.readline()):
-                    assert line, b"the worker exited:\n" + b"".join(seen)
-                    seen.append(line)
-            seen.append(line)
+            await read_until(process, b"waiting for Temporal", seen)
             await asyncio.sleep(FROZEN_FOR)  # past the SDK's retries: the worker still waits
             assert process.returncode is None, b"".join(seen)
         except BaseException:
             await terminated(process, grace=40)
             raise
     try:
-        async with asyncio.timeout(120):
-            while b"polling" not in (line := await process.stdout.readline()):
-                assert line, b"the worker exited:\n" + b"".join(seen)
-                seen.append(line)
+        await read_until(process, b"polling", seen, within=120)
         drain = asyncio.create_task(process.stdout.read())
         code, out, err = await cli(env, "add", "start", page_server.url("/start"), "--every", "1s")
         assert code == 0, (out, err)
