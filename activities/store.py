@@ -442,14 +442,24 @@ async def list_targets(
     state: str | None = None,
     limit: int | None = None,
     offset: int = 0,
+    tag: str | None = None,
+    sort: str = "id",
+    descending: bool = False,
 ) -> list[dict[str, object]]:
-    """Targets by id, each with `total`: how many match `search` and `state`, and
-    `overdue` as `health` would count its next slot late."""
+    """Targets in `sort`'s order, each with `total`: how many match `search`, `state` and
+    `tag`, `overdue` as `health` would count its next slot late, each named price's last
+    `trend` amounts (`trends`) and the first price's (`trend`: the sparkline before 2.0)."""
     rows = await QUERIES["list_targets"].fetch(
-        pool, trend=trend, search=search, state=state, limit=limit, offset=offset,
+        pool, trend=trend, search=search, state=state, limit=limit, offset=offset, tag=tag,
+        sort=sort, direction=-1 if descending else 1,
         on_time_floor=ON_TIME_FLOOR.total_seconds(), on_time_share=ON_TIME_SHARE,
     )  # fmt: skip
-    return [_decoded(row, "prices", "trend", "calendar") for row in rows]
+    listed = [_decoded(row, "prices", "trends", "calendar", "tags") for row in rows]
+    for row in listed:
+        prices, trends = row["prices"], row["trends"]
+        first = prices[0].get("name") if isinstance(prices, list) and prices else None
+        row["trend"] = trends.get(first, []) if isinstance(trends, dict) else []
+    return listed
 
 
 async def price_history(
@@ -470,6 +480,37 @@ async def price_points(
     ):
         series.setdefault(name, []).append((slot, amount))
     return series
+
+
+@dataclass(frozen=True)
+class PriceLine:
+    """One named price of one target over its slots, oldest first: a chart's line."""
+
+    target_id: str
+    name: str
+    currency: str | None
+    period: str | None
+    points: list[tuple[datetime, Decimal]]
+
+
+async def price_lines(
+    pool: asyncpg.Pool, limit: int, target_id: str | None = None, tag: str | None = None
+) -> list[PriceLine]:
+    """Each named price of the target (or of each target tagged `tag`) over its newest `limit`
+    price slots, by target and then in the order the slots list them; the currency and period
+    are the newest slot's."""
+    lines: dict[tuple[str, str], PriceLine] = {}
+    for row in await QUERIES["price_lines"].fetch(pool, limit=limit, target_id=target_id, tag=tag):
+        key = (row["target_id"], row["name"])
+        had = lines.get(key)
+        points = [] if had is None else had.points
+        points.append((row["slot"], row["amount"]))
+        lines[key] = PriceLine(key[0], key[1], row["currency"], row["period"], points)
+    return list(lines.values())
+
+
+async def group_changes(pool: asyncpg.Pool, tag: str, limit: int) -> list[dict[str, object]]:
+    return [dict(row) for row in await QUERIES["group_changes"].fetch(pool, tag=tag, limit=limit)]
 
 
 def _decoded(row: asyncpg.Record, *columns: str) -> dict[str, object]:

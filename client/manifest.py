@@ -12,6 +12,7 @@ control: one entry per target, in the words of `pricewatch add`'s options.
           - url: ntfy://ntfy.internal/pricing
             title: "{{ target }}: {{ headline }}"
         selector: "#pricing"
+        tags: [cloud, eu]     # groups: the list filters by them, /groups/cloud charts them
         timeout: 30s          # a slow page: 5s to 120s (default: 10s per read, 30s in all)
         paused: false
       - id: acme-plans
@@ -171,6 +172,8 @@ class Entry(BaseModel):
     """Load the page in Chromium first (`--render`)."""
     steps: list[str] = []
     """With `render`, what runs on the page before it is read (`--step`)."""
+    tags: list[str] = []
+    """Groups (`--tag`): short slugs, one or a list."""
 
     @model_validator(mode="before")
     @classmethod
@@ -189,7 +192,7 @@ class Entry(BaseModel):
             return value
         raise ValueError(f"write a duration like 90s, 15m, 24h or 1d, not {value!r}")
 
-    @field_validator("at", mode="before")
+    @field_validator("at", "tags", mode="before")
     @classmethod
     def _one_or_more(cls, value: object) -> object:
         return [value] if isinstance(value, str) else value
@@ -245,6 +248,7 @@ class Entry(BaseModel):
             price_mode=self._price_mode(),
             timeout_seconds=None if self.timeout is None else int(self.timeout.total_seconds()),
             render=RenderSettings(steps=self.steps) if self.render else None,
+            tags=self.tags,
         )
 
 
@@ -394,6 +398,7 @@ def entry(config: TargetConfig, paused: bool = False) -> dict[str, object]:
         "ignore": config.ignore,
         "json_pointer": config.json_pointer,
         "user_agent": config.user_agent,
+        "tags": config.tags,
         "timeout": (
             format_duration(timedelta(seconds=config.timeout_seconds))
             if config.timeout_seconds

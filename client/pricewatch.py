@@ -64,6 +64,7 @@ from pricewatch.health import (
     parse_window,
 )
 from pricewatch.models import (
+    TAG_PATTERN,
     Channel,
     ChannelKind,
     CheckInput,
@@ -86,6 +87,7 @@ from pricewatch.views import (
     DeliveryView,
     PricesRow,
     StatusView,
+    TargetSort,
     TargetsPage,
     TargetState,
     TargetSummary,
@@ -217,6 +219,15 @@ class Added(StrEnum):
     ADDED = "added"
     UNCHANGED = "unchanged"
     RECONFIGURED = "reconfigured"
+
+
+def valid_tag(tag: str) -> str:
+    if not TAG_PATTERN.fullmatch(tag):
+        raise BadInput(
+            f"tag: {tag[:40]!r} is not a tag (lowercase letters, digits and inner hyphens, "
+            "1-32 chars)"
+        )
+    return tag
 
 
 def valid_id(target_id: str) -> str:
@@ -664,14 +675,21 @@ class Pricewatch:
         state: TargetState | None = None,
         limit: int | None = None,
         offset: int = 0,
+        tag: str | None = None,
+        sort: TargetSort = "id",
+        descending: bool = False,
     ) -> TargetsPage:
-        """Targets by id: those whose id or URL holds `search`, in `state`; `limit` of them
-        from `offset` on, and how many match in all."""
+        """Targets in `sort`'s order (id breaks ties): those whose id or URL holds `search`,
+        in `state`, tagged `tag`; `limit` of them from `offset` on, and how many match."""
         if search:
             storable("search", search)
+        if tag is not None:
+            valid_tag(tag)
+        search = search or None
         rows = await store.list_targets(
-            await self.pool(), search=search or None, state=state, limit=limit, offset=offset
-        )
+            await self.pool(), search=search, state=state, tag=tag, limit=limit, offset=offset,
+            sort=sort, descending=descending,
+        )  # fmt: skip
         # as_typed: a row mirrored before 1.2 holds the URL percent-encoded.
         targets = [
             TargetSummary(
@@ -682,7 +700,7 @@ class Pricewatch:
             for row in rows
         ]
         if not rows and offset:  # past the end: the count is still wanted
-            rows = await store.list_targets(await self.pool(), 0, search or None, state, limit=1)
+            rows = await store.list_targets(await self.pool(), 0, search, state, 1, tag=tag)
         total = int(str(rows[0]["total"])) if rows else 0
         return TargetsPage(targets=targets, total=total)
 
@@ -775,6 +793,18 @@ class Pricewatch:
         """The charts' data: each named price's (slot, amount) over the newest `limit` slots
         that read prices, oldest first (empty before the first)."""
         return await store.price_points(await self.pool(), valid_id(target_id), limit)
+
+    async def price_lines(self, target_id: str, limit: int) -> list[store.PriceLine]:
+        """The target page's charts: each named price over the newest `limit` price slots."""
+        return await store.price_lines(await self.pool(), limit, target_id=valid_id(target_id))
+
+    async def group_lines(self, tag: str, limit: int) -> list[store.PriceLine]:
+        """A group's chart: each named price of each target tagged `tag`, side by side."""
+        return await store.price_lines(await self.pool(), limit, tag=valid_tag(tag))
+
+    async def group_changes(self, tag: str, limit: int) -> list[dict[str, object]]:
+        """The newest changes of the targets tagged `tag`, newest first."""
+        return await store.group_changes(await self.pool(), valid_tag(tag), limit)
 
     async def screenshot(self, work_id: str) -> bytes:
         """A rendered check's screenshot (PNG): kept for a new state (the baseline, a change)

@@ -38,6 +38,9 @@ FETCH_TIMEOUT_RANGE = (
     f"{MIN_FETCH_TIMEOUT.total_seconds():.0f}s to {MAX_FETCH_TIMEOUT.total_seconds():.0f}s"
 )
 TARGET_ID_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+# A tag names a group (`--tag`, `/groups/TAG`): a short slug, so it is a path segment as is.
+TAG_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?$")
+MAX_TAGS = 10
 
 
 def _utc(value: datetime) -> datetime:
@@ -254,6 +257,22 @@ class TargetConfig(Model):
     None: every `interval_seconds` from the anchor. A calendar target's `interval_seconds`
     is filled in as the calendar's smallest spacing (at most a year): what the minimum
     interval is checked against."""
+    tags: list[str] = Field(default_factory=list)
+    """Groups it belongs to (`--tag`): short slugs, sorted, each once. Empty by default: a
+    config recorded before tags reads as untagged, and older workers ignore the field."""
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: list[str]) -> list[str]:
+        for tag in value:
+            if not TAG_PATTERN.fullmatch(tag):
+                raise ValueError(
+                    f"{tag[:40]!r} is not a tag: lowercase letters, digits and inner hyphens, "
+                    "1-32 chars"
+                )
+        if len(set(value)) > MAX_TAGS:
+            raise ValueError(f"at most {MAX_TAGS} tags, not {len(set(value))}")
+        return sorted(set(value))
 
     @model_validator(mode="before")
     @classmethod

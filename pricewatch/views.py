@@ -50,10 +50,22 @@ class TargetSummary(View):
     """Price mode: the prices the newest check read."""
     trend: list[Decimal] = []
     """Price mode: the first price's amount at each of the last checks, oldest first."""
+    trends: dict[str, list[Decimal]] = {}
+    """Price mode: each named price's amount at each of the last checks, oldest first."""
+    tags: list[str] = []
+    last_checked: datetime | None = None
+    """When the newest check other than `skipped` ran."""
+    last_changed: datetime | None = None
+    """When the newest recorded change was seen."""
+    error: str | None = None
+    """The newest check's error, when it failed or is being retried."""
 
 
 TargetState = Literal["unhealthy", "paused", "retrying", "prices"]
 """What the targets page and `/api/v1/targets?state=` filter by: prices is price mode."""
+TargetSort = Literal["id", "next", "checked", "changed", "streak"]
+"""What the targets page sorts by: id, next slot, last checked, last changed, failed slots
+in a row."""
 
 
 class TargetsPage(View):

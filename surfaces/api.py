@@ -99,9 +99,10 @@ async def targets(
     state: TargetState | None = None,
     limit: Limit = 50,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+    tag: Annotated[str | None, Query(max_length=200)] = None,
 ) -> Response:
-    """`list --json`, a page of it: `X-Total-Count` says how many match."""
-    page = await pricewatch.targets(search, state, limit, offset)
+    """`list --json`, a page of it: `X-Total-Count` says how many match; `tag`: `list --tag`."""
+    page = await pricewatch.targets(search, state, limit, offset, tag)
     response = answer("list", page.targets)
     response.headers["X-Total-Count"] = str(page.total)
     return response

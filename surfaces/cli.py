@@ -297,6 +297,13 @@ RenderOpt = Annotated[
     bool,
     typer.Option("--render", help="Load the page in Chromium first (a render worker checks it)."),
 ]
+TagOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--tag", metavar="<tag>",
+        help="A group it belongs to (repeatable): a short slug; `list --tag` filters by it.",
+    ),
+]  # fmt: skip
 StepOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -340,7 +347,7 @@ def target_config(
     below: str | None, above: str | None, min_change_percent: str | None,
     rendered: bool = False, step: list[str] | None = None, grid: Calendar | None = None,
     notify: list[str] | None = None, notify_title: str | None = None,
-    notify_body: str | None = None,
+    notify_body: str | None = None, tags: list[str] | None = None,
 ) -> TargetConfig:  # fmt: skip
     """A target's settings from `add`'s options: any price option turns price mode on."""
     if (notify_title or notify_body) and not notify:
@@ -380,6 +387,7 @@ def target_config(
         price_mode=PriceSettings.model_validate(given) if prices or given else None,
         timeout_seconds=parse_timeout(fetch_timeout),
         render=RenderSettings(steps=step or []) if rendered else None,
+        tags=tags or [],
     )
 
 
@@ -419,6 +427,7 @@ async def add(
     on: OnOpt = None,
     tz: TzOpt = None,
     jitter: JitterOpt = None,
+    tag: TagOpt = None,
 ) -> None:
     """Start watching a page (same settings again: no-op; different: reconfigure).
 
@@ -428,7 +437,7 @@ async def add(
         target_id, url, every, max_attempts, unhealthy_after, webhook, email, selector, ignore,
         json_pointer, user_agent, fetch_timeout, prices, price_selector, price_name,
         price_attr, notify_on, below, above, min_change_percent, rendered, step,
-        calendar_of(cron, at, on, tz, jitter), notify, notify_title, notify_body,
+        calendar_of(cron, at, on, tz, jitter), notify, notify_title, notify_body, tag,
     )  # fmt: skip
     async with pricewatch() as client:
         outcome = await client.add(config, parse_start_at(start_at))
@@ -510,14 +519,23 @@ async def try_page(
 
 @app.command("list")
 @command
-async def list_targets(as_json: JsonOpt = False) -> None:
+async def list_targets(
+    as_json: JsonOpt = False,
+    tag: Annotated[
+        str | None, typer.Option("--tag", metavar="<tag>", help="Only the targets with this tag.")
+    ] = None,
+) -> None:
     """List targets with their state, next slot and last result."""
     async with pricewatch() as client:
-        rows = (await client.targets()).targets
+        rows = (await client.targets(tag=tag)).targets
     if as_json:
         return print_json("list", rows)
     if not rows:
-        typer.echo("no targets: add one with `pricewatch add <id> <url> --every 24h`")
+        typer.echo(
+            f"no target has the tag {tag!r}"
+            if tag
+            else "no targets: add one with `pricewatch add <id> <url> --every 24h`"
+        )
         return
     render.targets(rows)
 

@@ -401,50 +401,82 @@ SELECT work_id, scheduled_for AS slot, kind, status, checked_at, attempt_count, 
 SELECT target_id FROM source_checks WHERE work_id = :work_id;
 
 -- name: list_targets
--- With, in price mode, the newest prices and the first price's last :trend amounts. Paged
+-- With, in price mode, the newest prices and each named price's last :trend amounts. Paged
 -- (the dashboard, the API): targets whose id or URL holds :search, in :state (unhealthy,
--- paused, retrying, prices), :limit from :offset on by id; `total` counts every match. The
--- page is chosen before the lateral reads, so they run for its rows only; it is chosen, and
--- counted, by id alone (the count's window holds every match: whole rows spilled it to disk),
--- and only its rows are read whole. `overdue`: enabled, and its next slot is further in the
--- past (by Postgres's clock) than the on-time bound (max(:on_time_floor s, :on_time_share of
--- the interval)), so its check can no longer be on time: what `health` counts as late.
+-- paused, retrying, prices), tagged :tag, :limit from :offset on in :sort's order (id,
+-- next, checked, changed, streak; :direction 1 or -1, id breaking ties); `total` counts every
+-- match. The page is chosen before the lateral reads, so they run for its rows only (a sort
+-- by checked or changed reads each match's newest check: the CASE asks only for the one
+-- sorted by); it is chosen, and counted, by id alone (the count's window holds every match:
+-- whole rows spilled it to disk), and only its rows are read whole. `overdue`: enabled, and
+-- its next slot is further in the past (by Postgres's clock) than the on-time bound
+-- (max(:on_time_floor s, :on_time_share of the interval)), so its check can no longer be on
+-- time: what `health` counts as late. `error`: the newest check's, when it failed or is
+-- being retried.
 WITH page AS (
-    SELECT t.id, count(*) OVER () AS total FROM monitor_targets t
-     WHERE (:search::text IS NULL
-            OR strpos(t.id, lower(:search)) > 0 OR strpos(lower(t.url), lower(:search)) > 0)
-       AND CASE :state::text
-             WHEN 'unhealthy' THEN t.failure_streak >= t.unhealthy_after
-             WHEN 'paused' THEN NOT t.enabled
-             WHEN 'retrying' THEN t.id IN (
-                 SELECT target_id FROM source_checks WHERE status = 'retrying')
-             WHEN 'prices' THEN jsonb_typeof(t.config -> 'prices') = 'object'
-             ELSE true END
-     ORDER BY t.id LIMIT :limit::integer OFFSET :offset::integer
+    SELECT id, total, place FROM (
+        SELECT t.id, count(*) OVER () AS total, row_number() OVER (ORDER BY
+                   CASE :sort::text
+                     WHEN 'next' THEN extract(epoch FROM t.next_slot)
+                     WHEN 'streak' THEN t.failure_streak
+                     WHEN 'checked' THEN extract(epoch FROM (
+                         SELECT checked_at FROM source_checks WHERE target_id = t.id
+                          ORDER BY checked_at DESC LIMIT 1))
+                     WHEN 'changed' THEN extract(epoch FROM (
+                         SELECT checked_at FROM source_checks
+                          WHERE target_id = t.id AND status = 'changed'
+                          ORDER BY checked_at DESC LIMIT 1))
+                   END * :direction::integer NULLS LAST,
+                   CASE WHEN :direction::integer > 0 THEN t.id END,
+                   CASE WHEN :direction::integer < 0 THEN t.id END DESC) AS place
+          FROM monitor_targets t
+         WHERE (:search::text IS NULL
+                OR strpos(t.id, lower(:search)) > 0 OR strpos(lower(t.url), lower(:search)) > 0)
+           AND (:tag::text IS NULL OR t.config -> 'tags' @> to_jsonb(:tag::text))
+           AND CASE :state::text
+                 WHEN 'unhealthy' THEN t.failure_streak >= t.unhealthy_after
+                 WHEN 'paused' THEN NOT t.enabled
+                 WHEN 'retrying' THEN t.id IN (
+                     SELECT target_id FROM source_checks WHERE status = 'retrying')
+                 WHEN 'prices' THEN jsonb_typeof(t.config -> 'prices') = 'object'
+                 ELSE true END
+    ) ranked
+     WHERE place > :offset::integer ORDER BY place LIMIT :limit::integer
 ), chosen AS (
-    SELECT t.*, page.total FROM page JOIN monitor_targets t USING (id)
+    SELECT t.*, page.total, page.place FROM page JOIN monitor_targets t USING (id)
 )
 SELECT t.id, t.url, t.interval_seconds, t.config -> 'calendar' AS calendar, t.enabled,
        t.next_slot, t.failure_streak >= t.unhealthy_after AS unhealthy, t.total,
        t.enabled AND t.next_slot < now() - make_interval(secs => greatest(
            :on_time_floor::float8, t.interval_seconds * :on_time_share::float8)) AS overdue,
-       c.status AS last_status, p.prices,
-       (SELECT COALESCE(jsonb_agg(r.amount ORDER BY r.checked_at), '[]') FROM (
-            SELECT checked_at, prices -> 0 ->> 'amount' AS amount FROM source_checks
-             WHERE target_id = t.id AND prices IS NOT NULL
+       COALESCE(t.config -> 'tags', '[]') AS tags,
+       c.status AS last_status, c.checked_at AS last_checked,
+       CASE WHEN c.status IN ('failed', 'retrying') THEN c.error_message END AS error,
+       (SELECT checked_at FROM source_checks
+         WHERE target_id = t.id AND status = 'changed'
+         ORDER BY checked_at DESC LIMIT 1) AS last_changed,
+       p.prices,
+       (SELECT COALESCE(jsonb_object_agg(named.name, named.amounts), '{}') FROM (
+            SELECT listed.p ->> 'name' AS name,
+                   jsonb_agg(listed.p ->> 'amount' ORDER BY r.checked_at) AS amounts
+              FROM (SELECT checked_at, prices FROM source_checks
+                     WHERE target_id = t.id AND prices IS NOT NULL
+                     ORDER BY checked_at DESC LIMIT :trend) r,
+                   jsonb_array_elements(r.prices) AS listed(p)
+             WHERE listed.p ->> 'name' IS NOT NULL
                -- as in price_points: an amount 1.8 stored that no price has is left out
-               AND prices -> 0 ->> 'amount' ~ '^[-+]?[0-9]{0,40}[.]?[0-9]{0,40}([eE][-+]?[0-9]{1,2})?$'
-             ORDER BY checked_at DESC LIMIT :trend) r) AS trend
+               AND listed.p ->> 'amount' ~ '^[-+]?[0-9]{0,40}[.]?[0-9]{0,40}([eE][-+]?[0-9]{1,2})?$'
+             GROUP BY 1) named) AS trends
   FROM chosen t
   LEFT JOIN LATERAL (
-      SELECT status FROM source_checks
+      SELECT status, checked_at, error_message FROM source_checks
        WHERE target_id = t.id AND status <> 'skipped' ORDER BY checked_at DESC LIMIT 1
   ) c ON true
   LEFT JOIN LATERAL (
       SELECT prices FROM source_checks
        WHERE target_id = t.id AND prices IS NOT NULL ORDER BY checked_at DESC LIMIT 1
   ) p ON true
- ORDER BY t.id;
+ ORDER BY t.place;
 
 -- name: price_history
 -- The prices each slot's check read (price mode), oldest first, from :since on.
@@ -467,6 +499,31 @@ SELECT p ->> 'name' AS name, newest.slot, (p ->> 'amount')::numeric AS amount
    -- not a failed page: 1.9's reader skips any amount of more than 15 digits
    AND p ->> 'amount' ~ '^[-+]?[0-9]{0,40}[.]?[0-9]{0,40}([eE][-+]?[0-9]{1,2})?$'
  ORDER BY newest.slot, listed.place;
+
+-- name: price_lines
+-- Each named price of the newest :limit price slots of target :target_id, or of every target
+-- tagged :tag: the charts' lines, a point per slot, with the currency and period the newest
+-- slot read (`period`: where the reader says, else null). Unnested here, as in price_points.
+SELECT t.id AS target_id, listed.p ->> 'name' AS name, listed.p ->> 'currency' AS currency,
+       listed.p ->> 'period' AS period, newest.slot, (listed.p ->> 'amount')::numeric AS amount
+  FROM monitor_targets t
+ CROSS JOIN LATERAL (
+       SELECT scheduled_for AS slot, prices FROM source_checks
+        WHERE target_id = t.id AND prices IS NOT NULL
+        ORDER BY scheduled_for DESC LIMIT :limit) newest,
+       jsonb_array_elements(newest.prices) WITH ORDINALITY AS listed(p, place)
+ WHERE (:target_id::text IS NULL OR t.id = :target_id)
+   AND (:tag::text IS NULL OR t.config -> 'tags' @> to_jsonb(:tag::text))
+   AND listed.p ->> 'name' IS NOT NULL AND jsonb_typeof(listed.p -> 'amount') IN ('string', 'number')
+   AND listed.p ->> 'amount' ~ '^[-+]?[0-9]{0,40}[.]?[0-9]{0,40}([eE][-+]?[0-9]{1,2})?$'
+ ORDER BY t.id, newest.slot, listed.place;
+
+-- name: group_changes
+-- The newest :limit changes of the targets tagged :tag, newest first.
+SELECT c.target_id, c.work_id, c.scheduled_for AS slot, c.checked_at
+  FROM source_checks c JOIN monitor_targets t ON t.id = c.target_id
+ WHERE t.config -> 'tags' @> to_jsonb(:tag::text) AND c.status = 'changed'
+ ORDER BY c.checked_at DESC LIMIT :limit;
 
 -- name: check_history
 SELECT work_id, scheduled_for AS slot, kind, status, checked_at, attempt_count, result_hash,
