@@ -522,19 +522,24 @@ def _written(calendar: Calendar) -> str:
 
 @dataclass(frozen=True)
 class CalendarGrid:
-    """A target's calendar as a grid for `pricewatch.slots` (the jitter needs the target)."""
+    """A target's calendar as a `pricewatch.slots.Grid` (the jitter needs the target). Its
+    points are fixed, so the slot a method is given only bounds where to look."""
 
     calendar: Calendar
     target_id: str
 
+    def next(self, slot: datetime, now: datetime) -> datetime:
+        return self.after(max(slot, now))
+
+    def between(self, slot: datetime, later: datetime) -> list[datetime]:
+        return slots_between(self.calendar, self.target_id, slot, later)
+
+    def latest(self, anchor: datetime, now: datetime) -> datetime:
+        return max(anchor, latest_at_or_before(self.calendar, self.target_id, now))
+
     def after(self, moment: datetime) -> datetime:
+        """The first slot strictly after `moment` (SQL: `calendar_after`)."""
         return slot_after(self.calendar, self.target_id, moment)
-
-    def between(self, after: datetime, before: datetime) -> list[datetime]:
-        return slots_between(self.calendar, self.target_id, after, before)
-
-    def at_or_before(self, moment: datetime) -> datetime:
-        return latest_at_or_before(self.calendar, self.target_id, moment)
 
 
 def spread_key(calendar: Calendar) -> tuple[object, ...]:

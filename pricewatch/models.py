@@ -29,7 +29,7 @@ from pydantic import (
 from pricewatch.calendar import Calendar, CalendarGrid, describe, spacing_seconds
 from pricewatch.durations import format_duration
 from pricewatch.policy import MAX_FETCH_TIMEOUT, MIN_FETCH_TIMEOUT, RUN_CHECKS
-from pricewatch.slots import Grid, work_id
+from pricewatch.slots import Grid, IntervalGrid, work_id
 from pricewatch.steps import parse_steps
 from pricewatch.urls import as_typed
 
@@ -341,7 +341,7 @@ class TargetConfig(Model):
         """Where its slots fall (pricewatch.slots): the calendar's times, or every interval."""
         if self.calendar is not None:
             return CalendarGrid(self.calendar, self.target_id)
-        return self.interval
+        return IntervalGrid(self.interval)
 
 
 class CheckStatus(StrEnum):

@@ -2,47 +2,79 @@
 
 Pure functions with time passed in, so the workflow (with `workflow.now()`), the
 activities (with the wall clock) and the tests (with literal datetimes) share one
-definition of the grid. A target's grid is either `anchor + k * interval` for integer k
-(`--every`: the grid is a `timedelta`, and any slot on it serves as the anchor) or a
-calendar's local times (`--cron`/`--at`, 1.4: a `CalendarGrid`, pricewatch.calendar).
+definition of the grid. A target's grid is a `Grid`: an `IntervalGrid` (`--every`:
+`anchor + k * interval` for integer k, and any slot on it serves as the anchor) or a
+`CalendarGrid` (`--cron`/`--at`, 1.4: a calendar's local times, pricewatch.calendar). The
+functions below hold the schedule's rules once, for either kind; a grid only says where its
+points are. SQL mirrors the names: `interval_after`, `calendar_after`, `grid_after` (either).
 """
 
 import bisect
 import hashlib
 import itertools
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, TypeAlias
-
-if TYPE_CHECKING:
-    from pricewatch.calendar import CalendarGrid  # which imports this module
-
-Grid: TypeAlias = "timedelta | CalendarGrid"
+from typing import Protocol
 
 
-def next_slot(slot: datetime, grid: Grid, now: datetime) -> datetime:
+class Grid(Protocol):
+    """Where a target's slots fall. `slot` is one of its points; the calendar grid needs no
+    such reference (its points are fixed), the interval grid counts from it."""
+
+    def next(self, slot: datetime, now: datetime) -> datetime:
+        """The first point after `now`, and at least one step after `slot`."""
+        ...
+
+    def between(self, slot: datetime, later: datetime) -> list[datetime]:
+        """The points strictly between `slot` and `later`, in order."""
+        ...
+
+    def latest(self, anchor: datetime, now: datetime) -> datetime:
+        """The last point at or before `now` (`anchor` < `now`), never before `anchor`."""
+        ...
+
+
+@dataclass(frozen=True)
+class IntervalGrid:
+    """`slot + k * interval`: an `--every` target's grid."""
+
+    interval: timedelta
+
+    def __post_init__(self) -> None:
+        if self.interval <= timedelta(0):
+            raise ValueError("interval must be positive")
+
+    def next(self, slot: datetime, now: datetime) -> datetime:
+        # Late runs keep the grid: missed points are skipped, never replayed as a burst.
+        return slot + max(1, (now - slot) // self.interval + 1) * self.interval
+
+    def between(self, slot: datetime, later: datetime) -> list[datetime]:
+        steps = max(0, -((slot - later) // self.interval) - 1)  # ceil((later - slot) / i) - 1
+        return [slot + k * self.interval for k in range(1, steps + 1)]
+
+    def latest(self, anchor: datetime, now: datetime) -> datetime:
+        return anchor + ((now - anchor) // self.interval) * self.interval
+
+
+def as_grid(grid: Grid | timedelta) -> Grid:
+    """A bare interval (the tests' and the bench's shorthand) is an interval grid."""
+    return IntervalGrid(grid) if isinstance(grid, timedelta) else grid
+
+
+def next_slot(slot: datetime, grid: Grid | timedelta, now: datetime) -> datetime:
     """The first grid point after `now`, counting on from `slot` (at least one step).
 
     Late runs keep the grid: missed slots are skipped, never replayed as a burst.
     """
-    if not isinstance(grid, timedelta):
-        return grid.after(max(slot, now))
-    if grid <= timedelta(0):
-        raise ValueError("interval must be positive")
-    steps = max(1, (now - slot) // grid + 1)
-    return slot + steps * grid
+    return as_grid(grid).next(slot, now)
 
 
-def slots_between(slot: datetime, later: datetime, grid: Grid) -> list[datetime]:
+def slots_between(slot: datetime, later: datetime, grid: Grid | timedelta) -> list[datetime]:
     """The grid points strictly between `slot` and `later`: the slots a late check skips."""
-    if not isinstance(grid, timedelta):
-        return grid.between(slot, later)
-    if grid <= timedelta(0):
-        raise ValueError("interval must be positive")
-    steps = max(0, -((slot - later) // grid) - 1)  # ceil((later - slot) / interval) - 1
-    return [slot + k * grid for k in range(1, steps + 1)]
+    return as_grid(grid).between(slot, later)
 
 
-def first_slot(anchor: datetime, grid: Grid, now: datetime) -> datetime:
+def first_slot(anchor: datetime, grid: Grid | timedelta, now: datetime) -> datetime:
     """`anchor` if it is still ahead of `now`, else the first grid point after `now`.
 
     Used when a target starts or resumes: a slot that is not yet due is kept, a
@@ -53,7 +85,7 @@ def first_slot(anchor: datetime, grid: Grid, now: datetime) -> datetime:
     return next_slot(anchor, grid, now)
 
 
-def latest_due_slot(anchor: datetime, grid: Grid, now: datetime) -> datetime:
+def latest_due_slot(anchor: datetime, grid: Grid | timedelta, now: datetime) -> datetime:
     """`anchor` if it is still ahead, else the last grid point at or before `now`.
 
     Used when a target is registered: a start in the past gets one check right away (its
@@ -61,15 +93,11 @@ def latest_due_slot(anchor: datetime, grid: Grid, now: datetime) -> datetime:
     """
     if anchor >= now:
         return anchor
-    if not isinstance(grid, timedelta):
-        return max(anchor, grid.at_or_before(now))
-    if grid <= timedelta(0):
-        raise ValueError("interval must be positive")
-    return anchor + ((now - anchor) // grid) * grid
+    return as_grid(grid).latest(anchor, now)
 
 
 def due_before_first_task(
-    anchor: datetime, grid: Grid, started: datetime, slot: datetime
+    anchor: datetime, grid: Grid | timedelta, started: datetime, slot: datetime
 ) -> list[datetime]:
     """Slots before `slot` that came due after the workflow was `started` but before its
     first task ran (that task sat on a worker that died): they were due, so they get skipped
@@ -85,7 +113,7 @@ def due_before_pause(
     slot: datetime,
     paused_at: datetime | None,
     resumed: datetime,
-    grid: Grid,
+    grid: Grid | timedelta,
     checking: datetime | None = None,
 ) -> list[datetime]:
     """Slots from `slot` that were overdue when a pause took effect (it can arrive late, e.g.

@@ -125,7 +125,8 @@ def test_a_calendar_grid_is_its_targets_jittered_calendar(moment: datetime, targ
     """The grid `pricewatch.slots` steps on carries the target: its jitter is the target's."""
     grid = CalendarGrid(JITTERED, target)
     assert grid.after(moment) == slot_after(JITTERED, target, moment)
-    assert grid.at_or_before(moment) == latest_at_or_before(JITTERED, target, moment)
+    week_ago = moment - timedelta(days=7)  # an anchor well before the latest slot
+    assert grid.latest(week_ago, moment) == latest_at_or_before(JITTERED, target, moment)
     later = moment + timedelta(days=3)
     assert grid.between(moment, later) == slots_between(JITTERED, target, moment, later)
     assert 2 <= len(grid.between(moment, later)) <= 4  # a day apart, each moved < 1 h
