@@ -64,9 +64,11 @@ with workflow.unsafe.imports_passed_through():
     )
 
 
+# The five 1.1 patches are deprecated (1.11: `workflow.deprecate_patch`, new path only, the
+# markers of runs that took it still accepted): every history in tests/histories/, 1.0's
+# included, replays with the new path alone (docs/operations.md, "Patches").
 # 1.1: a removal stops a check that is backing off between attempts, and notices still being
-# retried, instead of waiting for their retries to end (the removal deletes their rows). Histories
-# recorded before it (no marker) replay the old way.
+# retried, instead of waiting for their retries to end (the removal deletes their rows).
 REMOVE_STOPS_CHECK = "remove-stops-check"
 # 1.1: runs are RUN_CHECKS checks long; a run 1.0 started (it carries 300) continues as new
 # once it has that many, and its successors carry the new length.
@@ -104,8 +106,7 @@ class MonitorTarget:
         self._deliveries: set[asyncio.Task[None]] = set()
         self._checks_this_run = 0
         self._checking: datetime | None = None  # the scheduled slot being checked
-        self._removing = False
-        self._stop_checks = False  # set by a removal, from 1.1 on (REMOVE_STOPS_CHECK)
+        self._removing = False  # a removal also stops a check backing off, and notices
         self._woken = False
         # One mirror write at a time, so the last one written carries the newest config.
         self._mirroring = asyncio.Lock()
@@ -119,10 +120,9 @@ class MonitorTarget:
             await self._register()
         while True:
             if self._removing:
-                if self._stop_checks:  # 1.1: notices of a target being removed stop too
-                    for delivery in self._deliveries:
-                        delivery.cancel()
-                await asyncio.gather(*self._deliveries, return_exceptions=self._stop_checks)
+                for delivery in self._deliveries:  # 1.1: notices of a target being removed stop
+                    delivery.cancel()
+                await asyncio.gather(*self._deliveries, return_exceptions=True)
                 removed = await calls.bookkeep(
                     Activity.REMOVE_TARGET,
                     RemoveTargetInput(target_id=self.state.config.target_id),
@@ -143,9 +143,8 @@ class MonitorTarget:
                 await self._run_extra_check(self.state.pending_checks[0])
                 continue
             ending = self._should_continue_as_new()
-            if ending and self._deliveries and not workflow.patched(NOTICES_DO_NOT_HOLD_CHECKS):
-                await asyncio.gather(*self._deliveries)  # 1.0: notices first
-                continue
+            if ending and self._deliveries:
+                workflow.deprecate_patch(NOTICES_DO_NOT_HOLD_CHECKS)  # 1.0 waited for them
             # With notices still in flight (1.1) the run goes on checking instead: a receiver
             # that is down must not hold the schedule up. It continues as new at the first
             # wake-up after they have landed.
@@ -197,7 +196,8 @@ class MonitorTarget:
         were overdue when the pause took effect (it can arrive late, e.g. while a worker
         was down) were due: they get skipped rows."""
         unregistered = self.state.paused and self.state.next_slot is None
-        if unregistered and workflow.patched(RESUME_BEFORE_REGISTRATION):
+        if unregistered:
+            workflow.deprecate_patch(RESUME_BEFORE_REGISTRATION)
             self.state.paused, self.state.paused_at = False, None
             self._show_paused()
             return
@@ -214,8 +214,8 @@ class MonitorTarget:
 
     @workflow.signal(name=Signal.REMOVE)
     def remove(self) -> None:
+        workflow.deprecate_patch(REMOVE_STOPS_CHECK)
         self._removing = True
-        self._stop_checks = workflow.patched(REMOVE_STOPS_CHECK)
         self._woken = True
 
     @workflow.update(name=Update.RECONFIGURE)
@@ -406,9 +406,10 @@ class MonitorTarget:
     def _notify(self, result: CheckResult, health_notice: Notice | None) -> None:
         """Tell every channel, in the background: the schedule never waits for a slow
         receiver. A change is told once per channel; so is each health transition."""
-        told = result.status is CheckStatus.CHANGED and (
-            result.notify or not workflow.patched(PRICE_RULES)
-        )
+        changed = result.status is CheckStatus.CHANGED
+        if changed and not result.notify:
+            workflow.deprecate_patch(PRICE_RULES)  # 1.0 told every change
+        told = changed and result.notify
         notices = [Notice.CHANGED] if told else []
         if health_notice is not None:
             notices.append(health_notice)
@@ -454,7 +455,7 @@ class MonitorTarget:
         return result
 
     def _checks_stopped(self) -> bool:
-        return self._stop_checks
+        return self._removing
 
     def _describe(self, doing: str) -> None:
         """What the target is doing, as the Temporal UI shows it (the workflow's current
@@ -491,7 +492,8 @@ class MonitorTarget:
 
     def _should_continue_as_new(self) -> bool:
         legacy = self.state.max_checks_per_run == LEGACY_RUN_CHECKS
-        if legacy and self._checks_this_run >= RUN_CHECKS and workflow.patched(SHORT_RUNS):
+        if legacy and self._checks_this_run >= RUN_CHECKS:
+            workflow.deprecate_patch(SHORT_RUNS)
             self.state.max_checks_per_run = RUN_CHECKS
         return (
             workflow.info().is_continue_as_new_suggested()
