@@ -526,11 +526,16 @@ async def screenshot(pool: asyncpg.Pool, work_id: str) -> tuple[bool, bytes | No
 
 
 async def check_history(
-    pool: asyncpg.Pool, target_id: str, limit: int, before: datetime | None = None
+    pool: asyncpg.Pool,
+    target_id: str,
+    limit: int,
+    before: datetime | None = None,
+    changes_only: bool = False,
 ) -> list[CheckResult]:
-    """Newest slot first; `before`: the page after a slot (keyset, so deep pages stay fast)."""
+    """Newest slot first; `before`: the page after a slot (keyset, so deep pages stay fast);
+    `changes_only`: `changed` slots alone."""
     rows = await QUERIES["check_history"].fetch(
-        pool, target_id=target_id, limit=limit, before=before
+        pool, target_id=target_id, limit=limit, before=before, changes_only=changes_only
     )
     return [_result(row) for row in rows]
 

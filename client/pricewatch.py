@@ -15,7 +15,6 @@ import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from enum import StrEnum
 from types import TracebackType
 from typing import Any
@@ -716,13 +715,20 @@ class Pricewatch:
             raise Unknown(f"unknown target {target_id!r}") from None
 
     async def history(
-        self, target_id: str, limit: int, before: datetime | None = None
+        self,
+        target_id: str,
+        limit: int,
+        before: datetime | None = None,
+        changes_only: bool = False,
     ) -> list[CheckResult]:
-        """Newest slot first; `before`: the slots before that one (the next page)."""
+        """Newest slot first; `before`: the slots before that one (the next page);
+        `changes_only`: the slots that recorded a change, nothing else."""
         if before is not None:
             before = moment("before", before)
         pool = await self.pool()
-        results = await store.check_history(pool, valid_id(target_id), limit, before)
+        results = await store.check_history(
+            pool, valid_id(target_id), limit, before, changes_only
+        )
         if not results:
             await self.known(target_id)
         return results
@@ -786,13 +792,6 @@ class Pricewatch:
                 "(price mode is on with --prices or --price-selector)"
             )
         return [PricesRow(**row) for row in rows]
-
-    async def price_points(
-        self, target_id: str, limit: int
-    ) -> dict[str, list[tuple[datetime, Decimal]]]:
-        """The charts' data: each named price's (slot, amount) over the newest `limit` slots
-        that read prices, oldest first (empty before the first)."""
-        return await store.price_points(await self.pool(), valid_id(target_id), limit)
 
     async def price_lines(self, target_id: str, limit: int) -> list[store.PriceLine]:
         """The target page's charts: each named price over the newest `limit` price slots."""

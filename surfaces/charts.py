@@ -2,7 +2,8 @@
 a CDN, and every label escaped (a price's name is the page's text)."""
 
 from collections.abc import Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
 from html import escape
 
@@ -34,34 +35,107 @@ def sparkline(values: Sequence[Decimal], width: int = 96, height: int = 20) -> M
     )
 
 
-def price_chart(name: str, points: Sequence[tuple[datetime, Decimal]]) -> Markup:
-    """One named price over its slots: a line with one dot per slot (its title: the slot and
-    the amount), the lowest and highest amount and the first and last slot as labels."""
-    if not points:
+# A line's colour on a chart of several (presentation attributes: the CSP allows no inline
+# style, and the stylesheet colours `svg.chart`'s single line only). Told apart by the
+# legend's swatches too, and the dots' titles name their line.
+PALETTE = ["#1f6feb", "#d1242f", "#1a7f37", "#9a6700", "#8250df", "#bf3989", "#0a7ea4", "#57606a"]
+LEFT, BOTTOM, TOP, RIGHT = 60, 30, 12, 14  # room for the amounts and the times
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of a chart: its legend's words and its (slot, amount) points, oldest first."""
+
+    label: str
+    points: Sequence[tuple[datetime, Decimal]]
+
+
+def colour(index: int) -> str:
+    return PALETTE[index % len(PALETTE)]
+
+
+def _time_ticks(first: float, last: float, count: int = 5) -> list[tuple[float, str]]:
+    """Evenly spaced moments from `first` to `last` with labels: dates when the ticks are a
+    day or more apart, else dates with the time; one tick for a single moment."""
+    if last <= first:
+        return [(first, f"{datetime.fromtimestamp(first, UTC):%Y-%m-%d %H:%M}")]
+    shape = "%Y-%m-%d" if (last - first) / (count - 1) >= 86400 else "%m-%d %H:%M"
+    moments = [first + (last - first) * i / (count - 1) for i in range(count)]
+    return [(m, f"{datetime.fromtimestamp(m, UTC):{shape}}") for m in moments]
+
+
+def _amount_ticks(low: Decimal, high: Decimal) -> list[Decimal]:
+    """The highest, middle and lowest amount (a half always ends: no rounding)."""
+    return [low] if low == high else [high, (low + high) / 2, low]
+
+
+def lines_chart(label: str, lines: Sequence[Line], css: str = "group-chart") -> Markup:
+    """Lines on one shared time axis (labelled dates, UTC) and one amount axis (the highest,
+    middle and lowest amount): a dot per slot, its title the line, the slot and the amount.
+    Every label is escaped."""
+    drawn = [line for line in lines if line.points]
+    if not drawn:
         return Markup("")
-    times = [t.timestamp() for t, _ in points]
+    times = [t.timestamp() for line in drawn for t, _ in line.points]
+    amounts = [a for line in drawn for _, a in line.points]
     first, last = min(times), max(times)
-    span = (last - first) or 1.0
-    xs = [PAD + (WIDTH - 2 * PAD) * ((t - first) / span if last > first else 0.5) for t in times]
-    amounts = [amount for _, amount in points]
-    ys = _scale([float(a) for a in amounts], HEIGHT, PAD)
-    line = " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs, ys, strict=True))
-    dots = "".join(  # a slot and a Decimal: nothing to escape
-        f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="3">'
-        f"<title>{slot.isoformat(' ', 'minutes')[:16]} UTC: {amount}</title></circle>"
-        for (slot, amount), x, y in zip(points, xs, ys, strict=True)
-    )
     low, high = min(amounts), max(amounts)
-    labels = (
-        f'<text x="4" y="{PAD - 8}">{escape(str(high))}</text>'
-        f'<text x="4" y="{HEIGHT - 6}">{escape(str(low))}</text>'
-        f'<text x="{WIDTH - 4}" y="{HEIGHT - 6}" text-anchor="end">'
-        f"{points[-1][0]:%Y-%m-%d %H:%M}</text>"
-    )
+    inner_w, inner_h = WIDTH - LEFT - RIGHT, HEIGHT + 40 - TOP - BOTTOM
+    height = HEIGHT + 40
+
+    def x(moment: float) -> float:
+        return LEFT + (inner_w * (moment - first) / (last - first) if last > first else inner_w / 2)
+
+    def y(amount: Decimal) -> float:
+        if high == low:
+            return TOP + inner_h / 2
+        return TOP + inner_h * float((high - amount) / (high - low))
+
+    parts = [
+        f'<line x1="{LEFT}" y1="{TOP + inner_h}" x2="{WIDTH - RIGHT}" y2="{TOP + inner_h}" '
+        'stroke="#8c959f"/>'
+    ]
+    ticks = _time_ticks(first, last)
+    for place, (moment, said) in enumerate(ticks):
+        at = x(moment)
+        anchor = "end" if place == len(ticks) - 1 and place else "middle"  # inside the frame
+        parts.append(
+            f'<line class="tick" x1="{at:.1f}" y1="{TOP}" x2="{at:.1f}" y2="{TOP + inner_h}" '
+            f'stroke="#d0d7de" stroke-dasharray="2,3"/><text class="time" x="{at:.1f}" '
+            f'y="{height - 10}" text-anchor="{anchor}" font-size="11" fill="#57606a">{said}</text>'
+        )
+    for amount in _amount_ticks(low, high):
+        parts.append(
+            f'<text class="amount" x="{LEFT - 6}" y="{y(amount) + 4:.1f}" text-anchor="end" '
+            f'font-size="11" fill="#57606a">{escape(str(amount))}</text>'
+        )
+    for index, line in enumerate(drawn):
+        spots = [(x(t.timestamp()), y(a), t, a) for t, a in line.points]
+        path = " ".join(f"{px:.1f},{py:.1f}" for px, py, _, _ in spots)
+        dots = "".join(
+            f'<circle class="point" cx="{px:.1f}" cy="{py:.1f}" r="3" fill="{colour(index)}">'
+            f"<title>{escape(line.label)}: {t.isoformat(' ', 'minutes')[:16]} UTC: {a}</title>"
+            "</circle>"
+            for px, py, t, a in spots
+        )
+        parts.append(
+            f'<g class="line" data-line="{escape(line.label)}"><polyline points="{path}" '
+            f'fill="none" stroke="{colour(index)}" stroke-width="2"/>{dots}</g>'
+        )
     return Markup(
-        f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
-        f'aria-label="{escape(name)}"><polyline points="{line}"/>{dots}{labels}</svg>'
+        f'<svg class="{css}" viewBox="0 0 {WIDTH} {height}" width="100%" role="img" '
+        f'aria-label="{escape(label)}">{"".join(parts)}</svg>'
     )
+
+
+def price_chart(name: str, points: Sequence[tuple[datetime, Decimal]]) -> Markup:
+    """One named price over its slots, on labelled axes (lines_chart's, one line)."""
+    return lines_chart(name, [Line(name, points)], css="chart")
+
+
+def moved(values: Sequence[Decimal]) -> Decimal | None:
+    """The change since the previous slot: the last amount less the one before it."""
+    return values[-1] - values[-2] if len(values) >= 2 else None
 
 
 def side_by_side(diff: str) -> list[tuple[str, str, str]]:

@@ -5,33 +5,37 @@ form carrying the session's CSRF token; it answers with a redirect to the page i
 import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import Decimal
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import quote, urlencode
 
-from fastapi import APIRouter, Form, Query, Request, Response
+from fastapi import APIRouter, Form, Path, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.exceptions import HTTPException
 
+from activities.store import PriceLine
 from client import manifest
 from client.manifest import Entry
-from client.pricewatch import BadInput
+from client.pricewatch import BadInput, Unknown
 from pricewatch.durations import parse_duration
 from pricewatch.health import DEFAULT_WINDOW
-from pricewatch.models import CheckStatus
+from pricewatch.models import TAG_PATTERN, TARGET_ID_PATTERN, CheckStatus
 from pricewatch.settings import Settings
 from pricewatch.slots import format_slot
-from pricewatch.views import ChangeView, TargetState
+from pricewatch.views import ChangeView, TargetSort, TargetState
 from surfaces import api, charts
 from surfaces.auth import check_csrf, csrf_token, local, sign_in
-from surfaces.errors import one_line
+from surfaces.errors import EXPECTED, failure, one_line
 from surfaces.render import masked
 
 PAGE_SIZE = 50
 CHART_POINTS = 500
 STATES: list[TargetState] = ["unhealthy", "paused", "retrying", "prices"]
+GROUP_CHANGES = 20
+BULK_AT_ONCE = 8  # client calls in flight for one bulk action: Temporal and Postgres share
+Bulk = Literal["pause", "resume", "check", "remove"]
+Tag = Annotated[str, Path(pattern=TAG_PATTERN.pattern, max_length=32)]
 router = APIRouter(include_in_schema=False)
 
 
@@ -53,14 +57,31 @@ def _when(moment: datetime | None) -> str:
     return "-" if moment is None else f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
 
 
+def ago(moment: datetime | None, now: datetime | None = None) -> str:
+    """How long ago (or, for a moment to come, in how long), in the largest whole unit:
+    `just now`, `5m ago`, `3h ago`, `12d ago`, `in 4m`. The exact moment goes in a title."""
+    if moment is None:
+        return "-"
+    seconds = int(((now or datetime.now(UTC)) - moment).total_seconds())
+    size = abs(seconds)
+    if size < 60:
+        return "just now"
+    unit = next((n, u) for n, u in ((86400, "d"), (3600, "h"), (60, "m")) if size >= n)
+    said = f"{size // unit[0]}{unit[1]}"
+    return f"{said} ago" if seconds > 0 else f"in {said}"
+
+
 def templates() -> Jinja2Templates:
     env = Environment(
         loader=PackageLoader("surfaces", "templates"), autoescape=True, undefined=StrictUndefined
     )
     env.filters["when"] = _when
+    env.filters["ago"] = ago
     env.filters["slot"] = format_slot
     env.filters["quote"] = lambda text: quote(str(text), safe="")
     env.globals["sparkline"] = charts.sparkline
+    env.globals["moved"] = charts.moved
+    env.globals["colour"] = charts.colour
     return Jinja2Templates(env=env)
 
 
@@ -76,9 +97,9 @@ def page(request: Request, name: str, status: int = 200, **context: Any) -> HTML
     )
 
 
-def _charts(series: dict[str, list[tuple[datetime, Decimal]]]) -> list[tuple[str, Any, int]]:
-    """One chart per named price, in the order the page lists them: (name, svg, points)."""
-    return [(name, charts.price_chart(name, dots), len(dots)) for name, dots in series.items()]
+def _charts(lines: list[PriceLine]) -> list[tuple[PriceLine, Any]]:
+    """One chart per named price, in the order the page lists them."""
+    return [(line, charts.price_chart(line.name, line.points)) for line in lines]
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -86,19 +107,54 @@ async def targets_page(
     request: Request,
     q: Annotated[str | None, Query(max_length=200)] = None,
     state: TargetState | None = None,
+    tag: Annotated[str | None, Query(max_length=200)] = None,
+    sort: TargetSort = "id",
+    desc: bool = False,
     page_number: Annotated[int, Query(alias="page", ge=1, le=100_000)] = 1,
 ) -> Response:
+    """The targets, a page at a time, sorted by a column's link (server-side: no script),
+    each with its own checkbox for the bulk actions below the table."""
     pricewatch = api.client(request)
-    found = await pricewatch.targets(q, state, PAGE_SIZE, (page_number - 1) * PAGE_SIZE)
+    found = await pricewatch.targets(
+        q, state, PAGE_SIZE, (page_number - 1) * PAGE_SIZE, tag or None, sort, desc
+    )
     pages_in_all = max(1, -(-found.total // PAGE_SIZE))
 
     def link(**changed: object) -> str:
-        query = {"q": q, "state": state, "page": page_number, **changed}
-        return "/?" + urlencode({k: v for k, v in query.items() if v not in (None, "", 1)})
+        query = {
+            "q": q, "state": state, "tag": tag, "sort": sort, "desc": desc, "page": page_number,
+            **changed,
+        }  # fmt: skip
+        defaults = {"q": "", "state": None, "tag": "", "sort": "id", "desc": False, "page": 1}
+        shown = {k: v for k, v in query.items() if v is not None and v != defaults[k]}
+        return "/?" + urlencode({k: "1" if v is True else v for k, v in shown.items()})
+
+    def sorted_by(column: str) -> str:
+        """The column's header link: by it, and the other way round if it already is."""
+        return link(sort=column, desc=column == sort and not desc, page=1)
 
     return page(
         request, "targets.html", targets=found.targets, total=found.total, q=q or "",
-        state=state, states=STATES, page=page_number, pages=pages_in_all, link=link,
+        state=state, states=STATES, tag=tag or "", sort=sort, desc=desc, sorted_by=sorted_by,
+        page=page_number, pages=pages_in_all, link=link, here=link(),
+    )  # fmt: skip
+
+
+@router.get("/groups/{tag}", response_class=HTMLResponse)
+async def group_page(request: Request, tag: Tag) -> Response:
+    """A tag's targets side by side: one chart of every named price of theirs (a line each,
+    one time axis), their latest changes, and the list of them."""
+    pricewatch = api.client(request)
+    found, lines, changes = await asyncio.gather(
+        pricewatch.targets(tag=tag, limit=PAGE_SIZE), pricewatch.group_lines(tag, CHART_POINTS),
+        pricewatch.group_changes(tag, GROUP_CHANGES),
+    )  # fmt: skip
+    if not found.total:
+        raise Unknown(f"no target has the tag {tag!r}")
+    drawn = [charts.Line(f"{line.target_id} · {line.name}", line.points) for line in lines]
+    return page(
+        request, "group.html", tag=tag, targets=found.targets, total=found.total, lines=lines,
+        chart=charts.lines_chart(f"prices of {tag}", drawn), changes=changes,
     )  # fmt: skip
 
 
@@ -108,15 +164,18 @@ async def target_page(
     target_id: api.TargetId,
     before: datetime | None = None,
     change: Annotated[str | None, Query(pattern=api.WORK_ID_PATTERN)] = None,
+    every: bool = False,
 ) -> Response:
+    """Its settings, charts and the change shown; the history lists changes only unless
+    `every` slot is asked for."""
     pricewatch = api.client(request)
     view = await pricewatch.status_view(target_id)  # first: it says if the target exists
     config = view.status.config
 
-    async def prices() -> dict[str, list[tuple[datetime, Decimal]]]:
+    async def prices() -> list[PriceLine]:
         if config.price_mode is None:
-            return {}
-        return await pricewatch.price_points(target_id, CHART_POINTS)
+            return []
+        return await pricewatch.price_lines(target_id, CHART_POINTS)
 
     async def shown_change() -> tuple[ChangeView | None, str | None]:
         try:
@@ -125,7 +184,8 @@ async def target_page(
             return None, one_line(err)
 
     history, rows, (shown, no_diff), deliveries, channels = await asyncio.gather(
-        pricewatch.history(target_id, PAGE_SIZE, before), prices(), shown_change(),
+        pricewatch.history(target_id, PAGE_SIZE, before, changes_only=not every), prices(),
+        shown_change(),
         pricewatch.deliveries(target_id, PAGE_SIZE), pricewatch.channels(target_id),
     )  # fmt: skip
     diff = None if shown is None else (shown, charts.side_by_side(shown.diff))
@@ -135,7 +195,7 @@ async def target_page(
     older = history[-1].slot if len(history) == PAGE_SIZE else None
     return page(
         request, "target.html", target_id=target_id, view=view, config=config,
-        history=history, older=older, before=before, charts=_charts(rows),
+        history=history, older=older, before=before, charts=_charts(rows), every=every,
         diff=diff, no_diff=no_diff, deliveries=by_channel,
         channels=[masked(c) for c in channels],
         screenshots=config.render is not None, changed=CheckStatus.CHANGED,
@@ -250,6 +310,53 @@ async def act(
         raise HTTPException(404, "Not Found")
     request.session["said"] = said
     return RedirectResponse(f"/targets/{target_id}", status_code=303)
+
+
+@router.post("/bulk")
+async def bulk(
+    request: Request,
+    action: Annotated[Bulk, Form()],
+    ids: Annotated[list[str], Form(alias="id", max_length=PAGE_SIZE)] = [],  # noqa: B006
+    confirmed: Annotated[bool, Form()] = False,
+    back: Annotated[str, Form(max_length=2000)] = "/",
+    csrf: Annotated[str, Form()] = "",
+) -> Response:
+    """The selected targets of the list, each through the client call its own button makes
+    (pause, resume, check now, remove). Remove asks first, on a page of its own. Says what
+    was done to how many, and each one that failed with its line."""
+    check_csrf(request, csrf)
+    chosen = list(dict.fromkeys(api_id.strip() for api_id in ids))
+    if not chosen:
+        raise BadInput("id: select at least one target")
+    for target_id in chosen:
+        if not TARGET_ID_PATTERN.fullmatch(target_id):
+            raise BadInput(f"id: {target_id[:63]!r} is not a target id")
+    if action == "remove" and not confirmed:
+        return page(request, "remove-many.html", ids=chosen, back=local(back))
+    pricewatch = api.client(request)
+    calls = {
+        "pause": pricewatch.pause, "resume": pricewatch.resume,
+        "check": pricewatch.check_now, "remove": pricewatch.remove,
+    }  # fmt: skip
+    gate = asyncio.Semaphore(BULK_AT_ONCE)
+
+    async def one(target_id: str) -> str | None:
+        async with gate:
+            try:
+                await calls[action](target_id)
+            except EXPECTED as err:
+                said = failure(err)
+                if said is None:
+                    raise
+                return f"{target_id}: {said.line}"
+            return None
+
+    failed = [line for line in await asyncio.gather(*map(one, chosen)) if line is not None]
+    done = len(chosen) - len(failed)
+    verb = {"pause": "paused", "resume": "resumed", "check": "checked", "remove": "removed"}
+    said = f"{verb[action]} {done} of {len(chosen)}"
+    request.session["said"] = said + (f"; failed: {'; '.join(failed)}" if failed else "")
+    return RedirectResponse(local(back), status_code=303)
 
 
 @router.post("/checks/{work_id}/retry")
