@@ -533,7 +533,7 @@ async def check_history(
     changes_only: bool = False,
 ) -> list[CheckResult]:
     """Newest slot first; `before`: the page after a slot (keyset, so deep pages stay fast);
-    `changes_only`: `changed` slots alone."""
+    `changes_only`: `changed` and `failed` slots alone (what happened)."""
     rows = await QUERIES["check_history"].fetch(
         pool, target_id=target_id, limit=limit, before=before, changes_only=changes_only
     )

@@ -722,7 +722,7 @@ class Pricewatch:
         changes_only: bool = False,
     ) -> list[CheckResult]:
         """Newest slot first; `before`: the slots before that one (the next page);
-        `changes_only`: the slots that recorded a change, nothing else."""
+        `changes_only`: the slots that recorded a change or failed, nothing else."""
         if before is not None:
             before = moment("before", before)
         pool = await self.pool()

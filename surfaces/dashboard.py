@@ -127,7 +127,8 @@ async def targets_page(
         }  # fmt: skip
         defaults = {"q": "", "state": None, "tag": "", "sort": "id", "desc": False, "page": 1}
         shown = {k: v for k, v in query.items() if v is not None and v != defaults[k]}
-        return "/?" + urlencode({k: "1" if v is True else v for k, v in shown.items()})
+        said = urlencode({k: "1" if v is True else v for k, v in shown.items()})
+        return f"/?{said}" if said else "/"
 
     def sorted_by(column: str) -> str:
         """The column's header link: by it, and the other way round if it already is."""

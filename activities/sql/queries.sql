@@ -526,12 +526,12 @@ SELECT c.target_id, c.work_id, c.scheduled_for AS slot, c.checked_at
  ORDER BY c.checked_at DESC LIMIT :limit;
 
 -- name: check_history
--- :changes_only: the target page's default, the slots that recorded a change.
+-- :changes_only: the target page's default, the slots that recorded a change or failed.
 SELECT work_id, scheduled_for AS slot, kind, status, checked_at, attempt_count, result_hash,
        previous_hash, error_message, next_attempt_at, skipped_values
   FROM source_checks
  WHERE target_id = :target_id AND (:before::timestamptz IS NULL OR scheduled_for < :before)
-   AND (NOT :changes_only::boolean OR status = 'changed')
+   AND (NOT :changes_only::boolean OR status IN ('changed', 'failed'))
  ORDER BY scheduled_for DESC LIMIT :limit;
 
 -- name: failed_checks
