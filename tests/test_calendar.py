@@ -603,10 +603,12 @@ SELECT c.i, calendar_after(t.times, t.days, t.months, t.weekdays, (c.v->>'days_o
                                      'target-1',
                                      (c.v->>'after')::timestamptz,
                                      (c.v->>'before')::timestamptz)) AS passed,
-       grid_next(NULL, NULL, t.times, t.days, t.months, t.weekdays,
-                 (c.v->>'days_or')::boolean, c.v->>'zone', (c.v->>'jitter')::integer,
-                 (c.v->>'offset')::integer, 'target-1', (c.v->>'after')::timestamptz)
-           AS dispatched
+       grid_after(jsonb_populate_record(NULL::monitor_targets, jsonb_build_object(
+                      'id', 'target-1', 'time_zone', c.v->'zone', 'calendar_times', t.times,
+                      'calendar_days', t.days, 'calendar_months', t.months,
+                      'calendar_weekdays', t.weekdays, 'calendar_days_or', c.v->'days_or',
+                      'jitter_seconds', c.v->'jitter', 'calendar_offset', c.v->'offset')),
+                  (c.v->>'after')::timestamptz) AS dispatched
   FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS c (v, i)
  CROSS JOIN LATERAL (SELECT
        ARRAY(SELECT jsonb_array_elements_text(c.v->'times')::integer) AS times,
@@ -710,30 +712,28 @@ async def test_sql_calendar_functions_are_the_python_ones(pool: asyncpg.Pool) ->
     assert agreed >= len(cases) * 0.97, sorted(set(explained))
 
 
-async def test_grid_passed_dispatches(pool: asyncpg.Pool) -> None:
+async def test_a_targets_grid_is_its_calendar_or_its_interval(pool: asyncpg.Pool) -> None:
     """An interval target (no time zone) keeps its grid; a calendar target gets its own."""
     anchor = utc(2026, 8, 7, 8)
+    as_row = "jsonb_populate_record(NULL::monitor_targets, $1::jsonb)"
+    hourly = json.dumps({"id": "t", "anchor": anchor.isoformat(), "interval_seconds": 3600})
     interval = await pool.fetch(
-        "SELECT grid_passed($1, 3600, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 't', $2, $3) s",
-        anchor,
-        anchor,
-        anchor + timedelta(hours=3),
+        f"SELECT grid_between({as_row}, $2, $3) s", hourly, anchor, anchor + timedelta(hours=3)
     )
     assert [r["s"] for r in interval] == [anchor + timedelta(hours=1), anchor + timedelta(hours=2)]
-    assert await pool.fetchval(
-        "SELECT grid_next($1, 3600, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 't', $2)",
-        anchor,
-        anchor,
-    ) == anchor + timedelta(hours=1)
+    after = await pool.fetchval(f"SELECT grid_after({as_row}, $2)", hourly, anchor)
+    assert after == anchor + timedelta(hours=1)
     cal = Calendar.parse("30 2 * * *", BERLIN)
-    args = [list(cal.times), list(cal.days_of_month), list(cal.months), list(cal.weekdays)]
+    daily = json.dumps(
+        {
+            "id": "t", "anchor": anchor.isoformat(), "interval_seconds": 3600,
+            "time_zone": BERLIN, "calendar_times": cal.times, "calendar_days": cal.days_of_month,
+            "calendar_months": cal.months, "calendar_weekdays": cal.weekdays,
+            "calendar_days_or": False, "jitter_seconds": 0,
+        }
+    )  # fmt: skip
     passed = await pool.fetch(
-        "SELECT grid_passed($1, 3600, $2, $3, $4, $5, false, $6, 0, NULL, 't', $7, $8) s",
-        anchor,
-        *args,
-        BERLIN,
-        utc(2026, 3, 27),
-        utc(2026, 3, 31),
+        f"SELECT grid_between({as_row}, $2, $3) s", daily, utc(2026, 3, 27), utc(2026, 3, 31)
     )
     assert [r["s"] for r in passed] == slots_between(cal, "t", utc(2026, 3, 27), utc(2026, 3, 31))
 

@@ -60,25 +60,16 @@ WITH clock AS (
     -- (`pending`) and in all (`overdue`).
     SELECT t.id AS target_id,
            (t.next_slot > clock.since)::integer + (
-               SELECT count(*) FROM grid_passed(
-                   t.anchor, t.interval_seconds, t.calendar_times, t.calendar_days,
-                   t.calendar_months, t.calendar_weekdays, t.calendar_days_or, t.time_zone,
-                   t.jitter_seconds, t.calendar_offset, t.id,
-                   greatest(t.next_slot, clock.since), after_now.slot))::integer AS pending,
+               SELECT count(*) FROM grid_between(
+                   t, greatest(t.next_slot, clock.since), after_now.slot))::integer AS pending,
            CASE WHEN t.time_zone IS NULL
                 THEN floor(extract(epoch FROM clock.at - t.next_slot) / t.interval_seconds)
                      ::integer + 1
-                ELSE 1 + (SELECT count(*) FROM grid_passed(
-                   t.anchor, t.interval_seconds, t.calendar_times, t.calendar_days,
-                   t.calendar_months, t.calendar_weekdays, t.calendar_days_or, t.time_zone,
-                   t.jitter_seconds, t.calendar_offset, t.id, t.next_slot, after_now.slot))
+                ELSE 1 + (SELECT count(*) FROM grid_between(t, t.next_slot, after_now.slot))
                    ::integer
            END AS overdue
       FROM monitor_targets t, clock,
-           LATERAL (SELECT grid_next(
-               t.anchor, t.interval_seconds, t.calendar_times, t.calendar_days,
-               t.calendar_months, t.calendar_weekdays, t.calendar_days_or, t.time_zone,
-               t.jitter_seconds, t.calendar_offset, t.id, clock.at) AS slot) after_now
+           LATERAL (SELECT grid_after(t, clock.at) AS slot) after_now
      WHERE t.enabled AND t.next_slot <= clock.at
 ), unchecked AS (
     -- Each enabled target's newest due slots in a row that no check took: its skipped rows

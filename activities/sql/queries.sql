@@ -214,7 +214,7 @@ SELECT COALESCE((SELECT next_slot FROM moved),
 -- A registration creates the target with the grid it proposes, or adopts the grid and the
 -- next slot already recorded (a reset to the first workflow task, a target started
 -- again). Only a different grid (interval, or calendar: 1.4) changes it, as a reconfigure
--- does: the pending slot stays and later slots use the new grid. `xmax = 0` tells an insert from an
+-- does (`grid_anchor`, the one rule): the pending slot stays and later slots use the new grid. `xmax = 0` tells an insert from an
 -- update.
 INSERT INTO monitor_targets AS t (id, url, interval_seconds, enabled, unhealthy_after,
     anchor, next_slot, config, time_zone, calendar_times, calendar_days, calendar_months,
@@ -231,20 +231,13 @@ ON CONFLICT (id) DO UPDATE
        calendar_weekdays = excluded.calendar_weekdays,
        calendar_days_or = excluded.calendar_days_or, jitter_seconds = excluded.jitter_seconds,
        calendar_offset = excluded.calendar_offset,
-       anchor = CASE WHEN (t.interval_seconds, t.time_zone, t.calendar_times, t.calendar_days,
-                        t.calendar_months, t.calendar_weekdays, t.calendar_days_or,
-                        t.jitter_seconds, t.calendar_offset)
-                       IS NOT DISTINCT FROM
-                       (excluded.interval_seconds, excluded.time_zone, excluded.calendar_times,
-                        excluded.calendar_days, excluded.calendar_months,
-                        excluded.calendar_weekdays, excluded.calendar_days_or,
-                        excluded.jitter_seconds, excluded.calendar_offset) THEN t.anchor ELSE t.next_slot END,
+       anchor = grid_anchor(t, grid_of(excluded), t.next_slot),
        updated_at = now()
 RETURNING anchor, next_slot, xmax = 0 AS created;
 
 -- name: sync_target
 -- The workflow's view, mirrored. The grid stays unless the interval or calendar changed (a
--- reconfigure): then it is re-anchored at the next slot. A missing row (deleted, a
+-- reconfigure): then it is re-anchored at the next slot (`grid_anchor`). A missing row (deleted, a
 -- restored database) is written again on the workflow's grid, whose next slot is one of
 -- its points.
 INSERT INTO monitor_targets AS t (id, url, interval_seconds, enabled, unhealthy_after,
@@ -263,21 +256,14 @@ ON CONFLICT (id) DO UPDATE
        calendar_weekdays = excluded.calendar_weekdays,
        calendar_days_or = excluded.calendar_days_or, jitter_seconds = excluded.jitter_seconds,
        calendar_offset = excluded.calendar_offset,
-       anchor = CASE WHEN (t.interval_seconds, t.time_zone, t.calendar_times, t.calendar_days,
-                        t.calendar_months, t.calendar_weekdays, t.calendar_days_or,
-                        t.jitter_seconds, t.calendar_offset)
-                       IS NOT DISTINCT FROM
-                       (excluded.interval_seconds, excluded.time_zone, excluded.calendar_times,
-                        excluded.calendar_days, excluded.calendar_months,
-                        excluded.calendar_weekdays, excluded.calendar_days_or,
-                        excluded.jitter_seconds, excluded.calendar_offset) THEN t.anchor ELSE excluded.next_slot END,
+       anchor = grid_anchor(t, grid_of(excluded), excluded.next_slot),
        updated_at = now();
 
 -- name: reconfigure_target
 -- A reconfigure, mirrored before the Update returns, also while a check of the next slot
--- is retrying: the config alone. A new grid (interval or calendar) re-anchors at the next slot as
--- the database has it (the slot being checked, or the one after it if that check committed
--- meanwhile), so the check's commit or dead letter moves on the new grid. The next slot,
+-- is retrying: the config alone. A new grid (interval or calendar) re-anchors at the next
+-- slot as the database has it (`grid_anchor`: the slot being checked, or the one after it
+-- if that check committed meanwhile), so the check's commit or dead letter moves on the new grid. The next slot,
 -- the pause and the lease stay the workflow's and the check's. No row: nothing to do (the
 -- workflow's next sync writes it).
 UPDATE monitor_targets AS t
@@ -286,14 +272,11 @@ UPDATE monitor_targets AS t
        calendar_days = :calendar_days, calendar_months = :calendar_months,
        calendar_weekdays = :calendar_weekdays, calendar_days_or = :calendar_days_or,
        jitter_seconds = :jitter_seconds, calendar_offset = :calendar_offset,
-       anchor = CASE WHEN (t.interval_seconds, t.time_zone, t.calendar_times, t.calendar_days,
-                        t.calendar_months, t.calendar_weekdays, t.calendar_days_or,
-                        t.jitter_seconds, t.calendar_offset)
-                       IS NOT DISTINCT FROM
-                       (:interval_seconds::integer, :time_zone::text, :calendar_times::integer[],
-                        :calendar_days::integer[], :calendar_months::integer[],
-                        :calendar_weekdays::integer[], :calendar_days_or::boolean,
-                        :jitter_seconds::integer, :calendar_offset::integer) THEN t.anchor ELSE t.next_slot END,
+       anchor = grid_anchor(t, ROW(:interval_seconds::integer, :time_zone::text,
+                                   :calendar_times::integer[], :calendar_days::integer[],
+                                   :calendar_months::integer[], :calendar_weekdays::integer[],
+                                   :calendar_days_or::boolean, :jitter_seconds::integer,
+                                   :calendar_offset::integer)::grid, t.next_slot),
        updated_at = now()
  WHERE id = :target_id
 RETURNING id;

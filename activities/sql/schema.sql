@@ -9,23 +9,27 @@
 -- The migrations' comments say why each step was taken; the comments here say what things
 -- are. The `schema_migrations` ledger belongs to activities/migrate.py, not to this file.
 
--- The grid: a target's slots are `anchor + k * interval_seconds`. `grid_after` is the first
--- grid point strictly after a moment; the schedule calls it (through `next_due`) with the
--- database's own now(), never a worker's clock, so a skewed worker cannot skip or invent
--- slots.
-CREATE FUNCTION grid_after(anchor timestamptz, interval_seconds integer, after timestamptz)
+-- The grids, with pricewatch.slots's names: a target's grid is an interval grid (slots
+-- `anchor + k * interval_seconds`: `interval_after`, `interval_between`) or a calendar grid
+-- (`calendar_after`, `calendar_between`); `grid_after` and `grid_between` take a target's
+-- row and cover either (below the table). The schedule calls them (through `next_due`) with
+-- the database's own now(), never a worker's clock, so a skewed worker cannot skip or
+-- invent slots.
+
+-- The first interval grid point strictly after a moment.
+CREATE FUNCTION interval_after(anchor timestamptz, interval_seconds integer, after timestamptz)
 RETURNS timestamptz LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 RETURN anchor + make_interval(
     secs => (floor(extract(epoch FROM after - anchor) / interval_seconds) + 1)
             * interval_seconds);
 
--- The grid points strictly between `after` and `before` (itself a grid point): the slots a
--- late schedule moves past.
-CREATE FUNCTION grid_between(
+-- The interval grid points strictly between `after` and `before` (itself a grid point): the
+-- slots a late schedule moves past.
+CREATE FUNCTION interval_between(
     anchor timestamptz, interval_seconds integer, after timestamptz, before timestamptz
 ) RETURNS SETOF timestamptz LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 AS $$
-    SELECT generate_series(grid_after(anchor, interval_seconds, after),
+    SELECT generate_series(interval_after(anchor, interval_seconds, after),
                            before - make_interval(secs => interval_seconds),
                            make_interval(secs => interval_seconds))
 $$;
@@ -40,19 +44,10 @@ RETURN target_id || ':'
             ELSE to_char(slot AT TIME ZONE 'UTC', '.US') END
     || 'Z';
 
--- The slot after `slot` once it is final: the first grid point after the database's now(),
--- or after Temporal's time for the attempt if that is later (the time-skipping test server
--- runs ahead of every real clock); never a worker's clock, never at or before `slot`.
--- Not STRICT: `temporal_now` is NULL when the caller has no Temporal time.
-CREATE FUNCTION next_due(
-    anchor timestamptz, interval_seconds integer, slot timestamptz, temporal_now timestamptz
-) RETURNS timestamptz LANGUAGE sql STABLE PARALLEL SAFE
-RETURN grid_after(anchor, interval_seconds, greatest(now(), temporal_now, slot));
-
 -- The calendar grid: slots at local wall-clock times in `time_zone`, each at its only
 -- occurrence, the first of two (fall back), or the end of the gap it falls in (spring
 -- forward); exactly pricewatch/calendar.py (its docstring and docs/schedules.md state the
--- rules). `grid_next` and `grid_passed` pick a target's grid: calendar or interval.
+-- rules).
 
 -- Whether an array is sorted and without repeats, as the calendar functions read them (a
 -- binary search over the times, one slot per value).
@@ -244,15 +239,15 @@ BEGIN
 END
 $$;
 
--- A target's grid either way, for next_due and skip_passed to call with the row's columns:
--- the calendar when it has one (time_zone set), else `anchor + k * interval_seconds`.
+-- `grid_after` and `grid_between` with the row's columns one by one: what 1.10's health.sql
+-- calls, kept for 1.10 workers during an upgrade (0017); 1.12 drops them.
 -- Not STRICT: an interval target's calendar columns are NULL.
 CREATE FUNCTION grid_next(
     anchor timestamptz, interval_seconds integer, times integer[], days integer[],
     months integer[], weekdays integer[], days_or boolean, time_zone text,
     jitter_seconds integer, offset_seconds integer, target_id text, after timestamptz
 ) RETURNS timestamptz LANGUAGE sql STABLE PARALLEL SAFE
-RETURN CASE WHEN time_zone IS NULL THEN grid_after(anchor, interval_seconds, after)
+RETURN CASE WHEN time_zone IS NULL THEN interval_after(anchor, interval_seconds, after)
             ELSE calendar_after(times, days, months, weekdays, days_or, time_zone,
                                 jitter_seconds, offset_seconds, target_id, after) END;
 
@@ -265,7 +260,7 @@ CREATE FUNCTION grid_passed(
 AS $$
 BEGIN
     IF time_zone IS NULL THEN
-        RETURN QUERY SELECT grid_between(anchor, interval_seconds, after, before);
+        RETURN QUERY SELECT interval_between(anchor, interval_seconds, after, before);
     ELSE
         RETURN QUERY SELECT calendar_between(times, days, months, weekdays, days_or, time_zone,
                                              jitter_seconds, offset_seconds, target_id,
@@ -493,39 +488,52 @@ AS $$
                      AND d.notice = 'changed' AND d.status IN ('sent', 'failed'))))
 $$;
 
+-- The first point of a target's grid strictly after `after`: its calendar when it has one
+-- (time_zone set), else `anchor + k * interval_seconds`. `Grid.next` in Python.
+CREATE FUNCTION grid_after(target monitor_targets, after timestamptz)
+RETURNS timestamptz LANGUAGE sql STABLE PARALLEL SAFE
+RETURN CASE WHEN target.time_zone IS NULL
+            THEN interval_after(target.anchor, target.interval_seconds, after)
+            ELSE calendar_after(target.calendar_times, target.calendar_days,
+                                target.calendar_months, target.calendar_weekdays,
+                                target.calendar_days_or, target.time_zone,
+                                target.jitter_seconds, target.calendar_offset, target.id,
+                                after) END;
+
+-- The points of a target's grid strictly between `after` and `before`, in order: the
+-- slots a late schedule moves past. `Grid.between` in Python.
+CREATE FUNCTION grid_between(target monitor_targets, after timestamptz, before timestamptz)
+RETURNS SETOF timestamptz LANGUAGE plpgsql STABLE PARALLEL SAFE
+AS $$
+BEGIN
+    IF target.time_zone IS NULL THEN
+        RETURN QUERY SELECT interval_between(target.anchor, target.interval_seconds, after,
+                                             before);
+    ELSE
+        RETURN QUERY SELECT calendar_between(
+            target.calendar_times, target.calendar_days, target.calendar_months,
+            target.calendar_weekdays, target.calendar_days_or, target.time_zone,
+            target.jitter_seconds, target.calendar_offset, target.id, after, before);
+    END IF;
+END
+$$;
+
+-- The schedule's one rule (why this shape: 0005_advance.sql). The slot after `slot` once it
+-- is final: the first point of the target's grid after the database's now(), or after
+-- Temporal's time for the attempt if that is later (the time-skipping test server runs
+-- ahead of every real clock); never a worker's clock, never at or before `slot`. Not
+-- STRICT: `temporal_now` is NULL when the caller has no Temporal time.
+CREATE FUNCTION next_due(
+    target monitor_targets, slot timestamptz, temporal_now timestamptz
+) RETURNS timestamptz LANGUAGE sql STABLE PARALLEL SAFE
+RETURN grid_after(target, greatest(now(), temporal_now, slot));
+
 -- A `skipped` row, saying `reason`, for each grid point strictly between `after` and
 -- `before` (the slot the schedule left and the one `next_due` moved it to); a slot that
 -- already has a row keeps it. Returns how many rows it wrote. `commit`, `record_failed` and
 -- `advance_past_final` call it in the RETURNING of the UPDATE that moved the schedule (why
 -- there: 0005_advance.sql). Every such point is at or before the clock `next_due` read, so
 -- no skipped row is in the future.
-CREATE FUNCTION skip_passed(
-    target_id text, anchor timestamptz, interval_seconds integer, after timestamptz,
-    before timestamptz, reason text
-) RETURNS integer LANGUAGE sql VOLATILE
-AS $$
-    WITH written AS (
-        INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at,
-            status, error_message)
-        SELECT slot_work_id(skip_passed.target_id, s), skip_passed.target_id, s, 'scheduled',
-               now(), 'skipped', reason
-          FROM grid_between(anchor, interval_seconds, after, before) s
-        ON CONFLICT DO NOTHING
-        RETURNING 1
-    )
-    SELECT count(*)::integer FROM written
-$$;
-
--- The schedule's rule on either kind of grid (0009_grid_advance.sql): the statements pass the
--- target's row; the grid is its calendar when it has one, else `anchor + k * interval`. The
--- versions above (interval grids only) stay for workers of 1.3 during an upgrade.
-CREATE FUNCTION next_due(target monitor_targets, slot timestamptz, temporal_now timestamptz)
-RETURNS timestamptz LANGUAGE sql STABLE PARALLEL SAFE
-RETURN grid_next(target.anchor, target.interval_seconds, target.calendar_times,
-                 target.calendar_days, target.calendar_months, target.calendar_weekdays,
-                 target.calendar_days_or, target.time_zone, target.jitter_seconds,
-                 target.calendar_offset, target.id, greatest(now(), temporal_now, slot));
-
 CREATE FUNCTION skip_passed(
     target monitor_targets, after timestamptz, before timestamptz, reason text
 ) RETURNS integer LANGUAGE sql VOLATILE
@@ -534,16 +542,42 @@ AS $$
         INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at,
             status, error_message)
         SELECT slot_work_id(target.id, s), target.id, s, 'scheduled', now(), 'skipped', reason
-          FROM grid_passed(target.anchor, target.interval_seconds, target.calendar_times,
-                           target.calendar_days, target.calendar_months,
-                           target.calendar_weekdays, target.calendar_days_or,
-                           target.time_zone, target.jitter_seconds, target.calendar_offset,
-                           target.id, after, before) s
+          FROM grid_between(target, after, before) s
         ON CONFLICT DO NOTHING
         RETURNING 1
     )
     SELECT count(*)::integer FROM written
 $$;
+
+-- What makes a target's grid: its interval, or its calendar (the interval is then the
+-- calendar's smallest spacing), jitter and offset included. Two rows with equal grids
+-- have the same slots from the same anchor.
+CREATE TYPE grid AS (
+    interval_seconds integer,
+    time_zone text,
+    times integer[],
+    days integer[],
+    months integer[],
+    weekdays integer[],
+    days_or boolean,
+    jitter_seconds integer,
+    offset_seconds integer
+);
+
+CREATE FUNCTION grid_of(target monitor_targets)
+RETURNS grid LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN ROW(target.interval_seconds, target.time_zone, target.calendar_times,
+           target.calendar_days, target.calendar_months, target.calendar_weekdays,
+           target.calendar_days_or, target.jitter_seconds, target.calendar_offset)::grid;
+
+-- A target's anchor once `proposed` is its grid: the same grid keeps the anchor; a new one
+-- (a reconfigure, a start with another interval or calendar) is anchored at `next_slot`, the
+-- slot the row goes on to, and later slots use it. Every statement that writes a grid
+-- (register_target, sync_target, reconfigure_target) asks this.
+CREATE FUNCTION grid_anchor(target monitor_targets, proposed grid, next_slot timestamptz)
+RETURNS timestamptz LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN CASE WHEN grid_of(target) IS NOT DISTINCT FROM proposed THEN target.anchor
+            ELSE next_slot END;
 
 -- A later attempt of the same workflow run takes a live lease over. A lease token is
 -- the attempt's execution id (activities/checks.py `this_execution_id`):
