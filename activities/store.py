@@ -494,13 +494,19 @@ class PriceLine:
 
 
 async def price_lines(
-    pool: asyncpg.Pool, limit: int, target_id: str | None = None, tag: str | None = None
+    pool: asyncpg.Pool,
+    limit: int,
+    target_id: str | None = None,
+    tag: str | None = None,
+    targets: int | None = None,
 ) -> list[PriceLine]:
-    """Each named price of the target (or of each target tagged `tag`) over its newest `limit`
-    price slots, by target and then in the order the slots list them; the currency and period
-    are the newest slot's."""
+    """Each named price of the target (or of the first `targets` price-mode targets tagged
+    `tag`, by id) over its newest `limit` price slots, by target and then in the order the
+    slots list them; the currency and period are the newest slot's."""
     lines: dict[tuple[str, str], PriceLine] = {}
-    for row in await QUERIES["price_lines"].fetch(pool, limit=limit, target_id=target_id, tag=tag):
+    for row in await QUERIES["price_lines"].fetch(
+        pool, limit=limit, target_id=target_id, tag=tag, targets=targets
+    ):
         key = (row["target_id"], row["name"])
         had = lines.get(key)
         points = [] if had is None else had.points

@@ -726,9 +726,7 @@ class Pricewatch:
         if before is not None:
             before = moment("before", before)
         pool = await self.pool()
-        results = await store.check_history(
-            pool, valid_id(target_id), limit, before, changes_only
-        )
+        results = await store.check_history(pool, valid_id(target_id), limit, before, changes_only)
         if not results:
             await self.known(target_id)
         return results
@@ -797,9 +795,12 @@ class Pricewatch:
         """The target page's charts: each named price over the newest `limit` price slots."""
         return await store.price_lines(await self.pool(), limit, target_id=valid_id(target_id))
 
-    async def group_lines(self, tag: str, limit: int) -> list[store.PriceLine]:
-        """A group's chart: each named price of each target tagged `tag`, side by side."""
-        return await store.price_lines(await self.pool(), limit, tag=valid_tag(tag))
+    async def group_lines(self, tag: str, limit: int, targets: int) -> list[store.PriceLine]:
+        """A group's chart: each named price of the first `targets` price-mode targets
+        tagged `tag` (by id), side by side."""
+        return await store.price_lines(
+            await self.pool(), limit, tag=valid_tag(tag), targets=targets
+        )
 
     async def group_changes(self, tag: str, limit: int) -> list[dict[str, object]]:
         """The newest changes of the targets tagged `tag`, newest first."""

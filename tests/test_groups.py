@@ -26,7 +26,7 @@ from client.manifest import Entry, ManifestError
 from client.pricewatch import Pricewatch
 from pricewatch.models import MAX_TAGS, TAG_PATTERN, TargetConfig
 from pricewatch.settings import Settings
-from surfaces import charts, web
+from surfaces import charts, dashboard, web
 from surfaces.dashboard import ago
 
 PRICEWATCH = Path(sys.executable).parent / "pricewatch"
@@ -199,7 +199,7 @@ async def test_the_list_says_what_happened_and_filters_and_sorts(
 
 
 async def test_a_group_charts_every_plan_of_its_targets_on_one_axis(
-    pool: asyncpg.Pool, app: httpx.AsyncClient
+    pool: asyncpg.Pool, app: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await add_target(pool, "acme", ["cloud"])
     await add_target(pool, "bolt", ["cloud"])
@@ -225,6 +225,13 @@ async def test_a_group_charts_every_plan_of_its_targets_on_one_axis(
     assert re.findall(r"<tr><td><a href=\"/targets/([a-z]+)\"", changes) == [
         "bolt", "acme", "acme", "acme",
     ]  # fmt: skip
+
+    monkeypatch.setattr(dashboard, "GROUP_CHART_TARGETS", 1)  # the chart's cap, by id
+    capped = (await app.get("/groups/cloud")).text
+    assert re.findall(r'<g class="line" data-line="([^"]+)">', capped) == [
+        "acme · Basic", "acme · Pro",
+    ]  # fmt: skip
+    assert "The first 1 targets with prices, by id." in capped
 
     unknown = await app.get("/groups/nothing")
     assert unknown.status_code == 404 and "no target has the tag &#39;nothing&#39;" in unknown.text

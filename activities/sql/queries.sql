@@ -484,20 +484,23 @@ SELECT p ->> 'name' AS name, newest.slot, (p ->> 'amount')::numeric AS amount
  ORDER BY newest.slot, listed.place;
 
 -- name: price_lines
--- Each named price of the newest :limit price slots of target :target_id, or of every target
--- tagged :tag: the charts' lines, a point per slot, with the currency and period the newest
--- slot read (`period`: where the reader says, else null). Unnested here, as in price_points.
+-- Each named price of the newest :limit price slots of target :target_id, or of the first
+-- :targets price-mode targets tagged :tag by id: the charts' lines, a point per slot, with
+-- the currency and period each slot read (`period`: where the reader says, else null).
+-- Unnested here, as in price_points.
 SELECT t.id AS target_id, listed.p ->> 'name' AS name, listed.p ->> 'currency' AS currency,
        listed.p ->> 'period' AS period, newest.slot, (listed.p ->> 'amount')::numeric AS amount
-  FROM monitor_targets t
+  FROM (SELECT id FROM monitor_targets
+         WHERE (:target_id::text IS NULL OR id = :target_id)
+           AND (:tag::text IS NULL OR (config -> 'tags' @> to_jsonb(:tag::text)
+                                       AND jsonb_typeof(config -> 'prices') = 'object'))
+         ORDER BY id LIMIT :targets::integer) t
  CROSS JOIN LATERAL (
        SELECT scheduled_for AS slot, prices FROM source_checks
         WHERE target_id = t.id AND prices IS NOT NULL
         ORDER BY scheduled_for DESC LIMIT :limit) newest,
        jsonb_array_elements(newest.prices) WITH ORDINALITY AS listed(p, place)
- WHERE (:target_id::text IS NULL OR t.id = :target_id)
-   AND (:tag::text IS NULL OR t.config -> 'tags' @> to_jsonb(:tag::text))
-   AND listed.p ->> 'name' IS NOT NULL AND jsonb_typeof(listed.p -> 'amount') IN ('string', 'number')
+ WHERE listed.p ->> 'name' IS NOT NULL AND jsonb_typeof(listed.p -> 'amount') IN ('string', 'number')
    AND listed.p ->> 'amount' ~ '^[-+]?[0-9]{0,40}[.]?[0-9]{0,40}([eE][-+]?[0-9]{1,2})?$'
  ORDER BY t.id, newest.slot, listed.place;
 
