@@ -2,10 +2,11 @@
 or `--at 08:00 --on mon-fri --tz Europe/Berlin`), optionally shifted by a per-target jitter.
 
 Pure functions with time passed in, like `pricewatch.slots`, so the workflow, the CLI and the
-tests share one definition; `activities/sql/0008_calendar.sql` is the same arithmetic in SQL
-(the database's clock decides the next slot) and tests/test_calendar.py proves they agree. A
-slot's identity stays its UTC instant. An `--every` grid (`anchor + k * interval`) is not a
-calendar and keeps its meaning.
+tests share one definition; the `calendar_*` functions in `activities/sql/schema.sql` (from
+0008_calendar.sql) are the same arithmetic in SQL (the database's clock decides the next
+slot) and tests/test_calendar.py proves they agree. A slot's identity stays its UTC
+instant. An `--every` grid (`anchor + k * interval`) is not a calendar and keeps its
+meaning; both are a `pricewatch.slots.Grid`.
 
 The DST rules. A nominal slot is a local date and time the calendar matches; it becomes one
 instant:

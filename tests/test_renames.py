@@ -32,6 +32,7 @@ from pricewatch.models import (
     RetryRequest,
     TargetConfig,
 )
+from pricewatch.names import Update
 
 # A 1.2 run in price mode: its input, registration and check results carry the old names.
 HISTORY = Path(__file__).parent / "histories" / "1.2.0" / "monitor_target_run4.json"
@@ -163,3 +164,15 @@ def test_the_json_views_use_the_new_names() -> None:
     assert "slot" in shown["retrying"][0] and "slot" in shown["status"]["last_result"]
     for name in views.OUTPUTS:
         assert '"scheduled_for"' not in views.schema(name), name
+
+
+def test_the_extra_check_keeps_its_wire_names() -> None:
+    """The glossary calls a check off the grid an extra check; what crosses the wire keeps
+    its names (the renames ledger): the Update, the kind on the row and in the work id, and
+    the workflow state's queue, which open histories carry."""
+    assert Update.CHECK_NOW.value == "check_now"
+    check = CheckInput.of(PRICED, SLOT, CheckKind.MANUAL)
+    assert check.work_id == "acme:manual:2026-12-01T08:00:00Z"
+    assert encoded(check)["kind"] == "manual"
+    state = encoded(MonitorState(config=PRICED, pending_checks=[check]))
+    assert state["pending_checks"][0]["kind"] == "manual"
