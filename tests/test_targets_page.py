@@ -179,3 +179,33 @@ async def test_a_group_charts_two_targets_plans_side_by_side(
         box = await chart.bounding_box()
         assert box is not None and box["width"] > 300 and box["height"] > 100
         assert errors == []
+
+
+async def test_a_rendered_change_shows_both_screenshots_side_by_side(
+    env: dict[str, str], page_server: PageServer, browser: Browser
+) -> None:
+    page_server.set("/shown", "<p>before</p>")
+    rendering = {**env, "PRICEWATCH_RENDER": "true", "PRICEWATCH_CHROMIUM": str(find_chromium())}
+    async with worker_process(env), worker_process(rendering), serve_process(
+        env
+    ) as base, httpx.AsyncClient(base_url=base, timeout=60) as http:  # fmt: skip
+        await put(http, {"id": "shown", "url": page_server.url("/shown"), "render": True})
+        await settled(http, "shown")
+        page_server.set("/shown", "<p>after</p>")
+        checked = await http.post("/api/v1/targets/shown/check")
+        assert checked.json()[0]["status"] == "changed", checked.text
+        diff = (await http.get("/api/v1/targets/shown/diff")).json()
+
+        errors: list[str] = []
+        page = await opened(browser, base, errors)
+        await page.goto("/targets/shown")
+        shots = page.locator("table.screenshots img")
+        assert [await shots.nth(i).get_attribute("src") for i in range(2)] == [
+            f"/screenshots/{diff['previous_work_id'].replace(':', '%3A')}",
+            f"/screenshots/{diff['work_id'].replace(':', '%3A')}",
+        ]
+        widths = await shots.evaluate_all("shots => shots.map(s => s.naturalWidth)")
+        assert len(widths) == 2 and min(widths) > 0  # both PNGs served and drawn
+        before, after = [await shots.nth(i).bounding_box() for i in range(2)]
+        assert before and after and before["x"] < after["x"] and before["y"] == after["y"]
+        assert errors == []
