@@ -116,10 +116,15 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 
 
 def targets(rows: Sequence[TargetSummary]) -> None:
-    """With a PRICES column (the first price, its trend) once any target is in price mode."""
+    """With a PRICES column (the first price, its trend) once any target is in price mode,
+    and a TAGS column once any has tags."""
     priced = any(row.prices for row in rows)
+    tagged = any(row.tags for row in rows)
     table(
-        ["ID", "STATE", "SCHEDULE", "NEXT SLOT", "LAST"] + (["PRICES"] if priced else []) + ["URL"],
+        ["ID", "STATE", "SCHEDULE", "NEXT SLOT", "LAST"]
+        + (["PRICES"] if priced else [])
+        + (["TAGS"] if tagged else [])
+        + ["URL"],
         [
             [
                 row.id,
@@ -129,6 +134,7 @@ def targets(rows: Sequence[TargetSummary]) -> None:
                 row.last_status or "-",
             ]
             + ([price_summary(row)] if priced else [])
+            + ([",".join(row.tags) or "-"] if tagged else [])
             + [row.url]
             for row in rows
         ],

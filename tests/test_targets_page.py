@@ -11,7 +11,7 @@ import pytest
 from playwright.async_api import Browser, Page, async_playwright
 
 from tests.conftest import PageServer
-from tests.helpers import serve_process, worker_process
+from tests.helpers import cli, serve_process, worker_process
 from tests.waits import eventually
 from workers.chromium import chromium_args, find_chromium
 
@@ -158,6 +158,20 @@ async def test_a_group_charts_two_targets_plans_side_by_side(
         assert (await http.post("/api/v1/targets/acme/check")).status_code == 200
         tagged = (await http.get("/api/v1/targets", params={"tag": "cloud"})).json()
         assert [t["id"] for t in tagged] == ["acme", "bolt"]
+        code, out, err = await cli(env, "list", "--tag", "cloud")
+        assert code == 0, err
+        assert out.split()[:8] == [
+            "ID",
+            "STATE",
+            "SCHEDULE",
+            "NEXT",
+            "SLOT",
+            "LAST",
+            "PRICES",
+            "TAGS",
+        ]
+        assert [line.split()[0] for line in out.splitlines()[1:]] == ["acme", "bolt"]
+        assert all(" cloud " in line for line in out.splitlines()[1:]), out
 
         errors: list[str] = []
         page = await opened(browser, base, errors)
