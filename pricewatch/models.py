@@ -358,7 +358,7 @@ class CheckStatus(StrEnum):
 
 class CheckKind(StrEnum):
     SCHEDULED = "scheduled"
-    MANUAL = "manual"
+    MANUAL = "manual"  # `check-now`'s extra check (the glossary); the wire keeps "manual"
 
 
 class CheckResult(Model):
@@ -470,7 +470,8 @@ class MonitorState(Model):
     last_result: CheckResult | None = None
     checks_completed: int = 0
     pending_checks: list[CheckInput] = Field(default_factory=list)
-    """Checks asked for by `check_now` or `retry_slot` and not yet run."""
+    """Extra checks (docs/design.md, glossary) asked for by `check_now` or `retry_slot` and
+    not yet run; the field keeps its name on the wire (the renames ledger)."""
     failure_streak: int = 0
     max_checks_per_run: int = Field(default=RUN_CHECKS, gt=0)
     """Continue-as-new after this many checks (see `pricewatch.policy.RUN_CHECKS`), or
