@@ -55,13 +55,20 @@ def colour(index: int) -> str:
 
 
 def _time_ticks(first: float, last: float, count: int = 5) -> list[tuple[float, str]]:
-    """Evenly spaced moments from `first` to `last` with labels: dates when the ticks are a
-    day or more apart, else dates with the time; one tick for a single moment."""
+    """Evenly spaced moments from `first` to `last` with labels as fine as their spacing
+    needs (dates a day or more apart, then minutes, then seconds), none reading as another;
+    one tick for a single moment."""
     if last <= first:
         return [(first, f"{datetime.fromtimestamp(first, UTC):%Y-%m-%d %H:%M}")]
-    shape = "%Y-%m-%d" if (last - first) / (count - 1) >= 86400 else "%m-%d %H:%M"
-    moments = [first + (last - first) * i / (count - 1) for i in range(count)]
-    return [(m, f"{datetime.fromtimestamp(m, UTC):{shape}}") for m in moments]
+    spacing = (last - first) / (count - 1)
+    shape = "%Y-%m-%d" if spacing >= 86400 else "%m-%d %H:%M" if spacing >= 60 else "%H:%M:%S"
+    ticks: list[tuple[float, str]] = []
+    for i in range(count):
+        moment = first + (last - first) * i / (count - 1)
+        said = f"{datetime.fromtimestamp(moment, UTC):{shape}}"
+        if not ticks or ticks[-1][1] != said:  # a span of seconds: fewer ticks, none twice
+            ticks.append((moment, said))
+    return ticks
 
 
 def _amount_ticks(low: Decimal, high: Decimal) -> list[Decimal]:
@@ -69,10 +76,11 @@ def _amount_ticks(low: Decimal, high: Decimal) -> list[Decimal]:
     return [low] if low == high else [high, (low + high) / 2, low]
 
 
-def lines_chart(label: str, lines: Sequence[Line], css: str = "group-chart") -> Markup:
+def lines_chart(label: str, lines: Sequence[Line], coloured: bool = True) -> Markup:
     """Lines on one shared time axis (labelled dates, UTC) and one amount axis (the highest,
     middle and lowest amount): a dot per slot, its title the line, the slot and the amount.
-    Every label is escaped."""
+    Every label is escaped. `coloured`: each line a path in its colour (the legend's), its
+    dots `dot`s; else the stylesheet colours the polyline and its `point`s (price_chart's)."""
     drawn = [line for line in lines if line.points]
     if not drawn:
         return Markup("")
@@ -112,25 +120,29 @@ def lines_chart(label: str, lines: Sequence[Line], css: str = "group-chart") -> 
     for index, line in enumerate(drawn):
         spots = [(x(t.timestamp()), y(a), t, a) for t, a in line.points]
         path = " ".join(f"{px:.1f},{py:.1f}" for px, py, _, _ in spots)
+        shape = (
+            f'<polyline points="{path}"/>'
+            if not coloured
+            else f'<path d="M{path.replace(" ", " L")}" fill="none" stroke="{colour(index)}" '
+            'stroke-width="2"/>'
+        )
         dots = "".join(
-            f'<circle class="point" cx="{px:.1f}" cy="{py:.1f}" r="3" fill="{colour(index)}">'
-            f"<title>{escape(line.label)}: {t.isoformat(' ', 'minutes')[:16]} UTC: {a}</title>"
-            "</circle>"
+            f'<circle class="{"dot" if coloured else "point"}" cx="{px:.1f}" cy="{py:.1f}" r="3" '
+            f'fill="{colour(index)}"><title>{escape(line.label)}: '
+            f"{t.isoformat(' ', 'minutes')[:16]} UTC: {a}</title></circle>"
             for px, py, t, a in spots
         )
-        parts.append(
-            f'<g class="line" data-line="{escape(line.label)}"><polyline points="{path}" '
-            f'fill="none" stroke="{colour(index)}" stroke-width="2"/>{dots}</g>'
-        )
+        parts.append(f'<g class="line" data-line="{escape(line.label)}">{shape}{dots}</g>')
+    css = "chart lines" if coloured else "chart"
     return Markup(
-        f'<svg class="{css}" viewBox="0 0 {WIDTH} {height}" width="100%" role="img" '
+        f'<svg class="{css}" viewBox="0 0 {WIDTH} {height}" role="img" '
         f'aria-label="{escape(label)}">{"".join(parts)}</svg>'
     )
 
 
 def price_chart(name: str, points: Sequence[tuple[datetime, Decimal]]) -> Markup:
     """One named price over its slots, on labelled axes (lines_chart's, one line)."""
-    return lines_chart(name, [Line(name, points)], css="chart")
+    return lines_chart(name, [Line(name, points)], coloured=False)
 
 
 def moved(values: Sequence[Decimal]) -> Decimal | None:

@@ -102,6 +102,17 @@ def test_moved_is_the_change_since_the_previous_slot(amounts: list[Decimal]) -> 
     assert charts.moved(amounts) == (amounts[-1] - amounts[-2] if len(amounts) > 1 else None)
 
 
+@given(
+    st.floats(min_value=0, max_value=4e9),
+    st.floats(min_value=0, max_value=4e8),
+)
+def test_time_ticks_start_at_the_first_slot_and_never_repeat(first: float, span: float) -> None:
+    ticks = charts._time_ticks(first, first + span)
+    assert ticks[0][0] == first and 1 <= len(ticks) <= 5
+    labels = [label for _, label in ticks]
+    assert len(set(labels)) == len(labels), labels
+
+
 # Postgres-backed pages ----------------------------------------------------------------
 
 
@@ -213,7 +224,7 @@ async def test_a_group_charts_every_plan_of_its_targets_on_one_axis(
     shown = await app.get("/groups/cloud")
     assert shown.status_code == 200, shown.text
     html = shown.text
-    chart = html[html.index('<svg class="group-chart"') : html.index("</svg>")]
+    chart = html[html.index('<svg class="chart lines"') : html.index("</svg>")]
     lines = re.findall(r'<g class="line" data-line="([^"]+)">', chart)
     assert lines == ["acme · Basic", "acme · Pro", "bolt · &lt;i&gt;Pro&lt;/i&gt;"]
     assert chart.count('class="time"') == 5 and "2026-03-01" in chart  # a labelled time axis
