@@ -69,7 +69,7 @@ async def test_every_field_of_every_page_is_escaped(
                         "body": mark("template") + " {{ target }}"}],
         },
         {"id": "esc-plans", "url": page_server.url("/plans"),
-         "prices": {"selector": "tr.plan", "name": "th"}},
+         "prices": {"selector": "tr.plan", "name": "th"}, "tags": ["esc"]},
         {"id": "esc-fails", "url": page_server.url("/fails"), "selector": selector},
     ]  # fmt: skip
     async with worker_process(env), serve_process(env) as base, httpx.AsyncClient(
@@ -102,7 +102,8 @@ async def test_every_field_of_every_page_is_escaped(
         assert acted.status_code == 303
         from_paths = {
             "/targets/esc-fails": ["said", "selector", "error"],  # said once, after the action
-            "/": ["url", "price"],
+            "/": ["url", "price", "error"],
+            "/groups/esc": ["price"],
             "/?" + urlencode({"q": mark("search")}): ["search"],
             "/targets/esc-text": ["url", "text", "ignore", "template", "delivery", "disabled",
                                   "destination"],
