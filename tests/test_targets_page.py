@@ -212,6 +212,12 @@ async def test_a_group_charts_two_targets_plans_side_by_side(
         await shot(page, "target-prices")
         assert errors == []
 
+        solo = {"id": "solo", "url": page_server.url("/acme"), "prices": prices, "tags": ["cloud"]}
+        answer = await http.put("/api/v1/targets/solo", json=solo)  # tags alone: a reconfigure
+        assert answer.json()["actions"] == ["reconfigure"], answer.text
+        tagged = (await http.get("/api/v1/targets", params={"tag": "cloud"})).json()
+        assert [t["id"] for t in tagged] == ["acme", "bolt", "solo"]  # as the call returns
+
 
 async def test_a_rendered_change_shows_both_screenshots_side_by_side(
     env: dict[str, str], page_server: PageServer, browser: Browser
