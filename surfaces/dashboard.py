@@ -209,12 +209,6 @@ async def target_page(
     )  # fmt: skip
 
 
-@router.get("/failures", response_class=HTMLResponse)
-async def failures_page(request: Request) -> Response:
-    failed = await api.client(request).failures(None, PAGE_SIZE * 2)
-    return page(request, "failures.html", failures=failed)
-
-
 @router.get("/health", response_class=HTMLResponse)
 async def health_page(
     request: Request, window: Annotated[str, Query(max_length=40)] = DEFAULT_WINDOW
