@@ -4,9 +4,7 @@ Postgres (issue 44): the list's bulk actions go through to the workflows, a grou
 holds each plan of each of its targets, and a target's history shows what happened unless
 every slot is asked for. No page breaks its Content-Security-Policy."""
 
-import os
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -39,13 +37,6 @@ async def opened(browser: Browser, base: str, errors: list[str]) -> Page:
     page.on("console", lambda m: errors.append(m.text) if m.type in ("error", "warning") else None)
     page.on("pageerror", lambda err: errors.append(str(err)))
     return page
-
-
-async def shot(page: Page, name: str) -> None:
-    """With PRICEWATCH_SHOTS=DIR, the page as `DIR/name.png`: docs/web.md's pictures are
-    these (`PRICEWATCH_SHOTS=docs/img pytest tests/test_targets_page.py`)."""
-    if folder := os.environ.get("PRICEWATCH_SHOTS"):
-        await page.screenshot(path=Path(folder) / f"{name}.png", full_page=True)
 
 
 async def put(http: httpx.AsyncClient, *entries: dict[str, object]) -> None:
@@ -114,7 +105,6 @@ async def test_bulk_actions_and_a_history_of_changes_only(
             page_server.set("/a", f"<p>{text}</p>")
             assert await act(page, "Check now", "alpha", "beta") == "checked 2 of 2"
         row = page.locator("#row-alpha")
-        await shot(page, "targets")
         assert await row.locator(".last-changed span").inner_text() == "just now"
         assert "UTC" in str(await row.locator(".last-changed span").get_attribute("title"))
         beta = (await http.get("/api/v1/targets/beta/history")).json()
@@ -201,7 +191,6 @@ async def test_a_group_charts_two_targets_plans_side_by_side(
         assert any("acme · Pro: 11" in item and "EUR" in item for item in legend), legend
         assert any("bolt · Basic: 6" in item and "EUR" in item for item in legend), legend
         assert "acme" in await page.locator("#changes").inner_text()
-        await shot(page, "group")
         box = await chart.bounding_box()
         assert box is not None and box["width"] > 300 and box["height"] > 100
         await page.goto("/targets/acme")
@@ -209,7 +198,6 @@ async def test_a_group_charts_two_targets_plans_side_by_side(
             "11"
             in await page.locator("figure.price", has_text="Pro").locator(".current").inner_text()
         )
-        await shot(page, "target-prices")
         assert errors == []
 
         solo = {"id": "solo", "url": page_server.url("/acme"), "prices": prices, "tags": ["cloud"]}
@@ -243,7 +231,6 @@ async def test_a_rendered_change_shows_both_screenshots_side_by_side(
             f"/screenshots/{diff['work_id'].replace(':', '%3A')}",
         ]
         widths = await shots.evaluate_all("shots => shots.map(s => s.naturalWidth)")
-        await shot(page, "target")
         assert len(widths) == 2 and min(widths) > 0  # both PNGs served and drawn
         before, after = [await shots.nth(i).bounding_box() for i in range(2)]
         assert before and after and before["x"] < after["x"] and before["y"] == after["y"]
