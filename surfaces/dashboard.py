@@ -325,7 +325,7 @@ async def bulk(
     (pause, resume, check now, remove). Remove asks first, on a page of its own. Says what
     was done to how many, and each one that failed with its line."""
     check_csrf(request, csrf)
-    chosen = list(dict.fromkeys(api_id.strip() for api_id in ids))
+    chosen = list(dict.fromkeys(given.strip() for given in ids))
     if not chosen:
         raise BadInput("id: select at least one target")
     for target_id in chosen:

@@ -17,14 +17,14 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from client import manifest
 from client.manifest import Entry, ManifestError
 from client.pricewatch import Pricewatch
-from pricewatch.models import MAX_TAGS, TAG_PATTERN, TargetConfig
+from pricewatch.models import MAX_TAGS, TAG_PATTERN, TARGET_ID_PATTERN, TargetConfig
 from pricewatch.settings import Settings
 from surfaces import charts, dashboard, web
 from surfaces.dashboard import ago
@@ -86,6 +86,15 @@ def test_cli_refuses_a_bad_tag_in_one_line(args: list[str], tmp_path: Path) -> N
     )
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and "is not a tag" in done.stderr, done.stderr
+
+
+@given(st.integers(min_value=-(10**8), max_value=10**8))
+def test_ago_is_one_short_phrase_either_way(seconds: int) -> None:
+    said = ago(NOW - timedelta(seconds=seconds), NOW)
+    pattern = r"just now|[1-9][0-9]*[dhm] ago|in [1-9][0-9]*[dhm]"
+    assert re.fullmatch(pattern, said), said
+    assert (said == "just now") == (abs(seconds) < 60)
+    assert said.startswith("in ") == (seconds <= -60)
 
 
 def test_ago_says_the_largest_whole_unit() -> None:
@@ -267,3 +276,18 @@ async def test_bulk_asks_before_removing_and_refuses_no_selection(
     assert asked.status_code == 200 and "Remove 2 targets?" in asked.text
     assert 'name="confirmed" value="true"' in asked.text and 'href="/?q=a"' in asked.text
     assert await pool.fetchval("SELECT count(*) FROM monitor_targets") == 2  # nothing removed
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=40)
+@given(ids=st.lists(st.text(max_size=70), min_size=1, max_size=4))
+async def test_bulk_refuses_any_selection_holding_a_non_id(
+    app: httpx.AsyncClient, ids: list[str]
+) -> None:
+    """Checked before any call is made: one line naming the field, nothing done."""
+    if all(TARGET_ID_PATTERN.fullmatch(i.strip()) for i in ids):
+        ids = [*ids, "Not An Id"]
+    csrf = CSRF.findall((await app.get("/login")).text)[0]
+    answer = await app.post("/bulk", data={"csrf": csrf, "action": "pause", "id": ids})
+    assert answer.status_code == 400, answer.text
+    line = re.findall(r'<p class="error"[^>]*>(.*?)</p>', answer.text, re.S)
+    assert line and line[0].startswith("pricewatch: id: "), answer.text
