@@ -5,6 +5,7 @@ the screenshots it takes are docs/web/*.png, which docs/web.md shows."""
 
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -45,7 +46,7 @@ async def test_every_page_fits_a_phone_and_a_laptop(
     page_server.set("/plans", offer("Pro", "10.00"))
     page_server.set("/long", offer(NAME, "99.00"))
     long_url = page_server.url("/long?" + "q=" + "x" * 1500)
-    targets = [
+    targets: list[dict[str, Any]] = [
         {"id": "plans", "url": page_server.url("/plans"), "every": "1h", "prices": {},
          "tags": ["cloud"]},
         {"id": LONG_ID, "url": long_url, "every": "1h", "prices": {}, "tags": ["cloud"]},
