@@ -81,8 +81,9 @@ Duration = Annotated[
 
 
 # An amount as a string (YAML's `below: "9.50"`): what the document says, and all that is
-# read (Decimal itself also takes `1_000`, ` 1 `, other scripts' digits and `NaN`).
-AMOUNT = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$"
+# read (Decimal itself also takes `1_000`, ` 1 `, other scripts' digits and `NaN`). An
+# exponent has at most three digits: Decimal refuses one past 18 (schemathesis found it).
+AMOUNT = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$"
 PERCENT = r"^\+?([0-9]*[1-9][0-9]*(\.[0-9]*)?|[0-9]*\.[0-9]*[1-9][0-9]*)$"  # above 0
 
 
