@@ -97,6 +97,8 @@ class Page:
     """A rendered page: the requests it made that the guard refused."""
     screenshot: bytes | None = None
     """A rendered page: its viewport as PNG, when it is a new state (or asked for)."""
+    waited: str | None = None
+    """A rendered page: what the browser waited for before reading it, and how long."""
 
     @property
     def not_modified(self) -> bool:

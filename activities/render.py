@@ -9,9 +9,18 @@ Images, fonts and media are not loaded; downloads, service workers and any navig
 is not http(s) are refused. The rendered DOM is then read exactly as a fetched body is
 (`fetch.read_body`): the claim, lease, fencing and one-row commit around it do not change.
 
-Errors: a step whose element never appears is permanent (it names the step); a page or step
-that runs out of time, a browser that dies mid-render (it is relaunched for the next check)
-and a 5xx are transient.
+What is read (issue 42): with a price or text selector and no `wait` step, the render first
+waits for the selector to match, giving up once the page's network has been idle for
+IDLE_GRACE (then the rule fails as on a fetched page). A navigation the page makes itself
+(`location.href`, `<meta http-equiv=refresh>`) before it is read is followed, through the
+guard, and the landing page is what is read; one the guard refuses fails the check as a
+redirect there would.
+
+Errors speak the plain path's words and classes (activities/fetch.py), never Playwright's: a
+refused address, a non-http(s) redirect, a download (an unsupported content type) and a step
+whose element never appears are permanent; a page that runs out of time (naming the limit),
+a crashed page, a browser that dies mid-render (relaunched for the next check) and a 5xx are
+transient.
 """
 
 import asyncio
@@ -20,27 +29,30 @@ import fcntl
 import glob
 import logging
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, replace
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from playwright.async_api import Browser, Playwright, Route, async_playwright
+from playwright.async_api import Browser, Frame, Playwright, Route, async_playwright
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page as BrowserPage
+from playwright.async_api import Response as BrowserResponse
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from activities.browser_proxy import GuardedProxy, ProxySession
 from activities.fetch import (
     MAX_BODY_BYTES,
+    MAX_REDIRECTS,
     TRANSIENT_STATUSES,
     USER_AGENT,
     FetchError,
     Page,
     Request,
     read_body,
+    timed_out,
 )
 from activities.guard import AddressPolicy
 from activities.normalise import ExtractionError
@@ -55,10 +67,11 @@ MAX_SCREENSHOT_BYTES = 2 * 1024 * 1024
 # A page with more elements than this after its steps is refused (permanent): no pricing
 # page comes near it (a large shop's product page has a few thousand), a runaway script does.
 MAX_DOM_ELEMENTS = 50_000
-# What a rule that found nothing on a page rendered without steps adds: the likely cause.
-READ_AT_LOAD = " (read at load: a script may write it later; wait with --step 'wait CSS')"
-# How long a step waits for its element, at most (and never past the check's budget).
-STEP_WAIT = timedelta(seconds=10)
+# How long the page's network stays idle (after Playwright's own 500 ms of quiet) before a
+# selector that has not matched is given up: a script's timer fills a price well within it.
+IDLE_GRACE = 1.0
+# What the budget keeps back for reading the page after a wait or a step.
+READ_ROOM = 1.0
 VIEWPORT = {"width": 1280, "height": 800}
 # Launch flags of the guard: no name resolution in the browser (everything goes to the
 # proxy, which resolves and checks), loopback not exempt from the proxy, no UDP outside it.
@@ -78,7 +91,48 @@ LAUNCH_MARK = "--pricewatch-launch="
 
 class DocumentFailed(FetchError):
     """The page itself did not load (not a step, not a subresource): where the guard refused
-    it, the refusal is the error."""
+    it, the refusal is the error. `said`: the body of a 403 answer, which is the guard's
+    refusal line when the proxy gave it (never read as the page's text)."""
+
+    def __init__(self, message: str, *, transient: bool, said: str | None = None) -> None:
+        super().__init__(message, transient=transient)
+        self.said = said
+
+
+class _Documents:
+    """The main frame's documents: the latest one's response (what is read, after any
+    navigation), whether a navigation is under way, and `moved`, set at each commit."""
+
+    def __init__(self, page: BrowserPage) -> None:
+        self.frame = page.main_frame
+        self.last: BrowserResponse | None = None
+        self.leaving = False
+        self.moved = asyncio.Event()
+        page.on("response", self._response)
+        page.on("request", self._request)
+        page.on("requestfailed", self._ended)
+        page.on("framenavigated", self._committed)
+
+    def _ours(self, request: Any) -> bool:
+        return bool(request.is_navigation_request() and request.frame == self.frame)
+
+    def _response(self, response: BrowserResponse) -> None:
+        if self._ours(response.request):
+            self.last = response
+
+    def _request(self, request: Any) -> None:
+        if self._ours(request):
+            self.leaving = True
+
+    def _ended(self, request: Any) -> None:
+        if self._ours(request):
+            self.leaving = False
+            self.moved.set()
+
+    def _committed(self, frame: Frame) -> None:
+        if frame == self.frame:
+            self.leaving = False
+            self.moved.set()
 
 
 @dataclass(eq=False)
@@ -131,31 +185,31 @@ class BrowserFetcher:
     async def __call__(self, request: Request) -> Page:
         assert request.render is not None, "a plain request reached the render worker"
         steps = parse_steps(request.render.steps)
-        budget = request.deadline
         async with self._slots:
             launched, proxy = await self._acquire()
             browser = launched.browser
             session = proxy.new_session()
             failure: FetchError | None = None
             try:
-                page = await self._render(browser, proxy, session, request, steps, budget)
+                page = await self._render(browser, proxy, session, request, steps)
             except FetchError as err:
                 failure = err
             except (TimeoutError, PlaywrightTimeout):
-                failure = FetchError(
-                    f"rendering timed out after {budget.total_seconds():g}s", transient=True
-                )
+                failure = timed_out(request, None)
             except PlaywrightError as err:
-                failure = FetchError(
-                    "the browser exited mid-render"
+                failure = (
+                    FetchError("the browser exited mid-render", transient=True)
                     if not browser.is_connected()
-                    else f"rendering failed: {_first_line(err)}",
-                    transient=True,
+                    else browser_error(err)
                 )
             finally:
                 report = proxy.end_session(session.username)
                 await self._release(launched)
-            if isinstance(failure, DocumentFailed) and report.refused:
+            if (
+                isinstance(failure, DocumentFailed)
+                and report.refused
+                and failure.said in (None, *report.refused)
+            ):
                 raise FetchError(report.refused[0], transient=False) from failure  # the guard
             if failure is not None:
                 raise failure
@@ -170,8 +224,8 @@ class BrowserFetcher:
         session: ProxySession,
         request: Request,
         steps: list[Step],
-        budget: timedelta,
     ) -> Page:
+        budget = request.deadline.total_seconds()
         context = await browser.new_context(
             proxy={"server": proxy.url, "username": session.username, "password": session.password},
             user_agent=request.user_agent or USER_AGENT,
@@ -182,41 +236,34 @@ class BrowserFetcher:
         try:
             await context.route("**/*", _route)
             page = await context.new_page()
-            async with asyncio.timeout(budget.total_seconds()):
+            documents = _Documents(page)
+            async with asyncio.timeout(budget):
+                ends = asyncio.get_running_loop().time() + budget
                 try:
-                    response = await page.goto(as_sent(request.url), wait_until="load")
+                    await page.goto(as_sent(request.url), wait_until="load")
                 except PlaywrightError as err:
                     if not browser.is_connected():
                         raise  # the browser went, not the page (BrowserFetcher.__call__)
-                    raise DocumentFailed(_first_line(err), transient=True) from err
-                if response is None:
-                    raise DocumentFailed("the page did not load", transient=True)
-                if response.status >= 400:
-                    raise DocumentFailed(
-                        f"HTTP {response.status} {response.status_text}".strip(),
-                        transient=response.status in TRANSIENT_STATUSES,
-                    )
-                ends = asyncio.get_running_loop().time() + budget.total_seconds()
+                    raise document_error(err, documents.last) from err
                 for number, step in enumerate(steps, 1):
                     await _run_step(page, step, number, ends)
-                elements = await page.evaluate("document.getElementsByTagName('*').length")
-                if elements > MAX_DOM_ELEMENTS:
-                    raise FetchError(
-                        f"the rendered page has {elements} elements, over the cap of "
-                        f"{MAX_DOM_ELEMENTS}",
-                        transient=False,
-                    )
-                body = (await page.content()).encode()
+                named = _named(request)
+                waited = None
+                if named and not any(step.action is Action.WAIT for step in steps):
+                    waited = await _wait_for(page, named, ends)
+                body = await _settled(page, documents, ends)
+                await _check_document(page, documents.last)
                 if len(body) > MAX_BODY_BYTES:
                     raise FetchError(
                         f"the rendered page is over {MAX_BODY_BYTES} bytes", transient=False
                     )
+                assert documents.last is not None  # _check_document
                 try:
                     read = await read_body(
-                        response.status, body, "text/html; charset=utf-8", request.extraction
+                        documents.last.status, body, "text/html; charset=utf-8", request.extraction
                     )
                 except ExtractionError as err:  # as a fetched page's: permanent, one line
-                    hint = "" if steps else READ_AT_LOAD
+                    hint = f" ({waited})" if waited else ""
                     raise FetchError(
                         f"extraction rule failed: {err}{hint}", transient=False
                     ) from err
@@ -224,7 +271,7 @@ class BrowserFetcher:
                     shot = await page.screenshot(type="png")
                     if len(shot) <= MAX_SCREENSHOT_BYTES:
                         read = replace(read, screenshot=shot)
-                return read
+                return replace(read, waited=waited)
         finally:
             await _quietly(context.close())
 
@@ -414,10 +461,9 @@ async def _route(route: Route) -> None:
 
 
 async def _run_step(page: BrowserPage, step: Step, number: int, ends: float) -> None:
-    """One step. An element that never appears (within STEP_WAIT, and before the budget
-    `ends`) is permanent: the page does not have it."""
-    left = ends - asyncio.get_running_loop().time() - 1  # a second for reading the page
-    wait_ms = max(0.0, min(STEP_WAIT.total_seconds(), left)) * 1000
+    """One step. An element that never appears before the budget `ends` (less READ_ROOM) is
+    permanent: the page does not have it (unless the page stopped answering: out of time)."""
+    wait_ms = max(0.0, ends - asyncio.get_running_loop().time() - READ_ROOM) * 1000
     try:
         if step.action is Action.WAIT and step.pause is not None:
             await page.wait_for_timeout(step.pause.total_seconds() * 1000)
@@ -438,11 +484,146 @@ async def _run_step(page: BrowserPage, step: Step, number: int, ends: float) -> 
             elif step.action is Action.FILL:
                 await element.fill(step.value or "", timeout=wait_ms)
     except PlaywrightTimeout as err:
+        try:  # a page too busy to answer is out of time, not missing the element
+            async with asyncio.timeout(READ_ROOM / 2):
+                await page.evaluate("0")
+        except (TimeoutError, PlaywrightError):
+            raise TimeoutError from err  # the check's budget: BrowserFetcher.__call__
         raise FetchError(f"step {number} ({step}): not on the page", transient=False) from err
     except PlaywrightError as err:
         if page.is_closed() or "has been closed" in str(err):
             raise  # the browser went, not the step: transient (BrowserFetcher.__call__)
-        raise FetchError(f"step {number} ({step}): {_first_line(err)}", transient=False) from err
+        raise FetchError(f"step {number} ({step}): {_said(err)}", transient=False) from err
+
+
+def _named(request: Request) -> str | None:
+    """The selector the target reads: the one a render waits for."""
+    rules = request.extraction
+    if rules.price_mode is not None and rules.price_mode.selector:
+        return rules.price_mode.selector
+    return rules.selector
+
+
+async def _wait_for(page: BrowserPage, selector: str, ends: float) -> str | None:
+    """Wait until `selector` matches, or the page's network has been idle for IDLE_GRACE
+    and it still does not (or the budget `ends`): what was waited for and how long. None
+    when Chromium cannot use the selector (the reader may: it reads as it is)."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    limit = max(0.0, ends - started - READ_ROOM) * 1000
+
+    async def quiet() -> None:
+        await page.wait_for_load_state("networkidle", timeout=limit)
+        await asyncio.sleep(IDLE_GRACE)
+
+    found = asyncio.ensure_future(page.wait_for_selector(selector, state="attached", timeout=limit))
+    idle = asyncio.ensure_future(quiet())
+    try:
+        await asyncio.wait({found, idle}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (found, idle):
+            task.cancel()
+        await asyncio.gather(found, idle, return_exceptions=True)
+    took = f"waited {(loop.time() - started) * 1000:.0f} ms for {selector!r}"
+    if found.cancelled() or isinstance(found.exception(), PlaywrightTimeout):
+        return f"{took}: not there once the page's network was idle"
+    if found.exception() is not None:
+        return None
+    return took
+
+
+# When the page's <meta http-equiv=refresh> with an address will navigate: seconds, or null.
+REFRESH_DUE = """() => {
+  const meta = document.querySelector('meta[http-equiv="refresh" i]');
+  const parts = meta && /^\\s*(\\d+(?:\\.\\d*)?)\\s*[;,]\\s*\\S/.exec(meta.content || "");
+  return parts ? parseFloat(parts[1]) : null;
+}"""
+
+
+async def _settled(page: BrowserPage, documents: _Documents, ends: float) -> bytes:
+    """The DOM once the page has stopped moving: a navigation it starts before it is read
+    (a script's, a refresh's that is due within the budget) is followed, and the landing
+    page read; more than MAX_REDIRECTS of them is refused as a fetch's redirects are."""
+    moves = 0
+    while True:
+        documents.moved.clear()
+        try:
+            await page.wait_for_load_state("load")
+            due = await page.evaluate(REFRESH_DUE)
+            left = ends - asyncio.get_running_loop().time() - READ_ROOM
+            if not documents.leaving and (due is None or due > left):
+                elements = await page.evaluate("document.getElementsByTagName('*').length")
+                body = await page.content()
+                if not documents.leaving and not documents.moved.is_set():
+                    break
+            await documents.moved.wait()
+        except PlaywrightError as err:
+            if not page.is_closed() and "navigat" in str(err):
+                continue  # the context went with a navigation: read where it landed
+            raise
+        moves += 1
+        if moves > MAX_REDIRECTS:
+            raise FetchError(f"more than {MAX_REDIRECTS} redirects", transient=False)
+    if elements > MAX_DOM_ELEMENTS:
+        raise FetchError(
+            f"the rendered page has {elements} elements, over the cap of {MAX_DOM_ELEMENTS}",
+            transient=False,
+        )
+    return body.encode()
+
+
+async def _check_document(page: BrowserPage, response: BrowserResponse | None) -> None:
+    """The document read must have loaded: an error status fails the check as a fetch's
+    would, and a navigation that failed (Chromium's error page) as its connection would."""
+    if page.main_frame.url.startswith("chrome-error:") or response is None:
+        raise DocumentFailed("connection failed: the page did not load", transient=True)
+    if response.status >= 400:
+        said = (await response.text()).strip() if response.status == 403 else None
+        raise DocumentFailed(
+            f"HTTP {response.status} {response.status_text}".strip(),
+            transient=response.status in TRANSIENT_STATUSES,
+            said=said,
+        )
+
+
+# Chromium's net errors that a fetch would meet as a refused redirect or certificate.
+UNSUPPORTED_SCHEME = {"ERR_UNSAFE_REDIRECT", "ERR_DISALLOWED_URL_SCHEME", "ERR_UNKNOWN_URL_SCHEME"}
+NET_ERROR = re.compile(r"net::(ERR_\w+)")
+
+
+def document_error(err: PlaywrightError, response: BrowserResponse | None) -> FetchError:
+    """The page did not load (`goto` failed), in a fetch's words and classes."""
+    said = _said(err)
+    if "Download is starting" in said:
+        kind = response.headers.get("content-type", "unknown") if response else "unknown"
+        return DocumentFailed(f"unsupported content type {kind} (a download)", transient=False)
+    failed = browser_error(err)
+    return DocumentFailed(str(failed), transient=failed.transient)
+
+
+def browser_error(err: PlaywrightError) -> FetchError:
+    """A browser error in a fetch's words and classes: never Playwright's method names."""
+    said = _said(err)
+    net = NET_ERROR.search(said)
+    if net and net[1] in UNSUPPORTED_SCHEME:
+        return FetchError(
+            f"invalid or unsupported URL: a redirect to a scheme other than http(s) ({net[1]})",
+            transient=False,
+        )
+    if net and net[1].startswith("ERR_CERT_"):
+        return FetchError(f"TLS certificate failure: {net[1]}", transient=False)
+    if net and net[1] == "ERR_TOO_MANY_REDIRECTS":
+        return FetchError("too many redirects", transient=False)
+    if net:
+        return FetchError(f"connection failed: {net[1]}", transient=True)
+    if "crash" in said.lower():
+        return FetchError("the page crashed in the browser (out of memory?)", transient=True)
+    return FetchError(f"rendering failed: {said}", transient=True)
+
+
+def _said(err: BaseException) -> str:
+    """An error's first line without Playwright's `Page.goto: ` (its method name)."""
+    return re.sub(r"^\w+\.\w+: ", "", _first_line(err))
 
 
 def _first_line(err: BaseException) -> str:

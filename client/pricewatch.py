@@ -410,7 +410,7 @@ class Pricewatch:
         return TryView(
             url=config.url, http_status=page.status_code, body_bytes=page.size,
             result_hash=page.sha256, text=page.text, prices=prices,
-            skipped_values=page.skipped, refused_requests=page.refused,
+            skipped_values=page.skipped, refused_requests=page.refused, waited=page.waited,
         ), page.screenshot  # fmt: skip
 
     async def site_slots(self) -> Sites:

@@ -189,6 +189,8 @@ class TryView(View):
     """Price mode: the values that could not be read, each with why."""
     refused_requests: list[str] = []
     """A rendered page: the requests it made that the guard refused."""
+    waited: str | None = None
+    """A rendered page: what the browser waited for before reading it, and how long."""
 
 
 class ConfigView(View):

@@ -186,6 +186,8 @@ def tried(view: TryView) -> None:
     """What a check would record: the prices and where each was read, what was skipped, the
     hash; for a text target, the text that is hashed."""
     print(inert(f"{view.url}: HTTP {view.http_status}, {view.body_bytes} bytes"))
+    if view.waited:
+        print(inert(f"rendered: {view.waited}"))
     if view.prices is not None:
         table(
             ["PRICE", "AMOUNT", "WAS", "STOCK", "READ FROM"],
