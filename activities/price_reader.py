@@ -110,10 +110,29 @@ _STRUCK = "del, s, strike"
 # `compare-at-price`, `strikethrough` (not `compare-table`: a plan comparison is no old price).
 _WAS = r"(?:was|old|compare[-_]?at|compare|original|list|strike|strikethrough|crossed|before|rrp)"
 _STRUCK_CLASS = re.compile(
-    rf"{_WAS}[-_]*(?:price|amount)|(?:price|amount)[-_]*{_WAS}"
+    rf"(?<![a-z]){_WAS}[-_]*(?:price|amount)|(?:price|amount)[-_]*{_WAS}"
     r"|^(?:was|strike|strikethrough|crossed|line-through|compare-at)$",
     re.I,
 )
+# Visually hidden, read by screen readers (Amazon's `a-offscreen`, Bootstrap's `sr-only`,
+# WordPress's `screen-reader-text`, `visually-hidden`...), by class or by a clip/1px style.
+_SPOKEN_CLASS = re.compile(
+    r"(?:[\w-]*[-_])?(?:a-offscreen|offscreen|sr-only|sronly|sr-text|visually-?hidden"
+    r"|hidden-visually|screen-?reader(?:-text|-only)?|screenreader(?:-text|-only)?"
+    r"|assistive-text|element-invisible|a11y-hidden)(?:--?[\w-]+)?",
+    re.I,
+)
+_CLIPPED = re.compile(
+    r"clip\s*:\s*rect|clip-path\s*:\s*inset\(\s*50%|(?<![-\w])width\s*:\s*1px", re.I
+)
+_HAS_DIGIT = re.compile(r"\d")
+# The pieces of one price over elements: `1` `,` `99` or `1,299` `.` `00`, joined by NUL here.
+_GLUE = re.compile(r"(?<=\d)\0(?=[.,]\d)|(?<=\d[.,])\0(?=\d)")
+# A "from" price on a listing: the least a product costs (`ab € 1248,99`, `From $9`).
+_FROM = re.compile(
+    r"(?<!\w)(?:from|starting at|as low as|ab|dès|à partir de|desde|vanaf)(?!\w)\D{0,5}\d", re.I
+)
+_PRICE_ATTRIBUTES = ("content", "value", "data-price", "data-price-amount", "data-amount")
 _HIDING_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)
 _SEPARATORS = str.maketrans(
     {"\u2019": "'", "\u02bc": "'", "\u2032": "'", "\u202f": " ", "\u2009": " ", "\u00a0": " ",
@@ -340,29 +359,39 @@ def _selected(tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str
     matches = _css(tree.root, selector)
     if not matches:
         skipped.append(f"price selector {selector!r} matched nothing")
+    matches = _outermost(matches)
+    asides = [_set_aside(match) for match in matches]
+    as_named = all(asides)  # nothing else to choose: the user named these, so they are read
     found = []
-    for position, match in enumerate(matches, 1):
-        aside = _set_aside(match)
-        if aside == "hidden" and settings.attribute is None:  # an attribute is read, not shown
-            skipped.append(f"{_match(match, position)}: hidden")
-            continue
-        if aside == "struck out":
-            skipped.append(f"{_match(match, position)}: struck out")
+    for position, (match, aside) in enumerate(zip(matches, asides, strict=True), 1):
+        if aside == "hidden" and settings.attribute is not None:
+            aside = None  # an attribute is read, not shown
+        if aside and not as_named:
+            skipped.append(f"{_match(match, position)}: {aside}")
             continue
         named = next(iter(_css(match, name)), None) if name is not None else None
         if name is not None and named is None:
             skipped.append(f"{_match(match, position)}: price name {name!r} matched nothing")
             continue
+        attribute = settings.attribute
         try:
-            if settings.attribute is not None:
-                value = match.attributes.get(settings.attribute)
+            if attribute is not None:
+                value = match.attributes.get(attribute)
                 if not value:
-                    skipped.append(f"{_match(match, position)}: no {settings.attribute!r}")
+                    skipped.append(f"{_match(match, position)}: no {attribute!r}")
                     continue
                 amount, currency = parse_amount(value, "", structured=True)
                 regular = None
             else:
-                amount, currency, regular = _shown_amount(match, named)
+                try:
+                    amount, currency, regular = _shown_amount(match, named)
+                except ExtractionError:
+                    if (attribute := _price_attribute(match)) is None:
+                        raise
+                    amount, currency = parse_amount(
+                        match.attributes[attribute] or "", "", structured=True
+                    )
+                    regular = None
         except Implausible as err:
             skipped.append(f"price selector {selector!r}: {_match(match, position)}: {err}")
             continue
@@ -370,9 +399,38 @@ def _selected(tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str
             skipped.append(f"price selector {selector!r}: no price in {_match(match, position)}")
             continue
         label = " ".join(named.text().split()) if named is not None else f"price {position}"
-        where = f"match {position}" + (f" [{settings.attribute}]" if settings.attribute else "")
-        found.append(Price(label, amount, currency, regular, None, where))
+        flags = [aside] if aside else []
+        if attribute is None and _FROM.search(match.text()):
+            flags.append("from")
+        where = f"match {position}" + (f" [{attribute}]" if attribute else "")
+        found.append(Price(label, amount, currency, regular, None, where + _said(flags)))
     return found
+
+
+def _said(flags: list[str]) -> str:
+    """What a reading is, beside where it was read: `match 2 (from)`, `match 1 (hidden)`."""
+    return f" ({', '.join(flags)})" if flags else ""
+
+
+def _outermost(matches: list[LexborNode]) -> list[LexborNode]:
+    """The matches not inside another: a match inside one (`[class*=price]` on a price and its
+    whole and fraction parts) is part of that price, not a price of its own."""
+    if len(matches) < 2:
+        return matches
+    ids = {match.mem_id for match in matches}
+    return [match for match in matches if not _inside(match, ids)]
+
+
+def _price_attribute(match: LexborNode) -> str | None:
+    """The attribute an element without text keeps its price in (`<meta content>`, `<input
+    value>`, `data-price`), so that a selector naming it needs no `--price-attr`."""
+    attributes = match.attributes
+    if match.text().strip():
+        return None
+    for name in _PRICE_ATTRIBUTES:
+        if attributes.get(name):
+            return name
+    return next((name for name, value in attributes.items() if "price" in name and value), None)
 
 
 def _css(node: LexborNode | None, query: str) -> list[LexborNode]:
@@ -414,8 +472,11 @@ def _shown_amount(
         text = child.text_content or ""  # text alone, the common case
     else:
         shown: list[str] = []
-        _visible_text(match, named.mem_id if named is not None else None, shown, struck)
-        text = " ".join(shown)
+        spoken: list[str] = []
+        _visible_text(match, named.mem_id if named is not None else None, shown, struck, spoken)
+        # A screen reader's text with a number is the price its visible parts show in pieces.
+        parts = spoken if any(map(_HAS_DIGIT.search, spoken)) else shown
+        text = _GLUE.sub("", "\0".join(parts)).replace("\0", " ")
     text = _plain(" ".join(text.split()))
     was = None
     if (simple := _SIMPLE.fullmatch(text)) is not None:  # one number: the common case
@@ -438,9 +499,11 @@ def _shown_amount(
     return _plausible(amount, text, ""), currency, regular
 
 
-def _visible_text(node: LexborNode, named: int | None, shown: list[str], struck: list[str]) -> None:
+def _visible_text(
+    node: LexborNode, named: int | None, shown: list[str], struck: list[str], spoken: list[str]
+) -> None:
     """The text of a match's children, in order, without its name element and hidden parts;
-    struck-out parts go to `struck`."""
+    struck-out parts go to `struck`, screen-reader-only ones (`sr-only`) to `spoken`."""
     for child in node.iter(include_text=True):
         if child.tag == "-text":
             shown.append(child.text_content or "")
@@ -448,8 +511,23 @@ def _visible_text(node: LexborNode, named: int | None, shown: list[str], struck:
             shown.append(" ")
         elif _struck_here(child):  # before hidden: WooCommerce hides its <del> from readers
             struck.append(child.text(separator=" "))
+        elif _spoken_only(child.attributes):
+            spoken.append(child.text(separator=" "))
         elif not _hidden_here(child):
-            _visible_text(child, named, shown, struck)
+            _visible_text(child, named, shown, struck, spoken)
+
+
+def _spoken_only(attributes: dict[str, str | None]) -> bool:
+    """Visually hidden, for screen readers: an `sr-only`-style class or a clip/1px style."""
+    if (classes := attributes.get("class")) and _spoken_class(classes):
+        return True
+    style = attributes.get("style")
+    return style is not None and _CLIPPED.search(style) is not None
+
+
+@functools.lru_cache(maxsize=1024)
+def _spoken_class(classes: str) -> bool:
+    return any(_SPOKEN_CLASS.fullmatch(token) for token in classes.split())
 
 
 def _priced_part(text: str) -> tuple[str | None, str | None]:
