@@ -659,9 +659,10 @@ def _structured(html: str, tree: LexborHTMLParser, skipped: list[str]) -> list[P
     `price:amount` is also in the page text): a page without structured data costs that walk."""
     scripts, metas, itemprop = _candidates(tree, html, "price:amount" in html)
     kinds: list[tuple[str, list[Price]]] = []
-    if scripts and (found := _json_ld(scripts, skipped)):
+    # The same offer twice in one kind (a variant's copy, a product in two blocks) is one price.
+    if scripts and (found := _once(_json_ld(scripts, skipped))):
         kinds.append(("JSON-LD", found))
-    if itemprop and (found := _microdata(tree, skipped)):
+    if itemprop and (found := _once(_microdata(tree, skipped))):
         kinds.append(("microdata", found))
     if metas and (found := _open_graph(metas, skipped)):
         kinds.append(("OpenGraph", found))
@@ -677,6 +678,12 @@ def _structured(html: str, tree: LexborHTMLParser, skipped: list[str]) -> list[P
                 skipped.append(f"{other} {amounts}: the struck-out price; {kind} is read")
             return _completed(found, [p for _, passed in passed_over for p in passed])
     return kinds[0][1]
+
+
+def _once(prices: list[Price]) -> list[Price]:
+    """Each price once, in page order (equal: the same name, amount, currency, regular price
+    and stock)."""
+    return list(dict.fromkeys(prices)) if len(prices) > 1 else prices
 
 
 def _candidates(
@@ -843,17 +850,16 @@ def _offer_prices(offer: dict[str, Any], product: str | None, skipped: list[str]
     specs = offer.get("priceSpecification") or []
     regular = None
     specified: list[tuple[str, Any, Any]] = []  # (name, value, currency), as the page shows
-    for spec in specs if isinstance(specs, list) else [specs]:
-        if not isinstance(spec, dict):
-            continue
+    for spec, part in _specifications(specs):
         kinds = {_short_type(str(spec.get("priceType", "")))} | _types(spec)
         value = spec.get("price")
+        label = f"{name} ({part})" if part else name
         if kinds & REGULAR_PRICE_TYPES:  # the struck-out price: kept as the regular one
             regular = regular if regular is not None else _amount(value, where, skipped)
         elif spec.get("validForMemberTier") is not None:
-            specified.append((f"{name} (member)", value, spec.get("priceCurrency")))
+            specified.append((f"{label} (member)", value, spec.get("priceCurrency")))
         elif value is not None:
-            specified.append((name, value, spec.get("priceCurrency")))
+            specified.append((label, value, spec.get("priceCurrency")))
     price = offer.get("price")
     if price is not None and (str(price).strip() or not specified):
         shown = [(name, price, currency), *(s for s in specified if s[0] != name)]
@@ -882,6 +888,25 @@ def _offer_prices(offer: dict[str, Any], product: str | None, skipped: list[str]
             )
         )
     return prices
+
+
+def _specifications(specs: Any) -> list[tuple[dict[str, Any], str | None]]:
+    """An offer's price specifications, each with the name of the part it is (None: the
+    whole price): a `CompoundPriceSpecification` is its own price if it has one, then its
+    `priceComponent`s (a downpayment and instalments, a unit price and a fee), named by
+    `name` or `priceComponentType`."""
+    found: list[tuple[dict[str, Any], str | None]] = []
+    for spec in specs if isinstance(specs, list) else [specs]:
+        if not isinstance(spec, dict):
+            continue
+        found.append((spec, None))
+        parts = spec.get("priceComponent") or []
+        for position, part in enumerate(parts if isinstance(parts, list) else [parts], 1):
+            if isinstance(part, dict):
+                kind = part.get("priceComponentType")
+                named = part.get("name") or (_short_type(kind) if isinstance(kind, str) else None)
+                found.append((part, named if isinstance(named, str) else f"part {position}"))
+    return found
 
 
 def _first_name(*names: Any) -> str:
