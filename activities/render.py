@@ -474,7 +474,8 @@ async def _run_step(page: BrowserPage, step: Step, number: int, ends: float) -> 
             await page.keyboard.press(step.key)
         else:
             assert step.selector is not None
-            element = page.locator(step.selector).first
+            root = page.frame_locator(step.frame) if step.frame else page
+            element = root.locator(step.selector).first
             await element.wait_for(state="attached" if step.action is Action.WAIT else "visible",
                                    timeout=wait_ms)  # fmt: skip
             if step.action is Action.CLICK:

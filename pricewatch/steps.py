@@ -1,6 +1,7 @@
 """Browser steps (issue 30): what a rendered check does on the page before it reads it, as the
 user writes them (`click #yearly`, `wait .price`, `wait 2s`, `select #plan=pro`, `fill
-#zip=10115`, `press Enter`, `scroll`). Parsed here, with no browser, so `add` refuses a
+#zip=10115`, `press Enter`, `scroll`; `click frame=#pay #yearly` reaches into the iframe
+`#pay`). Parsed here, with no browser, so `add` refuses a
 malformed step before anything starts; activities/render.py runs them.
 """
 
@@ -26,23 +27,26 @@ class Action(StrEnum):
 
 @dataclass(frozen=True)
 class Step:
-    """One step: `selector` for click, wait (for an element), select and fill; `value` for
-    select and fill; `key` for press; `pause` for `wait 2s`."""
+    """One step: `selector` for click, wait (for an element), select and fill, looked for in
+    the iframe `frame` (a CSS selector on the page) when it is set; `value` for select and
+    fill; `key` for press; `pause` for `wait 2s`."""
 
     action: Action
     selector: str | None = None
     value: str | None = None
     key: str | None = None
     pause: timedelta | None = None
+    frame: str | None = None
 
     def __str__(self) -> str:
         if self.pause is not None:
             return f"wait {self.pause.total_seconds():g}s"
         if self.key is not None:
             return f"press {self.key}"
+        where = f"frame={self.frame} {self.selector}" if self.frame else self.selector
         if self.value is not None:
-            return f"{self.action.value} {self.selector}={self.value}"
-        return f"{self.action.value} {self.selector or ''}".rstrip()
+            return f"{self.action.value} {where}={self.value}"
+        return f"{self.action.value} {where or ''}".rstrip()
 
 
 def parse_step(text: str) -> Step:
@@ -72,12 +76,18 @@ def parse_step(text: str) -> Step:
         if pause > MAX_WAIT:
             raise ValueError(f"step {text!r}: a wait is at most {MAX_WAIT.total_seconds():g}s")
         return Step(action, pause=pause)
+    frame = None
+    if rest.startswith("frame="):  # the iframe's selector ends at the first space
+        frame, _, rest = rest.removeprefix("frame=").partition(" ")
+        rest = rest.strip()
+        if not frame or not rest:
+            raise ValueError(f"step {text!r}: frame= needs the iframe's CSS, a space, then CSS")
     if action in (Action.SELECT, Action.FILL):
         selector, equals, value = rest.partition("=")
         if not equals or not selector.strip():
             raise ValueError(f"step {text!r}: {action.value} needs CSS=VALUE")
-        return Step(action, selector=selector.strip(), value=value)
-    return Step(action, selector=rest)
+        return Step(action, selector=selector.strip(), value=value, frame=frame)
+    return Step(action, selector=rest, frame=frame)
 
 
 def parse_steps(texts: list[str]) -> list[Step]:

@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from hypothesis import given
+from hypothesis import strategies as st
 
 from activities.fetch import FetchError, Page, request_of
 from activities.render import BrowserFetcher
 from pricewatch.models import CheckInput, PriceSettings, RenderSettings, TargetConfig
+from pricewatch.steps import parse_step
 from tests.chaos.stack import serve
 from tests.conftest import LOOPBACK
 from tests.helpers import SLOT, cli
@@ -70,7 +73,16 @@ async def site() -> AsyncIterator[str]:
     async def missing(request: web.Request) -> web.Response:
         raise web.HTTPNotFound()
 
+    framed = (
+        "<html><body><div id=plans>monthly</div><iframe id=pay src=/frame></iframe></body></html>"
+    )
+    frame = (
+        "<html><body><button id=yearly onclick=\"parent.document.getElementById('plans')"
+        ".innerHTML = '<p class=price>$50</p>'\">yearly</button></body></html>"
+    )
     routes = [
+        web.get("/framed", page(framed)),
+        web.get("/frame", page(frame)),
         web.get("/late", late),
         web.get("/landing", page(LANDING)),
         web.get("/after-load", page(moving(
@@ -213,3 +225,30 @@ async def test_render_failures_speak_the_plain_paths_words(
     assert re.search(words, said), said
     assert err.value.transient is transient, said
     assert time.monotonic() - started < 9
+
+
+async def test_a_step_reaches_into_the_iframe_its_frame_prefix_names(
+    fetcher: BrowserFetcher, site: str
+) -> None:
+    page = await read(fetcher, f"{site}/framed", ["click frame=#pay #yearly"])
+    assert [price.amount for price in page.prices or []] == [50]
+    with pytest.raises(FetchError, match=r"step 1 \(click #yearly\): not on the page"):
+        await fetcher(request_of(check(f"{site}/framed", ["click #yearly"], timeout=5)))
+
+
+CSS = st.from_regex(r"[#.]?[a-z][a-z0-9_-]{0,15}", fullmatch=True)
+
+
+@given(frame=CSS, selector=CSS, action=st.sampled_from(["click", "wait"]))
+def test_a_frame_prefix_is_parsed_and_written_back_as_given(
+    frame: str, selector: str, action: str
+) -> None:
+    step = parse_step(f"{action} frame={frame} {selector}")
+    assert (step.frame, step.selector) == (frame, selector)
+    assert parse_step(str(step)) == step
+
+
+@pytest.mark.parametrize("text", ["click frame=#pay", "click frame= #yearly", "fill frame=#pay"])
+def test_a_frame_prefix_without_both_selectors_is_refused_in_one_line(text: str) -> None:
+    with pytest.raises(ValueError, match=r"frame= needs the iframe's CSS|needs CSS=VALUE"):
+        parse_step(text)
