@@ -16,9 +16,7 @@ from starlette.exceptions import HTTPException
 
 from activities.store import PriceLine
 from client import manifest
-from client.manifest import Entry
 from client.pricewatch import BadInput, Unknown
-from pricewatch.durations import parse_duration
 from pricewatch.health import DEFAULT_WINDOW
 from pricewatch.models import TAG_PATTERN, TARGET_ID_PATTERN, CheckStatus
 from pricewatch.settings import Settings
@@ -259,27 +257,6 @@ async def logout(request: Request, csrf: Annotated[str, Form()] = "") -> Respons
     check_csrf(request, csrf)
     request.session.clear()
     return RedirectResponse("/login" if served(request).token else "/", status_code=303)
-
-
-@router.post("/targets")
-async def add(
-    request: Request,
-    target_id: Annotated[str, Form(alias="id", max_length=63)],
-    url: Annotated[str, Form(max_length=2000)],
-    every: Annotated[str, Form(max_length=20)] = "24h",
-    selector: Annotated[str, Form(max_length=500)] = "",
-    prices: Annotated[bool, Form()] = False,
-    csrf: Annotated[str, Form()] = "",
-) -> Response:
-    check_csrf(request, csrf)
-    entry = Entry(
-        id=target_id.strip(), url=url.strip(), every=parse_duration(every.strip() or "24h"),
-        selector=None if prices else selector.strip() or None,
-        prices={"selector": selector.strip() or None} if prices else None,
-    )  # fmt: skip
-    steps = await api.client(request).put(entry, where="")
-    request.session["said"] = f"{', '.join(s.action.value for s in steps)} {entry.id}"
-    return RedirectResponse(f"/targets/{entry.id}", status_code=303)
 
 
 @router.post("/targets/{target_id}/{action}")

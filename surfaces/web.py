@@ -32,7 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from client.pricewatch import BadInput, Pricewatch
 from pricewatch.settings import Settings, long_enough
-from surfaces import api, auth, dashboard, failures
+from surfaces import add, api, auth, dashboard, failures
 from surfaces.errors import EXPECTED, Fault, failure
 
 HERE = Path(__file__).parent
@@ -103,6 +103,7 @@ def create_app(settings: Settings, host: str = "127.0.0.1", port: int = 8090) ->
     app.openapi = functools.cache(lambda: api.openapi(app.routes))  # type: ignore[method-assign]
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.include_router(failures.router)
+    app.include_router(add.router)
     app.include_router(dashboard.router)
     app.state.served = dashboard.Served(settings, token, dashboard.templates())
 

@@ -1,0 +1,97 @@
+"""The dashboard's add form: what `pricewatch add` takes (an interval or a calendar, render and
+steps, channels, tags, price mode and its rules), made into one targets-file entry
+(`manifest.Entry`) and validated by it, so a bad field is the line `apply` and the API say
+(issue 44).
+
+Blank fields are left out, as options not given are: the entry's own defaults apply. Lists
+(steps, webhooks, emails, Apprise URLs) are one per line; tags and calendar times may also be
+comma-separated."""
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Form, Request, Response
+from fastapi.responses import RedirectResponse
+from pydantic import BaseModel, Field, ValidationError
+
+from client.manifest import Entry, field_error
+from client.pricewatch import BadInput
+from surfaces import api
+from surfaces.auth import check_csrf
+
+router = APIRouter(include_in_schema=False)
+Short = Annotated[str, Field(max_length=500)]
+Lines = Annotated[str, Field(max_length=20_000)]  # a list, one a line
+
+
+class AddForm(BaseModel):
+    """The form's fields, as posted (every one a string, blank when not filled in)."""
+
+    id: Annotated[str, Field(max_length=63)]
+    url: Annotated[str, Field(max_length=2000)]
+    schedule: Literal["interval", "calendar"] = "interval"
+    every: Short = ""
+    cron: Short = ""
+    at: Short = ""
+    on: Short = ""
+    tz: Short = ""
+    jitter: Short = ""
+    selector: Short = ""
+    ignore: Short = ""
+    timeout: Short = ""
+    render: bool = False
+    steps: Lines = ""
+    webhooks: Lines = ""
+    emails: Lines = ""
+    notify: Lines = ""
+    tags: Short = ""
+    prices: bool = False
+    price_selector: Short = ""
+    price_name: Short = ""
+    below: Short = ""
+    above: Short = ""
+    min_change_percent: Short = ""
+    csrf: str = ""
+
+    def entry(self) -> Entry:
+        """The entry this form asks for; BadInput with `apply`'s line for a bad field."""
+        data: dict[str, object] = {"id": self.id.strip(), "url": self.url.strip()}
+        given = {k: v.strip() for k, v in self if isinstance(v, str) and v.strip()}
+        if self.schedule == "calendar":
+            data |= {k: given[k] for k in ("cron", "on", "tz", "jitter") if k in given}
+            if times := words(self.at):
+                data["at"] = times
+        elif "every" in given:
+            data["every"] = given["every"]
+        data |= {k: given[k] for k in ("selector", "ignore", "timeout") if k in given}
+        listed = {
+            "steps": lines(self.steps), "webhooks": lines(self.webhooks),
+            "emails": lines(self.emails), "notify": lines(self.notify), "tags": words(self.tags),
+        }  # fmt: skip
+        data |= {k: found for k, found in listed.items() if found}
+        if self.render:
+            data["render"] = True
+        if self.prices:
+            rules = ("price_selector", "price_name", "below", "above", "min_change_percent")
+            data["prices"] = {k.removeprefix("price_"): given[k] for k in rules if k in given}
+        try:
+            return Entry.model_validate(data)
+        except ValidationError as err:
+            raise BadInput(field_error(err)) from err
+
+
+def lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def words(text: str) -> list[str]:
+    """Comma- or space-separated (`cloud, eu`; `08:00 18:00`)."""
+    return text.replace(",", " ").split()
+
+
+@router.post("/targets")
+async def add(request: Request, form: Annotated[AddForm, Form()]) -> Response:
+    check_csrf(request, form.csrf)
+    entry = form.entry()
+    done = await api.client(request).put(entry, where="")
+    request.session["said"] = f"{', '.join(s.action.value for s in done)} {entry.id}"
+    return RedirectResponse(f"/targets/{entry.id}", status_code=303)
