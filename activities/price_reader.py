@@ -127,7 +127,7 @@ _CLIPPED = re.compile(
 )
 _HAS_DIGIT = re.compile(r"\d")
 # The pieces of one price over elements: `1` `,` `99` or `1,299` `.` `00`, joined by NUL here.
-_GLUE = re.compile(r"(?<=\d)\0(?=[.,]\d)|(?<=\d[.,])\0(?=\d)")
+_GLUE = re.compile(r"(?<=\d)\0(?=[.,]\0?\d)|(?:(?<=\d[.,])|(?<=\d\0[.,]))\0(?=\d)")
 # A "from" price on a listing: the least a product costs (`ab € 1248,99`, `From $9`).
 _FROM = re.compile(
     r"(?<!\w)(?:from|starting at|as low as|ab|dès|à partir de|desde|vanaf)(?!\w)\D{0,5}\d", re.I
@@ -381,17 +381,17 @@ def _selected(tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str
                     skipped.append(f"{_match(match, position)}: no {attribute!r}")
                     continue
                 amount, currency = parse_amount(value, "", structured=True)
-                regular = None
+                regular, least = None, False
             else:
                 try:
-                    amount, currency, regular = _shown_amount(match, named)
+                    amount, currency, regular, least = _shown_amount(match, named)
                 except ExtractionError:
                     if (attribute := _price_attribute(match)) is None:
                         raise
                     amount, currency = parse_amount(
                         match.attributes[attribute] or "", "", structured=True
                     )
-                    regular = None
+                    regular, least = None, False
         except Implausible as err:
             skipped.append(f"price selector {selector!r}: {_match(match, position)}: {err}")
             continue
@@ -400,7 +400,7 @@ def _selected(tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str
             continue
         label = " ".join(named.text().split()) if named is not None else f"price {position}"
         flags = [aside] if aside else []
-        if attribute is None and _FROM.search(match.text()):
+        if least:
             flags.append("from")
         where = f"match {position}" + (f" [{attribute}]" if attribute else "")
         found.append(Price(label, amount, currency, regular, None, where + _said(flags)))
@@ -463,9 +463,10 @@ def _match(match: LexborNode, position: int) -> str:
 
 def _shown_amount(
     match: LexborNode, named: LexborNode | None
-) -> tuple[Decimal, str | None, Decimal | None]:
+) -> tuple[Decimal, str | None, Decimal | None, bool]:
     """The amount a match shows now: struck-out and hidden parts and the name are set aside
-    (a struck-out amount is the regular price), then the number that reads as a price."""
+    (a struck-out amount is the regular price), then the number that reads as a price; and
+    whether it is a "from" price (the least of several)."""
     struck: list[str] = []
     child = match.child
     if child is not None and child.next is None and child.tag == "-text":
@@ -496,7 +497,8 @@ def _shown_amount(
         with contextlib.suppress(ExtractionError):
             regular = parse_amount(struck_text, "")[0]
             break
-    return _plausible(amount, text, ""), currency, regular
+    least = not text.isdigit() and _FROM.search(text) is not None
+    return _plausible(amount, text, ""), currency, regular, least
 
 
 def _visible_text(

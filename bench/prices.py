@@ -47,7 +47,12 @@ CORPUS = ROOT / "tests" / "corpus"
 RELEASE_1_2 = "d5c9328"  # `release 1.2.0`: its reader is activities/prices.py
 Reader = Callable[[bytes, str, PriceSettings], Any]
 VERDICTS = ("agree", "wrong", "error", "nothing")
-# The classes of issue 29: each has at least one case of its own (tests/test_corpus.py).
+# Issue 43's kinds: the report counts their cases apart (`by_kind`).
+KINDS = (
+    "user-named-element", "from-price", "screen-reader-price", "split-parts",
+    "repeated-structured-data", "attribute-only", "compound-price-specification",
+)  # fmt: skip
+# The classes of issue 29, then issue 43's kinds: each has a case of its own (tests/test_corpus.py).
 CLASSES = (
     "plain", "struck-out-del-ins", "compare-at", "was-now", "strikethrough-jsonld",
     "og-sale-vs-regular", "bad-value-beside-good", "empty-selector-match", "microdata-low-high",
@@ -56,7 +61,7 @@ CLASSES = (
     "jsonld-comments", "jsonld-wrapped", "nested-itemprop-price", "microdata-nested-name",
     "review-count", "quantity-before-price", "unit-quantity", "hidden-elements",
     "price-in-attribute", "charset-meta", "typographic-apostrophe", "arabic-indic-digits",
-    "three-decimal-currency", "currency-iso", "availability", "no-price",
+    "three-decimal-currency", "currency-iso", "availability", "no-price", *KINDS,
 )  # fmt: skip
 TEXT_SELECTOR = ".price"
 
@@ -309,6 +314,11 @@ def summary(results: list[CaseResult]) -> dict[str, Any]:
             for source, group in by_source.items()
         },
         "all": {**counts(results), "agree_percent": round(agree_percent(results), 1)},
+        "by_kind": {
+            kind: {**counts(group), "agree_percent": round(agree_percent(group), 1)}
+            for kind in KINDS
+            if (group := [result for result in results if kind in result.classes])
+        },
         "struck_out_won": [r.id for r in results if r.struck_out_won],
         "timing": {
             "median_ms": round(statistics.median(times), 3) if times else None,
@@ -339,6 +349,11 @@ def table(results: list[CaseResult]) -> str:
     lines = [cells(row) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.insert(-1, lines[1])
+    if figures["by_kind"]:
+        lines.append("")
+        lines.append("issue 43's kinds (a case may be of several): " + ", ".join(
+            f"{kind} {row['agree']}/{row['cases']}" for kind, row in figures["by_kind"].items()
+        ))  # fmt: skip
     timing = figures["timing"]
     lines.append("")
     lines.append(
@@ -428,6 +443,10 @@ def markdown(figures: dict[str, Any]) -> str:
     for source, row in [*figures["by_source"].items(), ("**all**", figures["all"])]:
         cells = [row["cases"], *(row[v] for v in VERDICTS), f"{row['agree_percent']:.1f}"]
         lines.append(f"| {source} | " + " | ".join(map(str, cells)) + " |")
+    if by_kind := figures.get("by_kind"):
+        lines += ["", "Issue 43's kinds (a case may be of several):", "",
+                  "| kind | cases | agree |", "|---|---|---|"]  # fmt: skip
+        lines += [f"| {kind} | {row['cases']} | {row['agree']} |" for kind, row in by_kind.items()]
     won = figures["struck_out_won"]
     timing = figures["timing"]
     lines += [
