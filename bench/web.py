@@ -20,6 +20,8 @@ connection each, in this process), each sending its next request when the last o
 answered, until `--requests` are answered or `--seconds` pass. Latency is the client's:
 request sent to response read. CPU per request is read from /proc for the server process,
 Postgres (its backends too), the Temporal dev server, and this process (the clients).
+Then a few paths one request at a time, on one kept-alive connection and on a new connection
+per request: their medians and ratio (kept-alive / new; the issue's goal is at most 1).
 Ctrl-C or a failure stops every process it started, by PID, and removes the directory.
 """
 
@@ -166,7 +168,35 @@ def paths(targets: int, clients: int) -> list[tuple[str, str, int]]:
         (f"/api/v1/targets/{TARGET_ID}/history?limit={PAGE_SIZE}", "API history, first page",
          clients),
         (target, "target page, one request at a time", 1),
+        ("/failures", "failures page (grouped, first page)", clients),
+        ("/health", "health page", clients),
+        ("/static/style.css", "the style sheet", clients),
+        ("/api/v1/openapi.json", "the OpenAPI document", clients),
     ]  # fmt: skip
+
+
+# Kept-alive against new connections: each path one request at a time, `REUSE_REQUESTS`
+# times each way. The issue's stall (Nagle's algorithm and the client's delayed ACK) cost
+# a reused connection about 40 ms a request, where a new one paid nothing.
+REUSE_REQUESTS = 100
+REUSED = [f"/targets/{TARGET_ID}", "/static/style.css", "/api/v1/targets?limit=1"]
+
+
+async def reuse(base: str, path: str) -> dict[str, float]:
+    """Median latency (ms) on one kept-alive connection and on a new connection per request
+    (httpx keeping none), and their ratio (kept-alive / new: at most 1 is the goal)."""
+    medians = {}
+    for way, kept in [("kept_alive_ms", 1), ("new_connection_ms", 0)]:
+        limits = httpx.Limits(max_keepalive_connections=kept)
+        async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as http:
+            took = []
+            for _ in range(REUSE_REQUESTS):
+                started = time.perf_counter()
+                (await http.get(path)).raise_for_status()
+                took.append(time.perf_counter() - started)
+        medians[way] = round(statistics.median(took) * 1000, 2)
+    medians["ratio"] = round(medians["kept_alive_ms"] / medians["new_connection_ms"], 2)
+    return medians
 
 
 def say(message: str) -> None:
@@ -297,7 +327,7 @@ async def check_pages(http: httpx.AsyncClient) -> None:
     target = (await http.get(f"/targets/{TARGET_ID}")).text
     for marker, what in [
         ('<table class="diff">', "the newest change's diff"),
-        ('<table id="history">', "the history"),
+        ('<table id="history"', "the history"),
         (f'href="/targets/{TARGET_ID}?before=', "a link to the next history page"),
         ('data-points="500"', "a price chart of 500 slots"),
     ]:
@@ -405,11 +435,16 @@ async def run(args: argparse.Namespace) -> tuple[list[PathResult], dict[str, obj
                             results.append(
                                 await measure(clients[:at_once], roles, args, path, what)
                             )
+                        reused = {}
+                        for path in REUSED:
+                            say(f"  {path}: kept alive against new connections ...")
+                            reused[path] = await reuse(base, path)
         finally:
             await pool.close()
     setup = {
         "targets": counts["targets"], "rows": counts["rows"], "history": counts["history"],
         "db_mib": round(counts["bytes"] / 2**20, 1), "seed_s": round(seeded, 1),
+        "reuse": reused,
     }  # fmt: skip
     return results, setup
 
@@ -435,6 +470,11 @@ def table(results: list[PathResult], workload: dict[str, object]) -> str:
             f"{cpu['temporal']:.1f} / {cpu['clients']:.1f}"
         )
     lines += [f"  {r.path}: first error {r.first_error}" for r in results if r.first_error]
+    for path, way in workload.get("reuse", {}).items():  # type: ignore[attr-defined]
+        lines.append(
+            f"  {path}, one at a time: median {way['kept_alive_ms']} ms kept alive, "
+            f"{way['new_connection_ms']} ms on a new connection (ratio {way['ratio']})"
+        )
     if load := workload.get("load_average_before_after"):
         lines.append(f"  the machine's 1-minute load average: {load} (before, after)")
     return "\n".join(lines)
@@ -456,6 +496,19 @@ def markdown(document: dict[str, Any]) -> str:
             f"| {cpu['serve']:.1f} / {cpu['postgres']:.1f} / {cpu['temporal']:.1f} / "
             f"{cpu['clients']:.1f} |"
         )
+    reuse = document["workload"].get("reuse", {})
+    if reuse:
+        lines += [
+            "",
+            "| path, one request at a time | median kept alive ms | median new connection ms "
+            "| ratio |",
+            "| --- | --- | --- | --- |",
+        ]
+        lines += [
+            f"| `{path}` | {way['kept_alive_ms']:.1f} | {way['new_connection_ms']:.1f} "
+            f"| {way['ratio']:.2f} |"
+            for path, way in reuse.items()
+        ]
     return "\n".join(lines)
 
 
