@@ -507,15 +507,19 @@ def _visible_text(
     """The text of a match's children, in order, without its name element and hidden parts;
     struck-out parts go to `struck`, screen-reader-only ones (`sr-only`) to `spoken`."""
     for child in node.iter(include_text=True):
-        if child.tag == "-text":
+        tag = child.tag
+        if tag == "-text":
             shown.append(child.text_content or "")
-        elif child.mem_id == named:
+            continue
+        if child.mem_id == named:
             shown.append(" ")
-        elif _struck_here(child):  # before hidden: WooCommerce hides its <del> from readers
-            struck.append(child.text(separator=" "))
-        elif _spoken_only(child.attributes):
+            continue
+        attributes = child.attributes  # built anew at each read: once per element
+        if tag in ("del", "s", "strike") or _struck_by(attributes):
+            struck.append(child.text(separator=" "))  # before hidden: WooCommerce hides <del>
+        elif _spoken_only(attributes):
             spoken.append(child.text(separator=" "))
-        elif not _hidden_here(child):
+        elif not _hidden_by(attributes):
             _visible_text(child, named, shown, struck, spoken)
 
 
@@ -620,10 +624,6 @@ def _aside_by(attributes: dict[str, str | None]) -> str | None:
     if _struck_by(attributes):
         return "struck out"
     return "hidden" if _hidden_by(attributes) else None
-
-
-def _hidden_here(node: LexborNode) -> bool:
-    return _hidden_by(node.attributes)
 
 
 def _hidden_by(attributes: dict[str, str | None]) -> bool:
