@@ -1,5 +1,5 @@
 """`python -m bench.render [--json] [--seconds W] [--targets N] [--interval S] [--write]
-[--kill-browser] [--venv-cache]`: the rendering regime (issue 30).
+[--kill-browser] [--venv-cache] [--like-for-like]`: the rendering regime (issue 30).
 
 One script-rendered pricing page on 127.0.0.1 (bench/spa.py), N targets due every S seconds,
 measured for W seconds after a warm-up, in turn:
@@ -9,6 +9,12 @@ measured for W seconds after a warm-up, in turn:
    added with `pricewatch add --render --step 'wait td.price' --price-selector td.price`;
 2. changedetection.io's Playwright fetcher (bench/cdio_driver.py) in a venv of its own,
    connected over CDP to a Chromium started here with the product's launch flags.
+
+With --like-for-like (issue 42) both read the page as soon as it can be: pricewatch's targets
+have no step (the render waits for the price selector itself), and changedetection.io waits
+LIKE_FOR_LIKE_WAIT (its wait is whole seconds: the least it takes) with no screenshot where its
+fetcher allows it. CPU is also counted over each whole stack (pricewatch's Temporal server,
+Postgres and plain worker too).
 
 Everything started here is stopped by its PID and the temporary directory removed, also on
 Ctrl-C or a failure.
@@ -44,6 +50,9 @@ from workers.embedded import free_port, stop_process
 WARMUP_INTERVALS = 2  # the first render launches the browser; the first check is a baseline
 CDIO_WORKERS = 5  # changedetection.io's default (settings.requests.workers, FETCH_WORKERS)
 CDIO_PACKAGES = ["changedetection.io", "playwright"]  # its Playwright fetcher needs the second
+# changedetection.io's wait before reading in the like-for-like regime: whole seconds, and
+# the page's price is there 100 ms after load (pricewatch's render waits for it).
+LIKE_FOR_LIKE_WAIT = "1"
 VENV_CACHE = Path.home() / ".cache" / "pricewatch-bench" / "changedetection.io-venv"
 # Written by the script: a render that has it ran the script (the rows keep the amount).
 MARKER = f"EUR {PLANS[1][1]}"
@@ -98,6 +107,9 @@ class RenderResult:
     lateness_p99_s: float | None
     lateness_max_s: float | None
     prices_in_every_render: bool | None
+    renders_per_cpu_second_whole_stack: float | None = None
+    """pricewatch: with its plain worker, Temporal server and Postgres; changedetection.io:
+    its fetch's process tree (it has no other process here)."""
     cpu_ms_per_render_by_component: dict[str, float | None] = field(default_factory=dict)
     """The render tree's CPU by process: the Python worker (driver), the Playwright driver,
     Chromium (browser, renderers, GPU, zygotes)."""
@@ -132,6 +144,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "the temporary directory",
     )  # fmt: skip
     parser.add_argument(
+        "--like-for-like", action="store_true",
+        help="no wait step for pricewatch (it waits for the selector), changedetection.io's "
+        "shortest wait and no screenshot (issue 42)",
+    )  # fmt: skip
+    parser.add_argument(
         "--designs", default="pricewatch,changedetection.io", help="comma-separated, in order"
     )
     args = parser.parse_args(argv)
@@ -154,12 +171,13 @@ def lead_seconds(targets: int) -> float:
 
 
 async def add_target(
-    env: dict[str, str], target_id: str, url: str, every: int, at: datetime
+    env: dict[str, str], target_id: str, url: str, every: int, at: datetime, step: bool = True
 ) -> None:
     process = await asyncio.create_subprocess_exec(
         PRICEWATCH, "add", target_id, url, "--every", f"{every}s",
-        "--start-at", at.isoformat(timespec="milliseconds"), "--render", "--step", STEP,
-        "--price-selector", PRICE_SELECTOR, env=env, stdin=subprocess.DEVNULL,
+        "--start-at", at.isoformat(timespec="milliseconds"), "--render",
+        *(["--step", STEP] if step else []), "--price-selector", PRICE_SELECTOR, env=env,
+        stdin=subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     try:
@@ -210,8 +228,9 @@ async def run_pricewatch(stack: Stack, spa: str, args: argparse.Namespace) -> Re
                 async def add(target_id: str, anchor: datetime) -> None:
                     async with gate:
                         await add_target(
-                            env, target_id, f"{spa}/pricing/{target_id}", args.interval, anchor
-                        )
+                            env, target_id, f"{spa}/pricing/{target_id}", args.interval, anchor,
+                            step=not args.like_for_like,
+                        )  # fmt: skip
 
                 started = time.monotonic()
                 await asyncio.gather(
@@ -245,6 +264,7 @@ async def run_pricewatch(stack: Stack, spa: str, args: argparse.Namespace) -> Re
     lateness = rows["lateness"] or [None, None]
     concurrency = render_concurrency()
     cpu = meter.cpu("render")
+    whole = cpu + sum(meter.cpu(role) for role in ("worker", "server", "postgres"))
     return RenderResult(
         design="pricewatch",
         version=_pricewatch_version(),
@@ -263,6 +283,7 @@ async def run_pricewatch(stack: Stack, spa: str, args: argparse.Namespace) -> Re
         lateness_p99_s=lateness[1],
         lateness_max_s=rows["worst"],
         prices_in_every_render=rows["saw_prices"],
+        renders_per_cpu_second_whole_stack=renders / whole if whole else None,
         other_cpu_ms_per_render={
             role: 1000 * meter.cpu(role) / renders if renders else None
             for role in ("worker", "server", "postgres")
@@ -271,6 +292,9 @@ async def run_pricewatch(stack: Stack, spa: str, args: argparse.Namespace) -> Re
         cpu_ms_per_render_by_component=_per_render(meter.cpu_split(), renders),
         peak_pss_mib_by_component={k: v / 2**20 for k, v in meter.peak_pss_split.items()},
         notes=[
+            "no wait step: the render waits for td.price itself"
+            if args.like_for_like
+            else f"a --step '{STEP}'",
             "a screenshot only for a new state (the baseline is in the warm-up): none in "
             "the window, every check is unchanged",
             *(
@@ -403,7 +427,9 @@ async def run_cdio(root: Path, spa: str, python: Path, args: argparse.Namespace)
         driver_args = [str(python), str(REPO / "bench" / "cdio_driver.py"),
                        str(root / "cdio-config.json"), str(out)]  # fmt: skip
         log = root / "cdio-driver.log"
-        driver = spawn(driver_args, log, {**os.environ, "TMPDIR": str(root)})
+        wait = {"WEBDRIVER_DELAY_BEFORE_CONTENT_READY": LIKE_FOR_LIKE_WAIT}
+        env = {**os.environ, "TMPDIR": str(root), **(wait if args.like_for_like else {})}
+        driver = spawn(driver_args, log, env)
         try:
             await asyncio.sleep((start - datetime.now(UTC)).total_seconds())
             if driver.poll() is not None:
@@ -446,14 +472,22 @@ async def run_cdio(root: Path, spa: str, python: Path, args: argparse.Namespace)
         lateness_p99_s=_quantile(late, 0.99),
         lateness_max_s=late[-1] if late else None,
         prices_in_every_render=all(row["prices"] for row in renders) if renders else None,
+        renders_per_cpu_second_whole_stack=len(renders) / cpu if cpu else None,
         browser_kills=len(meter.killed),
         cpu_ms_per_render_by_component=_per_render(meter.cpu_split(), len(renders)),
         peak_pss_mib_by_component={k: v / 2**20 for k, v in meter.peak_pss_split.items()},
         notes=[
             *_kill_note(meter),
-            "its defaults: a 5 s wait (WEBDRIVER_DELAY_BEFORE_CONTENT_READY) and a JPEG "
-            "screenshot every check, a Playwright driver per fetch; the fetch only (no "
-            "filtering, diff or history write)",
+            (
+                f"like for like: a {LIKE_FOR_LIKE_WAIT} s wait "
+                "(WEBDRIVER_DELAY_BEFORE_CONTENT_READY, whole seconds), no screenshot where "
+                "its fetcher allows it"
+                if args.like_for_like
+                else "its defaults: a 5 s wait (WEBDRIVER_DELAY_BEFORE_CONTENT_READY) and a "
+                "JPEG screenshot every check"
+            )
+            + ", a Playwright driver per fetch; the fetch only (no filtering, diff or "
+            "history write)",
             f"{sum(r.get('screenshot_bytes', 0) for r in renders) // max(1, len(renders))} "
             "bytes of screenshot per render",
             *(

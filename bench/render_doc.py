@@ -24,6 +24,7 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("offered", "offered_per_s", ".3g"),
     ("renders/CPU-s", "renders_per_cpu_second", ".3g"),
     ("CPU ms/render", "cpu_ms_per_render", ".0f"),
+    ("renders/CPU-s whole stack", "renders_per_cpu_second_whole_stack", ".3g"),
     ("peak PSS MiB", "peak_pss_mib", ".0f"),
     ("RSS MiB", "peak_rss_mib", ".0f"),
     ("at once", "concurrency", "d"),
@@ -35,8 +36,9 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("p99 s", "lateness_p99_s", ".3g"),
     ("max s", "lateness_max_s", ".3g"),
 ]
-RATIO_KEYS = ("renders_per_cpu_second", "cpu_ms_per_render", "peak_pss_mib",
-              "peak_pss_mib_per_concurrent_render", "lateness_p99_s")  # fmt: skip
+RATIO_KEYS = ("renders_per_cpu_second", "renders_per_cpu_second_whole_stack",
+              "cpu_ms_per_render", "peak_pss_mib", "peak_pss_mib_per_concurrent_render",
+              "lateness_p99_s")  # fmt: skip
 # The designs' rows of the section's table (a Markdown row is one line).
 DESIGN_ROWS = "\n".join(
     [
