@@ -11,10 +11,12 @@ import pytest
 from bench.prices import (
     CLASSES,
     CORPUS,
+    KINDS,
     agree_percent,
     load_sources,
     raw_cases,
     run_corpus,
+    summary,
     table,
 )
 
@@ -91,3 +93,13 @@ def test_the_reader_agrees_on_the_corpus() -> None:
         f"{percent:.1f}% agree (target {TARGET_PERCENT}%), struck-out price won: {struck}\n"
         + table(results)
     )
+
+
+def test_every_case_of_issue_43s_kinds_agrees_and_is_counted_apart() -> None:
+    """The user's element, from prices, screen-reader prices, split parts, repeated structured
+    data, attribute-only elements, compound specifications: each case was written against a
+    reader that got it wrong (1.10), and the report counts each kind's cases."""
+    results = [r for r in run_corpus(repeats=1) if set(r.classes) & set(KINDS)]
+    by_kind = summary(results)["by_kind"]
+    assert set(by_kind) == set(KINDS)
+    assert all(row["agree"] == row["cases"] for row in by_kind.values()), table(results)
