@@ -56,6 +56,17 @@ def test_among_matches_the_rules_still_choose() -> None:
     assert [line.split(": ")[-1] for line in reading.skipped] == ["hidden", "struck out"]
 
 
+def test_a_product_lists_price_class_is_no_list_price() -> None:
+    """`productlist__price` is a product list's price, `list-price` a struck-out one."""
+    page = (
+        '<div class="productlist__price">€ 10</div><div class="productlist__price">€ 12</div>'
+        '<div class="productlist__price list-price">€ 15</div>'
+    )
+    reading = read_prices(page, PriceSettings(selector=".productlist__price"))
+    assert [str(p.amount) for p in reading.prices] == ["10", "12"]
+    assert reading.skipped == ["match 3 '€ 15': struck out"]
+
+
 @pytest.mark.parametrize(
     "text", ["ab € 1248,99", "From $9.99", "à partir de 12 €", "starting at $5", "as low as £3"]
 )
