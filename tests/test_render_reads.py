@@ -12,9 +12,10 @@ import pytest
 from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
+from playwright.async_api import Error as PlaywrightError
 
 from activities.fetch import FetchError, Page, request_of
-from activities.render import BrowserFetcher
+from activities.render import BrowserFetcher, browser_error
 from pricewatch.models import CheckInput, PriceSettings, RenderSettings, TargetConfig
 from pricewatch.steps import parse_step
 from tests.chaos.stack import serve
@@ -252,3 +253,34 @@ def test_a_frame_prefix_is_parsed_and_written_back_as_given(
 def test_a_frame_prefix_without_both_selectors_is_refused_in_one_line(text: str) -> None:
     with pytest.raises(ValueError, match=r"frame= needs the iframe's CSS|needs CSS=VALUE"):
         parse_step(text)
+
+
+@pytest.mark.parametrize(
+    ("said", "transient", "words"),
+    [
+        ("Page.goto: Target crashed", True, "the page crashed in the browser"),
+        ("Page.evaluate: Target crashed", True, "the page crashed in the browser"),
+        ("Page.goto: net::ERR_CERT_AUTHORITY_INVALID at https://x/", False, "TLS certificate"),
+        ("Page.goto: net::ERR_CONNECTION_RESET at http://x/", True, "connection failed"),
+        ("Page.goto: net::ERR_TOO_MANY_REDIRECTS at http://x/", False, "too many redirects"),
+    ],
+)
+def test_browser_errors_map_to_the_plain_paths_classes(
+    said: str, transient: bool, words: str
+) -> None:
+    """The cases a local page cannot stage (a renderer out of memory, a bad certificate)."""
+    mapped = browser_error(PlaywrightError(said))
+    assert mapped.transient is transient and str(mapped).startswith(words), mapped
+
+
+METHODS = ["Page.goto", "Page.evaluate", "Locator.click", "Frame.wait_for", "Page.content",
+           "BrowserContext.new_page"]  # fmt: skip
+
+
+@given(
+    method=st.sampled_from(METHODS),
+    said=st.text(st.characters(blacklist_categories=("Cs", "Cc")), max_size=60),
+)
+def test_no_browser_error_keeps_a_playwright_method_name(method: str, said: str) -> None:
+    mapped = browser_error(PlaywrightError(f"{method}: {said}\nCall log:\n  - {method}: x"))
+    assert not PLAYWRIGHT_WORDS.search(str(mapped)), mapped
