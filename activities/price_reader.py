@@ -363,6 +363,7 @@ def _selected(tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str
     asides = [_set_aside(match) for match in matches]
     as_named = all(asides)  # nothing else to choose: the user named these, so they are read
     found = []
+    told: set[int] = set()  # screen-reader texts read for hidden parts (`_spoken_beside`)
     for position, (match, aside) in enumerate(zip(matches, asides, strict=True), 1):
         if aside == "hidden" and settings.attribute is not None:
             aside = None  # an attribute is read, not shown
@@ -382,6 +383,13 @@ def _selected(tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str
                     continue
                 amount, currency = parse_amount(value, "", structured=True)
                 regular, least = None, False
+            elif aside == "hidden" and (spoken := _spoken_beside(match, named)) is not None:
+                if spoken.mem_id in told:
+                    continue  # another part of the same price
+                told.add(spoken.mem_id)
+                amount, currency = parse_amount(spoken.text(separator=" "), "")
+                regular, least = None, False
+                aside = "hidden; its screen-reader text"
             else:
                 try:
                     amount, currency, regular, least = _shown_amount(match, named)
@@ -405,6 +413,31 @@ def _selected(tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str
         where = f"match {position}" + (f" [{attribute}]" if attribute else "")
         found.append(Price(label, amount, currency, regular, None, where + _said(flags)))
     return found
+
+
+def _spoken_beside(match: LexborNode, named: LexborNode | None) -> LexborNode | None:
+    """The screen-reader text of the price a hidden part shows in pieces (Amazon's
+    `a-offscreen` `$12.48` beside its `aria-hidden` `a-price-whole` `12`): the first
+    screen-reader-only element with a number among the nearest three ancestors' children.
+    None for a match that shows a price with its currency itself (WooCommerce's hidden
+    `<ins>€9,99</ins>`, beside "Original price was: €12,99" for readers)."""
+    with contextlib.suppress(ExtractionError):
+        if _shown_amount(match, named)[1] is not None:
+            return None
+    node = match
+    for _ in range(3):
+        parent = node.parent
+        if parent is None or parent.tag in ("body", "html"):
+            return None
+        for child in parent.iter():
+            if (
+                child.mem_id != node.mem_id
+                and _spoken_only(child.attributes)
+                and _HAS_DIGIT.search(child.text())
+            ):
+                return child
+        node = parent
+    return None
 
 
 def _said(flags: list[str]) -> str:

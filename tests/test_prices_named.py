@@ -99,6 +99,24 @@ def test_screen_reader_text_is_the_price_of_its_split_parts(hider: str) -> None:
     assert amounts(page, "[class*=price], .whole, .fraction") == ["1299.00"]
 
 
+AMAZON = (
+    '<span class="a-price"><span class="a-offscreen">$12.48</span><span aria-hidden="true">'
+    '<span class="a-price-symbol"></span><span class="a-price-whole">12<span class="a-price-'
+    'decimal">.</span></span><span class="a-price-fraction">48</span></span></span>'
+)
+
+
+@pytest.mark.parametrize(
+    "selector", [".a-price-whole", ".a-price-fraction", ".a-price-whole, .a-price-fraction"]
+)
+def test_a_hidden_part_the_selector_names_is_the_price_its_screen_reader_text_says(
+    selector: str,
+) -> None:
+    (price,) = prices(AMAZON, selector)
+    assert (price.amount, price.currency) == (Decimal("12.48"), "$")
+    assert price.source == "match 1 (hidden; its screen-reader text)"
+
+
 def test_a_screen_reader_label_without_a_number_leaves_the_shown_price() -> None:
     page = '<div class="price"><span class="visually-hidden">Sale price</span>$18.00</div>'
     assert amounts(page, ".price") == ["18.00"]
