@@ -56,10 +56,13 @@ class AddForm(BaseModel):
         """The entry this form asks for; BadInput with `apply`'s line for a bad field."""
         data: dict[str, object] = {"id": self.id.strip(), "url": self.url.strip()}
         given = {k: v.strip() for k, v in self if isinstance(v, str) and v.strip()}
+        calendar = [k for k in ("cron", "at", "on", "tz", "jitter") if k in given]
         if self.schedule == "calendar":
-            data |= {k: given[k] for k in ("cron", "on", "tz", "jitter") if k in given}
+            data |= {k: given[k] for k in calendar if k != "at"}
             if times := words(self.at):
                 data["at"] = times
+        elif calendar:  # said, not dropped: the form's "every" is filled in by default
+            raise BadInput(f"{calendar[0]}: a calendar field; choose the calendar schedule")
         elif "every" in given:
             data["every"] = given["every"]
         data |= {k: given[k] for k in ("selector", "ignore", "timeout") if k in given}

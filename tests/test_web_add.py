@@ -48,8 +48,14 @@ def test_a_full_form_is_the_entry_a_targets_file_would_write() -> None:
             },
         }
     )
-    # The interval (the default) leaves the calendar's fields out, as `add --every` does.
-    assert form.model_copy(update={"schedule": "interval"}).entry().every is not None
+    # The interval (the default) takes `every` alone, as `add --every` does.
+    assert AddForm(id="acme", url="https://acme.example", every="6h").entry().every is not None
+
+
+def test_a_calendar_field_under_the_interval_schedule_is_said_not_dropped() -> None:
+    form = AddForm(id="acme", url="https://acme.example", every="24h", on="mon-fri")
+    with pytest.raises(BadInput, match=r"^on: a calendar field; choose the calendar schedule$"):
+        form.entry()
 
 
 def test_a_bad_field_is_apply_s_one_line() -> None:
