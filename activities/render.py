@@ -533,11 +533,17 @@ async def _wait_for(page: BrowserPage, selector: str, ends: float) -> str | None
     return took
 
 
-# When the page's <meta http-equiv=refresh> with an address will navigate: seconds, or null.
+# When the page's <meta http-equiv=refresh> to another address will navigate: seconds, or
+# null (none, or one that reloads the page itself: a ticker's, never followed).
 REFRESH_DUE = """() => {
   const meta = document.querySelector('meta[http-equiv="refresh" i]');
-  const parts = meta && /^\\s*(\\d+(?:\\.\\d*)?)\\s*[;,]\\s*\\S/.exec(meta.content || "");
-  return parts ? parseFloat(parts[1]) : null;
+  const parts = meta && /^\\s*(\\d+(?:\\.\\d*)?)\\s*[;,]\\s*(?:url\\s*=\\s*)?['"]?([^'"]+)/i
+    .exec(meta.content || "");
+  if (!parts) return null;
+  try {
+    return new URL(parts[2].trim(), location.href).href === location.href ? null
+      : parseFloat(parts[1]);
+  } catch (e) { return null; }
 }"""
 
 

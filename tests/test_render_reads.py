@@ -93,6 +93,7 @@ async def site() -> AsyncIterator[str]:
             head="<meta http-equiv=refresh content='0; url=/landing'>"))),
         web.get("/refresh-later", page(moving(
             head="<meta http-equiv=refresh content='1;url=/landing'>"))),
+        web.get("/ticker", page(moving(head="<meta http-equiv=refresh content='1; url=/ticker'>"))),
         web.get("/after-load-refused", page(moving(
             f"addEventListener('load', () => {{ location.href = '{refused}'; }});"))),
         web.get("/while-parsing-refused", page(moving(
@@ -186,6 +187,15 @@ async def test_a_page_that_moves_itself_is_read_where_it_lands(
     fetcher: BrowserFetcher, site: str, path: str
 ) -> None:
     assert await amounts(fetcher, f"{site}{path}") == ["7"]
+
+
+async def test_a_page_that_refreshes_itself_is_read_without_waiting_for_it(
+    fetcher: BrowserFetcher, site: str
+) -> None:
+    """A ticker's refresh to itself is no move: waiting for it would never end."""
+    started = time.monotonic()
+    assert await amounts(fetcher, f"{site}/ticker") == ["1"]
+    assert time.monotonic() - started < 3
 
 
 @pytest.mark.parametrize(
