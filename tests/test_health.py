@@ -175,6 +175,26 @@ async def test_a_schedule_that_does_not_move_is_pending_and_named_unchecked(
     assert (await schedule_health(pool, timedelta(seconds=100))).deployment.pending == 3
 
 
+async def test_a_slot_being_retried_is_retrying_not_also_pending(pool: asyncpg.Pool) -> None:
+    """The schedule stays on a slot while its check retries: that slot has its row, so it
+    is counted once, as retrying, and is not unchecked; the slots due after it are."""
+    retrying = await add_target(pool, interval=60, next_in=-timedelta(seconds=2))
+    behind = await add_target(pool, interval=60, next_in=-timedelta(seconds=130))  # 3 due
+    await pool.execute(
+        "INSERT INTO source_checks (work_id, target_id, scheduled_for, kind, checked_at,"
+        "                           status, error_message)"
+        " SELECT id || ':' || next_slot::text, id, next_slot, 'scheduled', now(), 'retrying',"
+        "        'HTTP 503' FROM monitor_targets"
+    )
+    health = await schedule_health(pool, HOUR)
+    by_id = {t.target_id: t for t in health.targets}
+    assert (by_id[retrying].retrying, by_id[retrying].pending) == (1, 0)
+    assert by_id[retrying].unchecked_slots == 0 and by_id[retrying].due == 1
+    assert (by_id[behind].retrying, by_id[behind].pending) == (1, 2)
+    assert by_id[behind].unchecked_slots == 2
+    assert health.deployment.pending == 2
+
+
 async def test_a_calendar_target_counts_its_own_slots_due(pool: asyncpg.Pool) -> None:
     """Every minute by a calendar in UTC: its overdue slots are the calendar's."""
     target = await add_target(pool, interval=60)

@@ -57,9 +57,10 @@ WITH clock AS (
      GROUP BY GROUPING SETS ((target_id), ())
 ), schedules AS (
     -- Enabled targets whose next slot is due: the due slots with no row yet, in the window
-    -- (`pending`) and in all (`overdue`).
+    -- (`pending`) and in all (`overdue`). The next slot itself has a row while its check
+    -- is retrying (the schedule moves when the slot is final): it is counted as that.
     SELECT t.id AS target_id,
-           (t.next_slot > clock.since)::integer + (
+           (t.next_slot > clock.since AND NOT in_flight.retrying)::integer + (
                SELECT count(*) FROM grid_between(
                    t, greatest(t.next_slot, clock.since), after_now.slot))::integer AS pending,
            CASE WHEN t.time_zone IS NULL
@@ -67,9 +68,13 @@ WITH clock AS (
                      ::integer + 1
                 ELSE 1 + (SELECT count(*) FROM grid_between(t, t.next_slot, after_now.slot))
                    ::integer
-           END AS overdue
+           END - in_flight.retrying::integer AS overdue
       FROM monitor_targets t, clock,
-           LATERAL (SELECT grid_after(t, clock.at) AS slot) after_now
+           LATERAL (SELECT grid_after(t, clock.at) AS slot) after_now,
+           LATERAL (SELECT EXISTS (
+               SELECT 1 FROM source_checks k WHERE k.target_id = t.id
+                  AND k.kind = 'scheduled' AND k.scheduled_for = t.next_slot) AS retrying
+           ) in_flight
      WHERE t.enabled AND t.next_slot <= clock.at
 ), unchecked AS (
     -- Each enabled target's newest due slots in a row that no check took: its skipped rows
