@@ -136,8 +136,8 @@ async def test_dev_runs_the_demo_stops_cleanly_and_resumes(tmp_path: Path) -> No
         async with httpx.AsyncClient(base_url=dashboard) as http:
             page = (await http.get("/targets/demo-plans")).text
         for plan in ("Small", "Medium", "Large"):
-            assert re.search(rf'<figure class="price" data-points="[1-9]\d*">\s*'
-                             rf"<figcaption>{plan} ", page), page  # fmt: skip
+            figure = r'<figure class="price" data-points="[1-9]\d*">\s*<figcaption>'
+            assert re.search(rf'{figure}<span class="name">{plan}</span>', page), page
         assert page.count('<circle class="point"') >= 3
         # From a second terminal with no settings: a local page the dev worker can watch can
         # be added (the dev stack says which networks it allows, in the data dir).
@@ -231,7 +231,10 @@ async def test_the_dev_console_prints_one_line_per_check_and_no_tracebacks(
     assert not [line for line in start_up if "Warning" in line], start_up
     text = "\n".join(console)
     assert "Traceback" not in text, text[-3000:]
-    lines = [line for line in console if line != "stopping..."]
+    # A lag with no code of ours named is the machine's (four test processes on two
+    # cores); one that names where it was blocked still fails below.
+    starved = re.compile(r"WARNING:pricewatch\.worker:the event loop was blocked for \d+ ms$")
+    lines = [line for line in console if line != "stopping..." and not starved.match(line)]
     checks = [m for line in lines if (m := CHECK_LINE.match(line))]
     assert len(checks) == len(lines), [line for line in lines if not CHECK_LINE.match(line)]
     by_target = Counter(m["target"] for m in checks)
