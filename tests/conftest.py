@@ -25,6 +25,7 @@ import pytest
 from aiohttp import web
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import Envelope
+from playwright.async_api import Browser, async_playwright
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
@@ -41,6 +42,7 @@ from tests.chaos import procs
 from tests.chaos.stack import serve
 from tests.origins import Answer, Origin, StartOrigin
 from workers import lifeline, observability
+from workers.chromium import chromium_args, find_chromium
 from workers.embedded import (
     find_binary,
     free_port,
@@ -53,6 +55,19 @@ from workers.embedded import (
 TEMPLATE_DB = f"pricewatch_template_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
 # The tests' pages and receivers live on 127.0.0.1, which the SSRF guard refuses by default.
 LOOPBACK = AddressPolicy.allowing(["127.0.0.1/32"])
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    """The render worker's Chromium, driven by Playwright, for the dashboard's browser tests."""
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(
+            executable_path=str(find_chromium()), args=chromium_args()
+        )
+        try:
+            yield launched
+        finally:
+            await launched.close()
 
 
 @pytest.fixture(autouse=True)

@@ -4,66 +4,18 @@ clicks, that no page breaks its own Content-Security-Policy, and that user-writt
 never run."""
 
 import json
-from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from playwright.async_api import Browser, ConsoleMessage, Page, async_playwright
+from playwright.async_api import Browser
 
+from tests.browser import registered, watched
 from tests.conftest import PageServer
 from tests.helpers import serve_process, worker_process
 from tests.waits import eventually
-from workers.chromium import chromium_args, find_chromium
 
 pytestmark = pytest.mark.e2e
 XSS = ["<script>alert('url')</script>", '<img src=x onerror="alert(1)">']
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(
-            executable_path=str(find_chromium()), args=chromium_args()
-        )
-        try:
-            yield launched
-        finally:
-            await launched.close()
-
-
-class Watched:
-    """A page whose console errors (a CSP violation among them) and dialogs are kept."""
-
-    def __init__(self, page: Page) -> None:
-        self.page = page
-        self.errors: list[str] = []
-        self.dialogs: list[str] = []
-        page.on("console", self._console)
-        page.on("pageerror", lambda err: self.errors.append(str(err)))
-        page.on("dialog", self._dialog)
-
-    def _console(self, message: ConsoleMessage) -> None:
-        if message.type in ("error", "warning"):
-            self.errors.append(message.text)
-
-    async def _dialog(self, dialog: object) -> None:
-        self.dialogs.append(str(getattr(dialog, "message", dialog)))
-        await dialog.dismiss()  # type: ignore[attr-defined]
-
-
-async def watched(browser: Browser, base: str) -> Watched:
-    context = await browser.new_context(base_url=base)
-    return Watched(await context.new_page())
-
-
-async def registered(http: httpx.AsyncClient, *ids: str) -> None:
-    """Until the worker has mirrored each target (the targets page reads the mirror)."""
-
-    async def listed() -> bool:
-        found = {t["id"] for t in (await http.get("/api/v1/targets")).json()}
-        return found >= set(ids)
-
-    await eventually(listed, what=f"{ids} listed")
 
 
 def plans(pro: str) -> str:

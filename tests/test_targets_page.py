@@ -4,31 +4,17 @@ Postgres (issue 44): the list's bulk actions go through to the workflows, a grou
 holds each plan of each of its targets, and a target's history shows what happened unless
 every slot is asked for. No page breaks its Content-Security-Policy."""
 
-from collections.abc import AsyncIterator
-
 import httpx
 import pytest
-from playwright.async_api import Browser, Page, async_playwright
+from playwright.async_api import Browser, Page
 
 from tests.conftest import PageServer
 from tests.helpers import cli, serve_process, worker_process
 from tests.waits import eventually
-from workers.chromium import chromium_args, find_chromium
+from workers.chromium import find_chromium
 
 pytestmark = pytest.mark.e2e
 ROW = "<tr class=plan><th>{}</th><td>EUR {}</td></tr>"
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(
-            executable_path=str(find_chromium()), args=chromium_args()
-        )
-        try:
-            yield launched
-        finally:
-            await launched.close()
 
 
 async def opened(browser: Browser, base: str, errors: list[str]) -> Page:

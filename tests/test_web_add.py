@@ -12,9 +12,9 @@ from pydantic import ValidationError
 from client.manifest import Entry, field_error
 from client.pricewatch import BadInput
 from surfaces.add import AddForm
+from tests.browser import watched
 from tests.conftest import PageServer
 from tests.helpers import serve_process, worker_process
-from tests.test_dashboard_browser import browser, registered, watched  # noqa: F401
 
 FIELDS = [name for name, f in AddForm.model_fields.items() if f.annotation is str]
 
@@ -89,7 +89,7 @@ def test_any_form_is_an_entry_or_one_line(
 async def test_the_full_form_adds_what_it_says(
     env: dict[str, str],
     page_server: PageServer,
-    browser: Browser,  # noqa: F811
+    browser: Browser,
 ) -> None:
     page_server.set("/plans", "<table><tr class=plan><th>Pro</th><td>10 EUR</td></tr></table>")
     async with worker_process(env), serve_process(env) as base, httpx.AsyncClient(

@@ -1,9 +1,10 @@
 """Every page fits a phone (390 px) and a laptop (1280 px) with no sideways scrolling, long
 ids, URLs and a 5,000-character price name included, and the charts' labels stay readable
 (issue 44). Real Chromium over `pricewatch serve`, a worker, the dev server and Postgres;
-the screenshots it takes are docs/web/*.png, which docs/web.md shows."""
+with PRICEWATCH_SHOTS=docs/web it retakes the screenshots docs/web.md shows."""
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,13 +12,13 @@ import httpx
 import pytest
 from playwright.async_api import Browser, Page
 
+from tests.browser import registered, watched
 from tests.conftest import PageServer
 from tests.helpers import serve_process, worker_process
-from tests.test_dashboard_browser import browser, registered, watched  # noqa: F401
 from tests.waits import eventually
 
 pytestmark = pytest.mark.e2e
-SHOTS = Path(__file__).resolve().parent.parent / "docs" / "web"
+SHOTS = os.environ.get("PRICEWATCH_SHOTS")  # a folder: save each shown page there
 WIDTHS = {"wide": (1280, 800), "phone": (390, 844)}
 LONG_ID = "a" + "-very-long-target-id" * 3 + "-1"  # 63 characters
 NAME = "Pro " + "unlimited-seats-" * 312  # 5,000 characters, no space to break at
@@ -41,7 +42,7 @@ async def overflow(page: Page) -> int:
 async def test_every_page_fits_a_phone_and_a_laptop(
     env: dict[str, str],
     page_server: PageServer,
-    browser: Browser,  # noqa: F811
+    browser: Browser,
 ) -> None:
     page_server.set("/plans", offer("Pro", "10.00"))
     page_server.set("/long", offer(NAME, "99.00"))
@@ -81,8 +82,8 @@ async def test_every_page_fits_a_phone_and_a_laptop(
                 assert answer is not None and answer.status == 200, path
                 if wider := await overflow(page):
                     wrong.append(f"{path} at {width} px: {wider} px too wide")
-                if path in SHOWN:
-                    await page.screenshot(path=SHOTS / f"{SHOWN[path]}-{size}.png")
+                if SHOTS and path in SHOWN:
+                    await page.screenshot(path=Path(SHOTS) / f"{SHOWN[path]}-{size}.png")
             await page.goto("/targets/plans")
             label = page.locator("figure.price svg text").first
             box = await label.bounding_box()
