@@ -225,20 +225,23 @@ class BrowserFetcher:
         request: Request,
         steps: list[Step],
     ) -> Page:
-        budget = request.deadline.total_seconds()
-        context = await browser.new_context(
-            proxy={"server": proxy.url, "username": session.username, "password": session.password},
-            user_agent=request.user_agent or USER_AGENT,
-            service_workers="block",
-            accept_downloads=False,
-            viewport=VIEWPORT,  # type: ignore[arg-type]
-        )
+        # Every call to the browser is within the budget, opening the page included: after
+        # a renderer crashed, a new context or page could wait forever for its answer.
+        ends = asyncio.get_running_loop().time() + request.deadline.total_seconds()
+        async with asyncio.timeout_at(ends):
+            context = await browser.new_context(
+                proxy={"server": proxy.url, "username": session.username,
+                       "password": session.password},
+                user_agent=request.user_agent or USER_AGENT,
+                service_workers="block",
+                accept_downloads=False,
+                viewport=VIEWPORT,  # type: ignore[arg-type]
+            )  # fmt: skip
         try:
-            await context.route("**/*", _route)
-            page = await context.new_page()
-            documents = _Documents(page)
-            async with asyncio.timeout(budget):
-                ends = asyncio.get_running_loop().time() + budget
+            async with asyncio.timeout_at(ends):
+                await context.route("**/*", _route)
+                page = await context.new_page()
+                documents = _Documents(page)
                 try:
                     await page.goto(as_sent(request.url), wait_until="load")
                 except PlaywrightError as err:
