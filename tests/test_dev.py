@@ -231,9 +231,12 @@ async def test_the_dev_console_prints_one_line_per_check_and_no_tracebacks(
     assert not [line for line in start_up if "Warning" in line], start_up
     text = "\n".join(console)
     assert "Traceback" not in text, text[-3000:]
-    # A lag with no code of ours named is the machine's (four test processes on two
-    # cores); one that names where it was blocked still fails below.
-    starved = re.compile(r"WARNING:pricewatch\.worker:the event loop was blocked for \d+ ms$")
+    # A lag the loop spent waiting for a core is the machine's (four test processes and a
+    # browser on two cores), and says so; one that names where it was blocked still fails.
+    starved = re.compile(
+        r"WARNING:pricewatch\.worker:the event loop (was blocked for \d+ ms"
+        r"|ran \d+ ms late: it waited \d+ ms for a CPU, the machine is busy)$"
+    )
     lines = [line for line in console if line != "stopping..." and not starved.match(line)]
     checks = [m for line in lines if (m := CHECK_LINE.match(line))]
     assert len(checks) == len(lines), [line for line in lines if not CHECK_LINE.match(line)]

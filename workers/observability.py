@@ -252,19 +252,35 @@ class LoopWatch:
         try:
             while True:
                 self.beat = started = time.monotonic()
+                ran_before, waited_before = time.thread_time(), waited_for_cpu()
                 await asyncio.sleep(LOOP_PROBE_EVERY)
                 lag = max(time.monotonic() - started - LOOP_PROBE_EVERY, 0.0)
+                ran = time.thread_time() - ran_before
+                waited = waited_for_cpu() - waited_before
                 if self.lags is not None:
                     self.lags.record(lag)
                 blocked = lag <= LOOP_LAG_WORTH_A_LINE or not self._frozen(started, lag)
                 if blocked:
                     self.worst = max(self.worst, lag)
                 if lag > LOOP_LAG_WORTH_A_LINE and blocked:
-                    where = f" in {self.blocked_in}" if self.blocked_in else ""
-                    self.log.warning("the event loop was blocked for %.0f ms%s", lag * 1000, where)
+                    self._say(lag, ran, waited)
                 self.blocked_in = None
         finally:
             self.stopped.set()
+
+    def _say(self, lag: float, ran: float, waited: float) -> None:
+        """A loop that spent most of the lag waiting for a core, running little of its own,
+        was starved by a busy machine: the stack the watchdog read then is chance, not a
+        cause, and the line says so. Otherwise it was blocked (running, sleeping in a call,
+        or waiting for the GIL), and the line names where."""
+        if waited >= lag / 2 and ran < LOOP_LAG_WORTH_A_LINE:
+            self.log.warning(
+                "the event loop ran %.0f ms late: it waited %.0f ms for a CPU, the machine is busy",
+                lag * 1000, waited * 1000,
+            )  # fmt: skip
+        else:
+            where = f" in {self.blocked_in}" if self.blocked_in else ""
+            self.log.warning("the event loop was blocked for %.0f ms%s", lag * 1000, where)
 
     def take_worst(self) -> float:
         worst, self.worst = self.worst, 0.0
@@ -292,6 +308,16 @@ class LoopWatch:
                 frame = sys._current_frames().get(loop_thread)
                 if frame is not None:
                     self.blocked_in = where(frame)
+
+
+def waited_for_cpu() -> float:
+    """Seconds the calling thread has spent runnable but not running, waiting for a core
+    (Linux's schedstat); 0 where the kernel does not say."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as stat:
+            return int(stat.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def where(frame: object) -> str:
