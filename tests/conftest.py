@@ -47,7 +47,7 @@ from workers.embedded import (
     find_binary,
     free_port,
     start_embedded_postgres,
-    start_temporal_dev_server,
+    start_temporal_dev_server_anywhere,
     stop_process,
 )
 
@@ -438,10 +438,8 @@ def temporal_address() -> Iterator[str]:
     """A dev server of the test module's own (end-to-end tests), with continue-as-new
     suggested after 40 events."""
     with tempfile.TemporaryDirectory(prefix="pricewatch-temporal-") as tmp:
-        port = free_port()
-        server = start_temporal_dev_server(
+        server, port = start_temporal_dev_server_anywhere(
             Path(tmp) / "temporal.db",
-            port=port,
             ui_port=None,
             extra_args=("--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=40"),
         )

