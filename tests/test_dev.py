@@ -231,7 +231,7 @@ async def test_the_dev_console_prints_one_line_per_check_and_no_tracebacks(
     assert not [line for line in start_up if "Warning" in line], start_up
     text = "\n".join(console)
     assert "Traceback" not in text, text[-3000:]
-    # A lag the loop spent waiting for a core is the machine's (four test processes and a
+    # A lag the loop spent waiting for a core is the machine's (six test processes and a
     # browser on two cores), and says so; one that names where it was blocked still fails.
     starved = re.compile(
         r"WARNING:pricewatch\.worker:the event loop (was blocked for \d+ ms"
