@@ -607,11 +607,18 @@ async def _check_document(page: BrowserPage, response: BrowserResponse | None) -
 # Chromium's net errors that a fetch would meet as a refused redirect or certificate.
 UNSUPPORTED_SCHEME = {"ERR_UNSAFE_REDIRECT", "ERR_DISALLOWED_URL_SCHEME", "ERR_UNKNOWN_URL_SCHEME"}
 NET_ERROR = re.compile(r"net::(ERR_\w+)")
+NO_CONTENT = {204, 205}  # a navigation answered No Content / Reset Content
 
 
 def document_error(err: PlaywrightError, response: BrowserResponse | None) -> FetchError:
     """The page did not load (`goto` failed), in a fetch's words and classes."""
     said = _said(err)
+    if response is not None and response.status in NO_CONTENT:
+        # Chromium keeps the page it had (none) and reports only an aborted navigation.
+        return DocumentFailed(
+            f"HTTP {response.status} {response.status_text}: the page sent nothing to read",
+            transient=False,
+        )
     if "Download is starting" in said:
         kind = response.headers.get("content-type", "unknown") if response else "unknown"
         return DocumentFailed(f"unsupported content type {kind} (a download)", transient=False)

@@ -74,6 +74,9 @@ async def site() -> AsyncIterator[str]:
     async def missing(request: web.Request) -> web.Response:
         raise web.HTTPNotFound()
 
+    async def no_content(request: web.Request) -> web.Response:
+        return web.Response(status=int(request.query["status"]))
+
     framed = (
         "<html><body><div id=plans>monthly</div><iframe id=pay src=/frame></iframe></body></html>"
     )
@@ -104,6 +107,7 @@ async def site() -> AsyncIterator[str]:
         web.get("/download", download),
         web.get("/busy", busy),
         web.get("/missing", missing),
+        web.get("/no-content", no_content),
     ]  # fmt: skip
     async with serve(routes) as url:
         yield url
@@ -220,6 +224,13 @@ FAILURES = [
     ("/landing", ["click #nowhere"], False, r"^step 1 \(click #nowhere\): not on the page$"),
     ("/landing", ["select h1=yearly"], False, r"^step 1 \(select h1=yearly\): "),
     ("/after-load-refused", [], False, r"^refused 127\.0\.0\.2:8"),
+    ("/no-content?status=204", [], False, r"^HTTP 204 No Content: the page sent nothing to read$"),
+    (
+        "/no-content?status=205",
+        [],
+        False,
+        r"^HTTP 205 Reset Content: the page sent nothing to read$",
+    ),
 ]
 
 
