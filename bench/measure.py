@@ -71,7 +71,7 @@ WITH due AS (
        AND status <> 'skipped'
 )
 SELECT (SELECT count(*) FROM source_checks
-         WHERE checked_at >= $1 AND checked_at < $2 AND status <> 'skipped') AS completed,
+         WHERE checked_at >= $3 AND checked_at < $4 AND status <> 'skipped') AS completed,
        (SELECT count(*) FROM due) AS recorded,
        (SELECT percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY late) FROM due)
            AS lateness,
@@ -131,6 +131,11 @@ class Result:
 
 @dataclass(frozen=True)
 class Snapshot:
+    """What the counters held at `at`: the checks recorded between two snapshots are what
+    their differences are divided by (on a loaded machine a snapshot is taken late, and the
+    window's own bounds would count checks whose round trips and CPU it missed)."""
+
+    at: datetime
     cpu: dict[str, float]
     storage: int | None
     round_trips: int
@@ -145,6 +150,7 @@ def roots(stack: Stack, running: Running) -> dict[str, list[int]]:
 
 def snapshot(stack: Stack, running: Running) -> Snapshot:
     return Snapshot(
+        at=datetime.now(UTC),
         cpu=procs.cpu_seconds(roots(stack, running)),
         storage=running.temporal.storage_bytes() if running.temporal else None,
         round_trips=stack.wire.round_trips,
@@ -234,7 +240,7 @@ async def run_design(name: str, stack: Stack, workload: Workload) -> Result:
             history = await history_per_check(
                 name, running, pool, workload, window_start, window_end
             )
-        rows = await pool.fetchrow(WINDOW_ROWS, window_start, window_end)
+        rows = await pool.fetchrow(WINDOW_ROWS, window_start, window_end, before.at, after.at)
         timeline = await lateness_timeline(
             pool, min(running.anchors), window_start, window_end, workload.interval
         )
@@ -262,7 +268,7 @@ async def run_design(name: str, stack: Stack, workload: Workload) -> Result:
     return Result(
         design=name,
         offered_per_s=workload.offered_per_second,
-        checks_per_s=completed / workload.seconds,
+        checks_per_s=completed / (after.at - before.at).total_seconds(),
         slots_missed=due - int(rows["recorded"]),
         lateness_p50_s=lateness[0],
         lateness_p95_s=lateness[1],

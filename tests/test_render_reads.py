@@ -196,10 +196,9 @@ async def test_a_page_that_moves_itself_is_read_where_it_lands(
 async def test_a_page_that_refreshes_itself_is_read_without_waiting_for_it(
     fetcher: BrowserFetcher, site: str
 ) -> None:
-    """A ticker's refresh to itself is no move: waiting for it would never end."""
-    started = time.monotonic()
+    """A ticker's refresh to itself is no move: waiting for it would never end (the read
+    would be `timed out: the page was not complete within 5s`, as /busy's is)."""
     assert await amounts(fetcher, f"{site}/ticker") == ["1"]
-    assert time.monotonic() - started < 3
 
 
 @pytest.mark.parametrize(

@@ -252,10 +252,9 @@ class LoopWatch:
         try:
             while True:
                 self.beat = started = time.monotonic()
-                ran_before, waited_before = time.thread_time(), waited_for_cpu()
+                waited_before = waited_for_cpu()
                 await asyncio.sleep(LOOP_PROBE_EVERY)
                 lag = max(time.monotonic() - started - LOOP_PROBE_EVERY, 0.0)
-                ran = time.thread_time() - ran_before
                 waited = waited_for_cpu() - waited_before
                 if self.lags is not None:
                     self.lags.record(lag)
@@ -263,17 +262,17 @@ class LoopWatch:
                 if blocked:
                     self.worst = max(self.worst, lag)
                 if lag > LOOP_LAG_WORTH_A_LINE and blocked:
-                    self._say(lag, ran, waited)
+                    self._say(lag, waited)
                 self.blocked_in = None
         finally:
             self.stopped.set()
 
-    def _say(self, lag: float, ran: float, waited: float) -> None:
-        """A loop that spent most of the lag waiting for a core, running under 50 ms of its
-        own, was starved by a busy machine: the stack the watchdog read then is chance, not a
-        cause, and the line says so. Otherwise it was blocked (running, sleeping in a call,
-        or waiting for the GIL), and the line names where."""
-        if waited >= lag / 2 and ran < LOOP_LAG_WORTH_A_LINE / 5:
+    def _say(self, lag: float, waited: float) -> None:
+        """A lag is judged by what it would have been on an idle machine: the part not spent
+        waiting for a core (running, sleeping in a call, waiting for the GIL). Under
+        LOOP_LAG_WORTH_A_LINE, a busy machine stretched it, the stack the watchdog read then
+        is chance, and the line says so; otherwise the loop was blocked, and it names where."""
+        if lag - waited < LOOP_LAG_WORTH_A_LINE:
             self.log.warning(
                 "the event loop ran %.0f ms late: it waited %.0f ms for a CPU, the machine is busy",
                 lag * 1000, waited * 1000,
