@@ -32,6 +32,7 @@ import httpx
 from activities.guard import AddressPolicy, BlockedAddress, GuardedTransport, ResolveTimeout
 from activities.normalise import Extraction, ExtractionError, normalise
 from activities.price_reader import observe
+from pricewatch import isolated
 from pricewatch.models import CheckInput, RenderSettings
 from pricewatch.policy import MAX_FETCH_TIMEOUT
 from pricewatch.prices import Price, listing
@@ -201,6 +202,8 @@ async def fetch_page(client: httpx.AsyncClient, request: Request | str) -> Page:
         raise FetchError(f"invalid or unsupported URL: {err}", transient=False) from err
     except ExtractionError as err:
         raise FetchError(f"extraction rule failed: {err}", transient=False) from err
+    except isolated.Starved as err:  # the ignore regex: the machine's fault, not the rule's
+        raise FetchError(f"the page was not read: {err}", transient=True) from err
     except httpx.DecodingError as err:
         raise FetchError(f"undecodable body: {err}", transient=False) from err
     except httpx.TimeoutException as err:

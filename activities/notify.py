@@ -37,7 +37,7 @@ from activities.guard import AddressPolicy, BlockedAddress
 from activities.metrics import count
 from activities.outages import SMTP
 from activities.queries import QUERIES, parse
-from pricewatch import notices
+from pricewatch import isolated, notices
 from pricewatch.models import (
     ChannelKind,
     CheckResult,
@@ -387,6 +387,8 @@ class NotifyActivities:
             )  # fmt: skip
         except ValueError as err:  # it raised, rendered nothing, or overran its bounds
             raise DeliveryError(f"the message template failed: {err}", transient=False) from err
+        except isolated.Starved as err:  # the machine's fault, not the template's
+            raise DeliveryError(f"the message was not rendered: {err}", transient=True) from err
         await self._still_held()  # the render may have taken a while, or a freeze
         seconds = SEND_DEADLINE.total_seconds()
         try:

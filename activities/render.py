@@ -56,6 +56,7 @@ from activities.fetch import (
 )
 from activities.guard import AddressPolicy
 from activities.normalise import ExtractionError
+from pricewatch import isolated
 from pricewatch.steps import Action, Step, parse_steps
 from pricewatch.urls import as_sent
 
@@ -274,6 +275,8 @@ class BrowserFetcher:
                     raise FetchError(
                         f"extraction rule failed: {err}{hint}", transient=False
                     ) from err
+                except isolated.Starved as err:  # the machine's fault, not the rule's
+                    raise FetchError(f"the page was not read: {err}", transient=True) from err
                 if request.screenshot or read.sha256 != request.previous_hash:  # a new state
                     shot = await page.screenshot(type="png")
                     if len(shot) <= MAX_SCREENSHOT_BYTES:

@@ -11,8 +11,10 @@ The forkserver imports the main module once (a script's `if __name__ == "__main_
 it from running), so children do not each import it again; a main module read from stdin
 has no file to import, and there children fail to start.
 
-The deadline counts from the moment the child is ready, not from its start: on a busy
-machine starting a process can take a while, and that is not the function's cost.
+The deadline is the child's CPU time from the moment it is ready, not the wall clock: on a
+busy machine (or a worker stopped and continued) the child waits for a core, and that is not
+the function's cost. A child that has not used its CPU when WALL_SECONDS have passed is
+`Starved`: the machine's fault, worth trying again, never the user's.
 """
 
 import contextlib
@@ -29,6 +31,8 @@ from typing import Any
 MEMORY_BYTES = 256 * 2**20
 # A child that cannot even start in this long says so (a machine out of processes).
 START_SECONDS = 60.0
+# A child still short of its CPU after this long is starved by its machine.
+WALL_SECONDS = 30.0
 # The forkserver imports these once. `__main__` among them, so that a child does not run
 # the main module again (multiprocessing does, for every child, unless its forkserver has).
 _PRELOAD = ["__main__", "pricewatch.notices", "activities.normalise"]
@@ -36,6 +40,11 @@ _PRELOAD = ["__main__", "pricewatch.notices", "activities.normalise"]
 
 class Overrun(ValueError):
     """The function did not finish within its bounds; the message says which and where."""
+
+
+class Starved(Exception):
+    """The machine gave the child too little CPU to finish within WALL_SECONDS: not the
+    function's fault (it is no ValueError), and another try may do."""
 
 
 class Failed(ValueError):
@@ -59,9 +68,10 @@ def run(
     seconds: float,
     memory_bytes: int = MEMORY_BYTES,
 ) -> Any:
-    """`function(note, *args)` in a child process; its result, `Failed` if it raised, or
-    `Overrun` if it took longer than `seconds` or more than `memory_bytes` (the child is
-    killed). Blocking: from async code, call it in a thread (`asyncio.to_thread`)."""
+    """`function(note, *args)` in a child process; its result, `Failed` if it raised,
+    `Overrun` if it took more than `seconds` of CPU or more than `memory_bytes`, `Starved` if
+    the machine gave it too little CPU (the child is killed). Blocking: from async code, call
+    it in a thread (`asyncio.to_thread`)."""
     context = _context()
     receiving, sending = context.Pipe(duplex=False)
     child = context.Process(  # type: ignore[attr-defined]
@@ -72,13 +82,21 @@ def run(
     doing = ""
     try:
         if not receiving.poll(START_SECONDS):
-            raise Overrun(f"the child process did not start in {START_SECONDS:.0f} s")
+            raise Starved(f"the child process did not start in {START_SECONDS:.0f} s")
         receiving.recv()  # ready: the deadline starts now
-        ends = time.monotonic() + seconds
+        spent = _cpu_clock(child.pid)
         while True:
-            left = ends - time.monotonic()
-            if left <= 0 or not receiving.poll(left):
+            used = spent()
+            if used >= seconds:
                 raise Overrun(f"{doing} took longer than {seconds:g} s".strip())
+            if spent.waited >= WALL_SECONDS:
+                raise Starved(
+                    f"{doing or 'the child process'} had {used:.1f} s of CPU in "
+                    f"{spent.waited:.0f} s: the machine is too busy"
+                )
+            # The child's CPU cannot grow faster than the wall clock: no overrun meanwhile.
+            if not receiving.poll(max(seconds - used, 0.05)):
+                continue
             kind, value = receiving.recv()
             if kind == "note":
                 doing = value
@@ -98,6 +116,34 @@ def run(
             child.kill()
         child.join()
         receiving.close()
+
+
+class _cpu_clock:
+    """The CPU seconds a child has used since this was made (its /proc stat: utime and
+    stime), or, where the kernel does not say, the wall clock's; `waited`: wall seconds."""
+
+    def __init__(self, pid: int) -> None:
+        self.path = f"/proc/{pid}/stat"
+        self.started = time.monotonic()
+        self.at_start = self._read()
+
+    @property
+    def waited(self) -> float:
+        return time.monotonic() - self.started
+
+    def __call__(self) -> float:
+        now = self._read()
+        if now is None or self.at_start is None:
+            return self.waited
+        return now - self.at_start
+
+    def _read(self) -> float | None:
+        try:
+            with open(self.path, "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return None
 
 
 def _child(

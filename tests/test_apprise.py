@@ -27,7 +27,7 @@ from activities.guard import AddressPolicy
 from activities.notify import NotifyActivities
 from client import channels
 from client.channels import apprise_channel
-from pricewatch import notices
+from pricewatch import isolated, notices
 from pricewatch.models import ChannelKind, PriceSettings, TargetConfig
 from pricewatch.policy import PERMANENT_DELIVERY_ERROR, TRANSIENT_DELIVERY_ERROR
 from tests.chaos.stack import serve
@@ -228,6 +228,29 @@ async def test_a_template_that_overruns_at_send_fails_its_message_and_is_not_ret
     said = "the message template failed: the body template took longer than 2 s"
     assert caught.value.message == said
     assert await pool.fetchval("SELECT status FROM deliveries") == "failed"
+    assert services_app.received == []
+
+
+async def test_a_message_the_machine_starved_stays_owed_and_is_retried(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, services_app: Services,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The soak under load: a worker stopped while its child rendered read as a template
+    over its deadline, and the notice was failed for good. The machine's fault is retried."""
+
+    def starved(*args: object, **kwargs: object) -> None:
+        raise isolated.Starved("the body template had 0.1 s of CPU in 30 s: the machine is busy")
+
+    config = await synced(pool, [services_app.urls()["json"]])
+    monkeypatch.setattr(isolated, "run", starved)
+    notify = NotifyActivities(pool, http, NO_SMTP, LOOPBACK)
+    with pytest.raises(ApplicationError) as caught:
+        await ActivityEnvironment().run(
+            notify.deliver_notice, delivery(config, ChannelKind.APPRISE)
+        )
+    assert caught.value.type == TRANSIENT_DELIVERY_ERROR and not caught.value.non_retryable
+    assert caught.value.message.startswith("the message was not rendered: the body template had")
+    assert await pool.fetchval("SELECT status FROM deliveries") == "pending"
     assert services_app.received == []
 
 
