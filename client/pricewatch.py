@@ -25,7 +25,13 @@ from pydantic import ValidationError
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
+)
 from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -95,6 +101,12 @@ from pricewatch.views import (
 )
 
 REMOVE_WAIT = timedelta(seconds=120)
+# A check-now or retry: a worker takes it within UPDATE_TAKEN_BOUND or none is there to;
+# its answer waits CHECK_WAIT for the check to be final, no longer.
+UPDATE_TAKEN_BOUND = timedelta(seconds=10)
+CHECK_WAIT = timedelta(seconds=30)
+# A worker that polled this recently is polling.
+POLLED_LATELY = timedelta(minutes=2)
 # A task queue's partitions (Temporal's default, `matching.numTaskqueueReadPartitions`): a
 # worker polls any of them, and each lists only its own pollers, so health asks every one.
 PARTITIONS = 4
@@ -125,6 +137,16 @@ class BadInput(Exception):
 
 class Unknown(BadInput):
     """No such target, work id or recorded check (the API's 404)."""
+
+
+class StillChecking(Exception):
+    """A check-now or retry a worker took and did not finish within CHECK_WAIT: it goes on
+    in the workflow (a page failing transiently is retried for minutes), and `history`
+    shows it once final (the API's 202)."""
+
+
+class NotTaken(TimeoutError):
+    """No worker took a check-now or retry within UPDATE_TAKEN_BOUND (a service fault)."""
 
 
 # What Postgres' text and jsonb refuse: NUL, and a lone UTF-16 surrogate (JSON's `\ud800`).
@@ -637,8 +659,8 @@ class Pricewatch:
 
     async def check_now(self, target_id: str) -> CheckResult:
         handle = await self.workflow(target_id)
-        result: CheckResult = await handle.execute_update(Update.CHECK_NOW, result_type=CheckResult)
-        return result
+        what = f"the check of {target_id}"
+        return await self._checked(handle, Update.CHECK_NOW, None, what, target_id)
 
     async def retry(self, work_id: str) -> CheckResult:
         """Re-run one failed slot through its workflow, on its own row."""
@@ -649,10 +671,61 @@ class Pricewatch:
             raise Unknown(f"unknown work id {work_id!r}")
         handle = await self.workflow(target_id)
         request = RetryRequest(slot=stored.slot, kind=stored.kind)
-        result: CheckResult = await handle.execute_update(
-            Update.RETRY_SLOT, request, result_type=CheckResult
+        what = f"the retry of {work_id}"
+        return await self._checked(handle, Update.RETRY_SLOT, request, what, target_id)
+
+    async def _checked(
+        self,
+        handle: WorkflowHandle[Any, Any],
+        update: Update,
+        arg: object,
+        what: str,
+        target_id: str,
+    ) -> CheckResult:
+        """An update that runs a check, its result within the bounds: NotTaken when no
+        worker took it, StillChecking when one did and the check is not final in time."""
+        args = [] if arg is None else [arg]
+        try:
+            taken = await handle.start_update(
+                update, args=args, wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                result_type=CheckResult, rpc_timeout=UPDATE_TAKEN_BOUND,
+            )  # fmt: skip
+        except WorkflowUpdateRPCTimeoutOrCancelledError as err:
+            raise await self._not_taken(what) from err
+        # asyncio.wait, not a timeout: the SDK turns the cancelled poll into its own error.
+        polling = asyncio.create_task(taken.result())
+        polling.add_done_callback(lambda task: task.cancelled() or task.exception())
+        try:
+            await asyncio.wait([polling], timeout=CHECK_WAIT.total_seconds())
+        finally:
+            polling.cancel()  # the check goes on in the workflow: only this wait ends
+        if polling.done() and not polling.cancelled():
+            result: CheckResult = polling.result()
+            return result
+        raise StillChecking(
+            f"{what} is not final after {format_duration(CHECK_WAIT)}: it goes on (a page "
+            f"that fails for a while is retried), and `pricewatch history {target_id}` "
+            "shows it once it is"
         )
-        return result
+
+    async def _not_taken(self, what: str) -> Exception:
+        """Why no worker took an update in time, as Temporal tells it: none polls the task
+        queue, or those that poll are busy; or Temporal itself did not answer."""
+        pollers, temporal = await self._temporal_health()
+        if pollers is None:
+            return ConnectionError(temporal.error or "cannot reach Temporal")
+        queue = self.settings.task_queue
+        since = datetime.now(UTC) - POLLED_LATELY
+        polling = [
+            who for (who, polled), (kinds, last) in pollers.items()
+            if polled == queue and "workflow" in kinds and last >= since
+        ]  # fmt: skip
+        waited = format_duration(UPDATE_TAKEN_BOUND)
+        if not polling:
+            why = f"no worker is polling task queue {queue!r}: start one (`pricewatch worker`)"
+        else:
+            why = f"{len(polling)} worker(s) poll task queue {queue!r} but none answered"
+        return NotTaken(f"{what} was not taken by a worker in {waited}: {why}")
 
     async def remove(self, target_id: str, wait: timedelta = REMOVE_WAIT) -> None:
         """Stop watching and delete the target's rows; waits for the workflow to finish."""

@@ -13,10 +13,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from client.manifest import Entry
-from client.pricewatch import BadInput, Pricewatch
+from client.pricewatch import BadInput, Pricewatch, StillChecking
 from pricewatch import views
 from pricewatch.health import DEFAULT_WINDOW
 from pricewatch.views import TargetState
@@ -37,6 +38,19 @@ class ErrorView(BaseModel):
     """Every error's body: the line the CLI would print."""
 
     error: str
+
+
+class PendingView(BaseModel):
+    """A check-now or retry not final within its wait: it goes on, and the line says where
+    to see it (the target's history)."""
+
+    pending: str
+
+
+# A check's answer: its result, or 202 while it goes on.
+CHECKED: dict[int | str, dict[str, Any]] = {
+    202: {"model": PendingView, "description": "Not final within 30 s: the check goes on."}
+}
 
 
 class AppliedView(BaseModel):
@@ -61,7 +75,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def returns(command: str, description: str) -> dict[str, Any]:
+def returns(
+    command: str, description: str, others: dict[int | str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """A route's answer when it prints `command --json` (`answer`): documented with that
     view's schema, since the route returns a Response FastAPI does not look into."""
     shape = OUTPUTS[command].json_schema(mode="serialization", by_alias=False, ref_template=REF)
@@ -69,7 +85,7 @@ def returns(command: str, description: str) -> dict[str, Any]:
     content = {"application/json": {"schema": shape}}
     return {
         "response_class": Response,
-        "responses": {200: {"description": description, "content": content}},
+        "responses": {200: {"description": description, "content": content}, **(others or {})},
     }
 
 
@@ -153,11 +169,15 @@ async def resume(pricewatch: Client, target_id: TargetId) -> Response:
 
 @router.post(
     "/targets/{target_id}/check",
-    **returns("history", "A list of the one result."),
+    **returns("history", "A list of the one result.", CHECKED),
 )
 async def check_now(pricewatch: Client, target_id: TargetId) -> Response:
-    """`check-now`: one extra check now; answers when it is recorded."""
-    return answer("history", [await pricewatch.check_now(target_id)])
+    """`check-now`: one extra check now; answers when it is recorded, or 202 when it is not
+    final within 30 s (a page failing for a while is retried: see the history)."""
+    try:
+        return answer("history", [await pricewatch.check_now(target_id)])
+    except StillChecking as err:
+        return JSONResponse({"pending": str(err)}, status_code=202)
 
 
 @router.get(
@@ -242,11 +262,15 @@ async def health(
 
 @router.post(
     "/checks/{work_id}/retry",
-    **returns("history", "A list of the one result."),
+    **returns("history", "A list of the one result.", CHECKED),
 )
 async def retry(pricewatch: Client, work_id: WorkId) -> Response:
-    """`retry`: re-run one failed slot through its workflow, on its own row."""
-    return answer("history", [await pricewatch.retry(work_id)])
+    """`retry`: re-run one failed slot through its workflow, on its own row; 202 when it is
+    not final within 30 s."""
+    try:
+        return answer("history", [await pricewatch.retry(work_id)])
+    except StillChecking as err:
+        return JSONResponse({"pending": str(err)}, status_code=202)
 
 
 @router.get(

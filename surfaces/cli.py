@@ -94,7 +94,7 @@ UNAVAILABLE = 1
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
     """Turn expected failures into one line on stderr: bad input exits 2, an unreachable
-    or failing service exits 1."""
+    or failing service, or a check not final in time, exits 1."""
     try:
         yield
     except BrokenPipeError:
@@ -104,7 +104,7 @@ def user_errors() -> Iterator[None]:
         said = failure(err)
         if said is None:
             raise
-        fail(said.line, UNAVAILABLE if said.fault is Fault.SERVICE else BAD_INPUT)
+        fail(said.line, BAD_INPUT if said.fault in (Fault.INPUT, Fault.UNKNOWN) else UNAVAILABLE)
 
 
 def command(fn: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:

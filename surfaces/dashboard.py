@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException
 
 from activities.store import PriceLine
 from client import manifest
-from client.pricewatch import BadInput, Unknown
+from client.pricewatch import BadInput, StillChecking, Unknown
 from pricewatch.health import DEFAULT_WINDOW
 from pricewatch.models import TAG_PATTERN, TARGET_ID_PATTERN, CheckStatus
 from pricewatch.settings import Settings
@@ -275,10 +275,14 @@ async def act(
         await pricewatch.resume(target_id)
         said = f"resuming {target_id}"
     elif action == "check":
-        result = await pricewatch.check_now(target_id)
-        said = f"checked {result.work_id}: {result.status.value}"
-        if result.error_message:
-            said += f" ({result.error_message})"
+        try:
+            result = await pricewatch.check_now(target_id)
+        except StillChecking as err:
+            said = str(err)
+        else:
+            said = f"checked {result.work_id}: {result.status.value}"
+            if result.error_message:
+                said += f" ({result.error_message})"
     elif action == "remove":
         await pricewatch.remove(target_id)
         request.session["said"] = f"removed {target_id}"
@@ -341,7 +345,11 @@ async def retry(
     request: Request, work_id: api.WorkId, csrf: Annotated[str, Form()] = ""
 ) -> Response:
     check_csrf(request, csrf)
-    result = await api.client(request).retry(work_id)
+    try:
+        result = await api.client(request).retry(work_id)
+    except StillChecking as err:
+        request.session["said"] = str(err)
+        return RedirectResponse("/failures", status_code=303)
     said = "already recorded, not fetched again: " if result.already_recorded else ""
     request.session["said"] = f"{said}{result.work_id}: {result.status.value}"
     return RedirectResponse("/failures", status_code=303)

@@ -15,7 +15,7 @@ from temporalio.exceptions import FailureError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.guard import BlockedAddress
-from client.pricewatch import BadInput, Unknown
+from client.pricewatch import BadInput, StillChecking, Unknown
 from client.temporal import TIMED_OUT, QueryUnanswered, address
 from workers.chromium import ChromiumMissing
 
@@ -27,6 +27,8 @@ class Fault(Enum):
     """No such target, work id or check."""
     SERVICE = "service"
     """Temporal, Postgres or a page is away or failing: the same request may work later."""
+    PENDING = "pending"
+    """A check was started and is not final yet: it goes on without the caller."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ SERVICES = (
 # Every exception `failure` has a line for.
 EXPECTED = (
     BadInput, ValidationError, ValueError, BlockedAddress, *SERVICES,
-    WorkflowFailureError, WorkflowUpdateFailedError,
+    WorkflowFailureError, WorkflowUpdateFailedError, StillChecking,
 )  # fmt: skip
 
 
@@ -50,6 +52,8 @@ def failure(err: BaseException) -> Failure | None:
     """The one line for an expected failure; None for a bug (let it raise)."""
     if isinstance(err, Unknown):
         return Failure(Fault.UNKNOWN, one_line(err))
+    if isinstance(err, StillChecking):
+        return Failure(Fault.PENDING, one_line(err))
     if isinstance(err, BadInput | ValidationError | ValueError | BlockedAddress):
         return Failure(Fault.INPUT, one_line(err))
     if isinstance(err, SERVICES):

@@ -36,7 +36,7 @@ from surfaces import add, api, auth, dashboard, failures
 from surfaces.errors import EXPECTED, Fault, failure
 
 HERE = Path(__file__).parent
-STATUS = {Fault.INPUT: 400, Fault.UNKNOWN: 404, Fault.SERVICE: 503}
+STATUS = {Fault.INPUT: 400, Fault.UNKNOWN: 404, Fault.SERVICE: 503, Fault.PENDING: 202}
 # No script at all; styles and images from this server only; forms post here only.
 CSP = (
     "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "

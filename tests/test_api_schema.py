@@ -46,7 +46,7 @@ def engine_config(base: str) -> SchemathesisConfig:
             "seed": 40,
             "headers": BEARER,
             "max-time": 75,
-            "request-timeout": 30,  # schemathesis's default, 10 s, is short on a busy machine
+            "request-timeout": 60,  # past a check-now's 10 s + 30 s bound; the default 10 s is short
             "generation": {"max-examples": EXAMPLES, "deterministic": True, "database": "none"},
             "phases": {"stateful": {"max-steps": 30}},
             "checks": {
@@ -106,11 +106,6 @@ async def test_the_api_passes_every_schemathesis_check(
             assert (await http.put("/api/v1/targets/shop", json=shop)).status_code == 200
             assert (await http.post("/api/v1/targets/shop/check")).status_code == 200
             document = (await http.get("/api/v1/openapi.json")).json()
-        # A check-now or a retry answers when its check is final, which for a generated
-        # target (a host that does not resolve, five attempts 30 s apart) is minutes: the
-        # client's wait is not bounded yet (issue 41's note). test_web drives both.
-        for path in ("/api/v1/targets/{target_id}/check", "/api/v1/checks/{work_id}/retry"):
-            del document["paths"][path]
         answers: Counter[str] = Counter()
         failed = await asyncio.to_thread(run_engine, base, document, answers)
     assert not failed, "\n\n".join(failed)
