@@ -3,24 +3,35 @@ receivers on 127.0.0.1 (signatures verified by the reference `standardwebhooks` 
 mail by an aiosmtpd server) and real Postgres."""
 
 import asyncio
+import dataclasses
 import uuid
 from datetime import timedelta
 
 import asyncpg
 import httpx
 import pytest
+from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
+from activities.checks import CheckActivities
+from activities.fetch import new_client
 from activities.notify import NotifyActivities, SmtpSettings
+from activities.retention import Retention, RetentionActivities
+from pricewatch import policy
 from pricewatch.models import (
     Channel,
     ChannelKind,
+    DeliveryInput,
+    DeliveryResult,
 )
+from pricewatch.names import Activity
 from pricewatch.policy import PERMANENT_DELIVERY_ERROR
-from tests.conftest import Hold, MailSink, PageServer, Start, WebhookReceiver
+from tests.conftest import LOOPBACK, Hold, MailSink, PageServer, Start, WebhookReceiver
 from tests.helpers import (
     CHANGED,
+    DEFAULT_TUNING,
+    NO_SMTP,
     add_target,
     anchor_of,
     deliveries,
@@ -30,6 +41,7 @@ from tests.helpers import (
     running_worker,
     watched,
 )
+from workers.worker import Activities, build_worker
 
 
 async def test_a_webhook_is_signed_sent_once_and_never_again(
@@ -287,3 +299,47 @@ async def test_failing_and_recovered_are_each_told_once(
         await env.sleep(timedelta(hours=2))  # good again: one "recovered" notice
     types = [payload["type"] for _, payload in webhook_receiver.received]
     assert types == ["page.failing", "page.recovered"]
+
+
+class LosesItsWorkers(NotifyActivities):
+    """The first `lost` attempts never end (their worker died or froze with them: no channel
+    answered), as a soak under load had it eight times in a row for one notice."""
+
+    lost = 2
+
+    @activity.defn(name=Activity.DELIVER_NOTICE)
+    async def deliver_notice(self, delivery: DeliveryInput) -> DeliveryResult:
+        if self.lost > 0:
+            self.lost -= 1
+            await asyncio.sleep(3600)
+        return await super().deliver_notice(delivery)
+
+
+async def test_a_notice_whose_workers_were_lost_every_attempt_is_tried_again_and_sent(
+    time_skipping_env: WorkflowEnvironment, pool: asyncpg.Pool, page_server: PageServer,
+    webhook_receiver: WebhookReceiver, start: Start, task_queue: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Timed-out attempts are no verdict on the channel: it is not recorded `failed` with
+    `activity StartToClose timeout`; a new round of attempts sends it, once. (A round of two
+    1 s attempts here: a running activity holds the test server's clock, so eight 10 s
+    timeouts would take real minutes.)"""
+    monkeypatch.setattr(policy, "DELIVERY_TIMEOUT", timedelta(seconds=1))
+    retry = dataclasses.replace(policy.DELIVERY_RETRY, maximum_attempts=2)
+    monkeypatch.setattr(policy, "DELIVERY_RETRY", retry)
+    env = time_skipping_env
+    config = watched(
+        page_server, [Channel(kind=ChannelKind.WEBHOOK, destination=webhook_receiver.url)]
+    )
+    async with new_client(LOOPBACK) as http:
+        activities = Activities(
+            CheckActivities(pool, http), LosesItsWorkers(pool, http, NO_SMTP, LOOPBACK),
+            RetentionActivities(pool, Retention()),
+        )  # fmt: skip
+        async with build_worker(env.client, task_queue, activities, DEFAULT_TUNING):
+            await start(config, start_at=await anchor_of(env))
+            await env.sleep(timedelta(hours=1, minutes=30))
+            page_server.set(f"/{config.target_id}", "price 12")
+            await env.sleep(timedelta(hours=1))
+    assert [(r["status"], r["attempt_count"]) for r in await deliveries(pool)] == [("sent", 1)]
+    assert len(webhook_receiver.received) == 1

@@ -48,6 +48,13 @@ REGISTER_AGAIN_AFTER = timedelta(minutes=5)
 # queue, where a browser is: never as a local activity in the workflow worker. Only targets
 # with `render` take this path, and no history before 1.3 has one.
 RENDERED_ON_ITS_QUEUE = "rendered-on-its-queue"
+# 1.12: a notice whose last attempt timed out (its worker died or froze with it: no channel
+# answered that) is not the channel's failure. It is tried again, as a new activity, until
+# NOTICE_TRIED_FOR from its first try; only the channel's own answers make it `failed`. A
+# soak under load recorded `failed: activity StartToClose timeout` with 0 attempts for
+# notices whose workers had been killed eight times in a row.
+NOTICE_OUTLIVES_ITS_WORKERS = "notice-outlives-its-workers"
+NOTICE_TRIED_FOR = timedelta(hours=1)
 # How a check fails: a normal activity's error arrives wrapped in an ActivityError, a local
 # activity's as the activity's own error (or the timeout).
 CHECK_FAILED = (ActivityError, ApplicationError, ActivityTimeout)
@@ -207,21 +214,35 @@ async def deliver(delivery: DeliveryInput) -> None:
     """One notice to one channel; its failure is recorded and never touches the check or
     the other channels."""
     summary = f"notify {delivery.channel_id} {delivery.notice.value} {delivery.result.work_id}"
-    try:
-        await workflow.execute_activity(
-            Activity.DELIVER_NOTICE,
-            delivery,
-            start_to_close_timeout=DELIVERY_TIMEOUT,
-            retry_policy=DELIVERY_RETRY,
-            summary=summary,
-        )
-    except ActivityError as err:
-        workflow.logger.warning("%s gave up: %s", summary, reason(err))
-        await bookkeep(
-            Activity.RECORD_DELIVERY_FAILED,
-            DeliveryFailureInput(delivery=delivery, error_message=reason(err)),
-            f"record failed {summary}",
-        )
+    first_try = workflow.now()
+    while True:
+        try:
+            await workflow.execute_activity(
+                Activity.DELIVER_NOTICE,
+                delivery,
+                start_to_close_timeout=DELIVERY_TIMEOUT,
+                retry_policy=DELIVERY_RETRY,
+                summary=summary,
+            )
+            return
+        except ActivityError as err:
+            lost = isinstance(err.cause, ActivityTimeout)  # no channel said anything
+            if not (
+                lost
+                and workflow.now() - first_try < NOTICE_TRIED_FOR
+                and workflow.patched(NOTICE_OUTLIVES_ITS_WORKERS)
+            ):
+                failure = err
+                break
+            workflow.logger.info(
+                "%s: its last attempt's worker was lost (%s); trying again", summary, reason(err)
+            )
+    workflow.logger.warning("%s gave up: %s", summary, reason(failure))
+    await bookkeep(
+        Activity.RECORD_DELIVERY_FAILED,
+        DeliveryFailureInput(delivery=delivery, error_message=reason(failure)),
+        f"record failed {summary}",
+    )
 
 
 async def bookkeep(activity: Activity, arg: Any, summary: str) -> bool:
