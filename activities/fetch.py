@@ -202,7 +202,7 @@ async def fetch_page(client: httpx.AsyncClient, request: Request | str) -> Page:
         raise FetchError(f"invalid or unsupported URL: {err}", transient=False) from err
     except ExtractionError as err:
         raise FetchError(f"extraction rule failed: {err}", transient=False) from err
-    except isolated.Starved as err:  # the ignore regex: the machine's fault, not the rule's
+    except isolated.Unfinished as err:  # the ignore regex: the machine's fault, not the rule's
         raise FetchError(f"the page was not read: {err}", transient=True) from err
     except httpx.DecodingError as err:
         raise FetchError(f"undecodable body: {err}", transient=False) from err

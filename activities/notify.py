@@ -387,7 +387,7 @@ class NotifyActivities:
             )  # fmt: skip
         except ValueError as err:  # it raised, rendered nothing, or overran its bounds
             raise DeliveryError(f"the message template failed: {err}", transient=False) from err
-        except isolated.Starved as err:  # the machine's fault, not the template's
+        except isolated.Unfinished as err:  # the machine's fault, not the template's
             raise DeliveryError(f"the message was not rendered: {err}", transient=True) from err
         await self._still_held()  # the render may have taken a while, or a freeze
         seconds = SEND_DEADLINE.total_seconds()

@@ -275,7 +275,7 @@ class BrowserFetcher:
                     raise FetchError(
                         f"extraction rule failed: {err}{hint}", transient=False
                     ) from err
-                except isolated.Starved as err:  # the machine's fault, not the rule's
+                except isolated.Unfinished as err:  # the machine's fault, not the rule's
                     raise FetchError(f"the page was not read: {err}", transient=True) from err
                 if request.screenshot or read.sha256 != request.previous_hash:  # a new state
                     shot = await page.screenshot(type="png")

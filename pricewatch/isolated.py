@@ -13,8 +13,9 @@ has no file to import, and there children fail to start.
 
 The deadline is the child's CPU time from the moment it is ready, not the wall clock: on a
 busy machine (or a worker stopped and continued) the child waits for a core, and that is not
-the function's cost. A child that has not used its CPU when WALL_SECONDS have passed is
-`Starved`: the machine's fault, worth trying again, never the user's.
+the function's cost. A child that has not used its CPU when WALL_SECONDS have passed, or that
+dies by no limit of ours, is `Unfinished`: the machine's fault, worth another try, never the
+user's.
 """
 
 import contextlib
@@ -22,6 +23,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import resource
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -42,9 +44,10 @@ class Overrun(ValueError):
     """The function did not finish within its bounds; the message says which and where."""
 
 
-class Starved(Exception):
-    """The machine gave the child too little CPU to finish within WALL_SECONDS: not the
-    function's fault (it is no ValueError), and another try may do."""
+class Unfinished(Exception):
+    """The child did not finish for a reason of the machine's: it got too little CPU within
+    WALL_SECONDS, could not start, or died by no limit of ours (killed, or it could not import
+    what it runs). No verdict on the function (it is no ValueError): another try may do."""
 
 
 class Failed(ValueError):
@@ -69,9 +72,9 @@ def run(
     memory_bytes: int = MEMORY_BYTES,
 ) -> Any:
     """`function(note, *args)` in a child process; its result, `Failed` if it raised,
-    `Overrun` if it took more than `seconds` of CPU or more than `memory_bytes`, `Starved` if
-    the machine gave it too little CPU (the child is killed). Blocking: from async code, call
-    it in a thread (`asyncio.to_thread`)."""
+    `Overrun` if it took more than `seconds` of CPU or more than `memory_bytes`,
+    `Unfinished` if the machine kept it from finishing (the child is killed). Blocking: from
+    async code, call it in a thread (`asyncio.to_thread`)."""
     context = _context()
     receiving, sending = context.Pipe(duplex=False)
     child = context.Process(  # type: ignore[attr-defined]
@@ -82,7 +85,7 @@ def run(
     doing = ""
     try:
         if not receiving.poll(START_SECONDS):
-            raise Starved(f"the child process did not start in {START_SECONDS:.0f} s")
+            raise Unfinished(f"the child process did not start in {START_SECONDS:.0f} s")
         receiving.recv()  # ready: the deadline starts now
         spent = _cpu_clock(child.pid)
         while True:
@@ -90,7 +93,7 @@ def run(
             if used >= seconds:
                 raise Overrun(f"{doing} took longer than {seconds:g} s".strip())
             if spent.waited >= WALL_SECONDS:
-                raise Starved(
+                raise Unfinished(
                     f"{doing or 'the child process'} had {used:.1f} s of CPU in "
                     f"{spent.waited:.0f} s: the machine is too busy"
                 )
@@ -106,11 +109,12 @@ def run(
                 raise Overrun(f"{doing} needs more than {memory_bytes // 2**20} MiB".strip())
             else:
                 raise Failed(value)
-    except EOFError:  # the child died without a word: a signal, or its CPU limit
+    except EOFError:  # the child died without a word: its CPU limit, or not ours
         child.join(1)
-        raise Overrun(
-            f"{doing} stopped the child process (exit {child.exitcode})".strip()
-        ) from None
+        said = f"{doing} stopped the child process (exit {child.exitcode})".strip()
+        if child.exitcode == -signal.SIGXCPU:
+            raise Overrun(said) from None
+        raise Unfinished(said) from None
     finally:
         if child.is_alive():
             child.kill()

@@ -308,7 +308,7 @@ def check(title: str | None, body: str | None) -> None:
         isolated.run(_check_all, title, body, seconds=CHECK_SECONDS)
     except isolated.Overrun as err:
         raise ValueError(f"{err}: make it cheaper") from None
-    except isolated.Starved as err:  # not the template's fault: no verdict on it
+    except isolated.Unfinished as err:  # not the template's fault: no verdict on it
         raise ValueError(f"could not try the templates: {err}; try again") from None
 
 

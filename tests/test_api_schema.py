@@ -46,7 +46,7 @@ def engine_config(base: str) -> SchemathesisConfig:
             "seed": 40,
             "headers": BEARER,
             "max-time": 75,
-            "request-timeout": 60,  # past a check-now's 10 s + 30 s bound; the default 10 s is short
+            "request-timeout": 60,  # past a check-now's bounds (10 s + 30 s); the default is 10 s
             "generation": {"max-examples": EXAMPLES, "deterministic": True, "database": "none"},
             "phases": {"stateful": {"max-steps": 30}},
             "checks": {

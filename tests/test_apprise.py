@@ -239,7 +239,7 @@ async def test_a_message_the_machine_starved_stays_owed_and_is_retried(
     over its deadline, and the notice was failed for good. The machine's fault is retried."""
 
     def starved(*args: object, **kwargs: object) -> None:
-        raise isolated.Starved("the body template had 0.1 s of CPU in 30 s: the machine is busy")
+        raise isolated.Unfinished("the body template had 0.1 s of CPU in 30 s: the machine is busy")
 
     config = await synced(pool, [services_app.urls()["json"]])
     monkeypatch.setattr(isolated, "run", starved)
