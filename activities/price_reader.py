@@ -31,6 +31,7 @@ from price_parser.parser import extract_currency_symbol, parse_number
 from selectolax.lexbor import LexborCSSSelector, LexborHTMLParser, LexborNode, SelectolaxError
 
 from activities.normalise import ExtractionError, decode, looks_html
+from pricewatch import periods
 from pricewatch.models import PriceSettings
 from pricewatch.prices import Price, Reading
 
@@ -38,6 +39,9 @@ OFFER_TYPES = {"Offer", "AggregateOffer"}
 PRICE_KEYS = {"price", "lowPrice", "highPrice", "priceSpecification"}
 PRICE_PROPS = ("price", "lowPrice", "highPrice")  # microdata's
 ITEM_PROPS = {"priceCurrency", "availability", "name", "sku"}  # what a microdata price reads
+# What a microdata price's period is read from (a UnitPriceSpecification's properties).
+PERIOD_PROPS = ("unitCode", "billingDuration", "unitText")
+ITEM_PROPS |= set(PERIOD_PROPS)
 _CONTAINERS = (dict, list)  # what a JSON-LD offer can be in
 REGULAR_PRICE_TYPES = {"StrikethroughPrice", "ListPrice", "SRP", "MSRP", "RegularPrice"}
 STOCK = {
@@ -361,6 +365,7 @@ def _selected(tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str
         skipped.append(f"price selector {selector!r} matched nothing")
     matches = _outermost(matches)
     asides = [_set_aside(match) for match in matches]
+    around = _neighbourhoods(matches)
     as_named = all(asides)  # nothing else to choose: the user named these, so they are read
     found = []
     told: set[int] = set()  # screen-reader texts read for hidden parts (`_spoken_beside`)
@@ -411,7 +416,47 @@ def _selected(tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str
         if least:
             flags.append("from")
         where = f"match {position}" + (f" [{attribute}]" if attribute else "")
-        found.append(Price(label, amount, currency, regular, None, where + _said(flags)))
+        own = match.text(separator=" ")
+        if named is not None:
+            own = own.replace(named.text(separator=" "), " ", 1)
+        period, per = periods.read(own, around[position - 1])
+        found.append(
+            Price(label, amount, currency, regular, None, where + _said(flags), period, per)
+        )
+    return found
+
+
+# A price's neighbourhood, where its period is written (`<span>$10</span><span>/mo</span>`):
+# at most this many ancestors, none holding another price or more than this much text.
+NEIGHBOUR_LEVELS = 3
+NEIGHBOUR_CHARS = 400
+
+
+def _neighbourhoods(nodes: list[LexborNode]) -> list[list[str]]:
+    """For each price element, the texts of its nearest ancestors that are its own (no other
+    price element is in them), nearest first: where `/mo` or `billed annually` beside the
+    amount is read. A pricing table's row is a plan's; the table is no plan's."""
+    chains: list[list[LexborNode]] = []
+    holders: dict[int, int] = {}
+    for node in nodes:
+        chain: list[LexborNode] = []
+        parent = node.parent
+        while parent is not None and len(chain) < NEIGHBOUR_LEVELS and parent.tag != "body":
+            chain.append(parent)
+            holders[parent.mem_id] = holders.get(parent.mem_id, 0) + 1
+            parent = parent.parent
+        chains.append(chain)
+    found = []
+    for chain in chains:
+        texts = []
+        for ancestor in chain:
+            if holders[ancestor.mem_id] > 1:
+                break
+            text = ancestor.text(separator=" ")
+            if len(text) > NEIGHBOUR_CHARS:
+                break
+            texts.append(text)
+        found.append(texts)
     return found
 
 
@@ -884,27 +929,31 @@ def _offer_prices(offer: dict[str, Any], product: str | None, skipped: list[str]
     stock = _stock(offer.get("availability"))
     specs = offer.get("priceSpecification") or []
     regular = None
-    specified: list[tuple[str, Any, Any]] = []  # (name, value, currency), as the page shows
+    # (name, value, currency, the specification its period is read from), as the page shows
+    specified: list[tuple[str, Any, Any, dict[str, Any]]] = []
+    unit_spec = offer  # the offer's own price: its first specification's period
     for spec, part in _specifications(specs):
         kinds = {_short_type(str(spec.get("priceType", "")))} | _types(spec)
         value = spec.get("price")
         label = f"{name} ({part})" if part else name
         if kinds & REGULAR_PRICE_TYPES:  # the struck-out price: kept as the regular one
             regular = regular if regular is not None else _amount(value, where, skipped)
-        elif spec.get("validForMemberTier") is not None:
-            specified.append((f"{label} (member)", value, spec.get("priceCurrency")))
+            continue
+        unit_spec = spec if unit_spec is offer else unit_spec
+        if spec.get("validForMemberTier") is not None:
+            specified.append((f"{label} (member)", value, spec.get("priceCurrency"), spec))
         elif value is not None:
-            specified.append((label, value, spec.get("priceCurrency")))
+            specified.append((label, value, spec.get("priceCurrency"), spec))
     price = offer.get("price")
     if price is not None and (str(price).strip() or not specified):
-        shown = [(name, price, currency), *(s for s in specified if s[0] != name)]
+        shown = [(name, price, currency, unit_spec), *(s for s in specified if s[0] != name)]
     else:
         shown = specified
     for key, suffix in (("lowPrice", " (low)"), ("highPrice", " (high)")):
         if (value := offer.get(key)) is not None:
-            shown.append((name + suffix, value, currency))
+            shown.append((name + suffix, value, currency, unit_spec))
     prices = []
-    for label, value, own_currency in shown:
+    for label, value, own_currency, unit_of in shown:
         if value is None:
             continue
         amount_currency = _amount_and_currency(value, where, skipped)
@@ -920,6 +969,7 @@ def _offer_prices(offer: dict[str, Any], product: str | None, skipped: list[str]
                 regular if label == name and regular is not None and regular > amount else None,
                 stock,
                 where,
+                *periods.from_structured(unit_of),
             )
         )
     return prices
@@ -978,9 +1028,9 @@ def _microdata(tree: LexborHTMLParser, skipped: list[str]) -> list[Price]:
     found = []
     nodes, owned, loose = _itemprops(tree)
     taken = {node.mem_id for node in nodes}
-    for node in nodes:
-        if _inside(node, taken):
-            continue  # an itemprop=price inside another is the same price
+    nodes = [node for node in nodes if not _inside(node, taken)]  # the same price, nested
+    around = _neighbourhoods(nodes)
+    for node, neighbours in zip(nodes, around, strict=True):
         props = (node.attributes.get("itemprop") or "").split()
         prop = next(p for p in PRICE_PROPS if p in props)
         scope = _scope(node)
@@ -1001,6 +1051,8 @@ def _microdata(tree: LexborHTMLParser, skipped: list[str]) -> list[Price]:
         if scope is None and loose is not None:
             currency = loose.attributes.get("content") or loose.text()  # no item: the page's
         stock = _stock(_property(owned, scope, "availability")) if scope is not None else None
+        spec = {p: _property(owned, scope, p) for p in PERIOD_PROPS} if scope is not None else {}
+        period, per = periods.read(node.text(separator=" "), neighbours, spec)
         name = None
         while scope is not None and name is None:
             name = _property(owned, scope, "name") or _property(owned, scope, "sku")
@@ -1009,7 +1061,7 @@ def _microdata(tree: LexborHTMLParser, skipped: list[str]) -> list[Price]:
         if prop != "price":
             label += " (low)" if prop == "lowPrice" else " (high)"
         currency = _iso(currency) if currency else written
-        found.append(Price(label, amount, currency, None, stock, source=where))
+        found.append(Price(label, amount, currency, None, stock, where, period, per))
     return found
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
 from pricewatch.models import NotifyOn, PriceSettings
+from pricewatch.periods import unit
 
 
 @dataclass(frozen=True)
@@ -28,13 +29,24 @@ class Price:
     availability: str | None = None
     source: str | None = field(default=None, compare=False)
     """Where on the page it was read (`JSON-LD offer 'Pro'`, `match 2`): for `try`, not kept."""
+    period: str | None = None
+    """What the amount pays for (`month`, `year`, `week`, `day`, `one-time`; pricewatch.periods),
+    where the page says."""
+    per: str | None = None
+    """What it is counted per (`user`, `seat`, `GB`), where the page says."""
 
     def as_json(self) -> dict[str, str | None]:
+        """Kept with the slot's row. Fields the page did not say are left out: a row of 1.11
+        (no period) and a price without one read the same."""
         value = {"name": self.name, "amount": str(self.amount), "currency": self.currency}
         if self.regular is not None:
             value["regular"] = str(self.regular)
         if self.availability is not None:
             value["availability"] = self.availability
+        if self.period is not None:
+            value["period"] = self.period
+        if self.per is not None:
+            value["per"] = self.per
         return value
 
     @classmethod
@@ -46,6 +58,8 @@ class Price:
             value.get("currency"),
             Decimal(regular) if regular is not None else None,
             value.get("availability"),
+            period=value.get("period"),
+            per=value.get("per"),
         )
 
 
@@ -156,11 +170,13 @@ def move_line(move: dict[str, object]) -> str:
 
 def listing(prices: list[Price]) -> str:
     """The observation as text, one price per line: hashed, kept as the snapshot, diffed.
-    Stock is part of it where the page says (a page back in stock is a change); the struck-out
+    Stock and the period are part of it where the page says (a page back in stock, a plan
+    billed yearly that was billed monthly, is a change: `Pro: 100 EUR/year`); the struck-out
     price is not (a new "was" beside the same price is not a move)."""
     lines = []
     for price in prices:
         line = f"{price.name}: {price.amount.normalize():f} {price.currency or ''}".rstrip()
+        line += unit(price.period, price.per)
         if price.availability is not None:
             line += f", {stock_words(price.availability)}"
         lines.append(line)

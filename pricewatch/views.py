@@ -26,6 +26,11 @@ class PriceView(View):
     name: str
     amount: Decimal
     currency: str | None
+    period: str | None = None
+    """What the amount pays for: `month`, `year`, `week`, `day`, `one-time`; null where the
+    page does not say (and in rows recorded before 1.12)."""
+    per: str | None = None
+    """What it is counted per (`user`, `seat`, `GB`); null where the page does not say."""
 
 
 class TargetSummary(View):
@@ -172,6 +177,11 @@ class TriedPrice(View):
     availability: str | None
     source: str | None
     """`JSON-LD offer 'Pro'`, `microdata price`, `OpenGraph price`, `match 2`."""
+    period: str | None = None
+    """What the amount pays for: `month`, `year`, `week`, `day`, `one-time`; null where the
+    page does not say."""
+    per: str | None = None
+    """What it is counted per (`user`, `seat`, `GB`); null where the page does not say."""
 
 
 class TryView(View):

@@ -14,6 +14,7 @@ from rich.table import Table
 from pricewatch.durations import format_duration
 from pricewatch.health import Health, SlotCounts
 from pricewatch.models import CheckResult, MonitorStatus, PriceSettings, TargetConfig
+from pricewatch.periods import unit
 from pricewatch.prices import stock_words
 from pricewatch.slots import format_slot, format_time
 from pricewatch.views import (
@@ -142,10 +143,10 @@ def targets(rows: Sequence[TargetSummary]) -> None:
 
 
 def amount(price: PriceView) -> str:
-    """`9.90 EUR`; an amount no price has (stored before 1.9 read them as skipped) in
-    scientific notation, not a million digits."""
+    """`9.90 EUR`, `9.90 EUR/month`; an amount no price has (stored before 1.9 read them as
+    skipped) in scientific notation, not a million digits."""
     written = f"{price.amount:.3e}" if price.amount.adjusted() >= 15 else f"{price.amount:f}"
-    return f"{written} {price.currency or ''}".rstrip()
+    return f"{written} {price.currency or ''}".rstrip() + unit(price.period, price.per)
 
 
 def price_summary(row: TargetSummary) -> str:
@@ -192,7 +193,8 @@ def tried(view: TryView) -> None:
         table(
             ["PRICE", "AMOUNT", "WAS", "STOCK", "READ FROM"],
             [
-                [p.name, f"{p.amount.normalize():f} {p.currency or ''}".rstrip(),
+                [p.name,
+                 f"{p.amount.normalize():f} {p.currency or ''}".rstrip() + unit(p.period, p.per),
                  f"{p.regular.normalize():f}" if p.regular is not None else "-",
                  stock_words(p.availability) if p.availability else "-", p.source or "-"]
                 for p in view.prices

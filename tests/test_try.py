@@ -72,3 +72,24 @@ async def test_a_page_a_check_would_fail_on_is_one_line_and_exit_1(
     assert code == 2 and "invalid CSS selector" in err
     code, _, err = await cli(nowhere(tmp_path, allow=""), "try", site.url, "--prices")
     assert code == 2 and "not a public address" in err, "the same guard as a check"
+
+
+PLANS = """<html><body><table>
+<tr class="plan"><th>Monthly</th><td>€10</td><td>per user / month</td></tr>
+<tr class="plan"><th>Yearly</th><td>€100</td><td>per user, billed annually</td></tr>
+</table></body></html>"""
+
+
+async def test_try_shows_the_period_and_per_of_each_plan(site: Site, tmp_path: Path) -> None:
+    site.html = PLANS
+    options = ("--price-selector", "tr.plan", "--price-name", "th")
+    code, out, err = await cli(nowhere(tmp_path), "try", site.url, *options, "--json")
+    assert code == 0, err
+    tried = json.loads(out)
+    assert [(p["name"], p["amount"], p["period"], p["per"]) for p in tried["prices"]] == [
+        ("Monthly", "10", "month", "user"), ("Yearly", "100", "year", "user"),
+    ]  # fmt: skip
+    assert tried["text"] == "Monthly: 10 EUR/user/month\nYearly: 100 EUR/user/year"
+    code, out, err = await cli(nowhere(tmp_path), "try", site.url, *options)
+    assert code == 0, err
+    assert "Monthly  10 EUR/user/month" in out and "Yearly   100 EUR/user/year" in out, out

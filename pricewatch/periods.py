@@ -1,0 +1,179 @@
+"""The billing period of a price and what it is counted per, read from the words around it
+and from schema.org (pure, no I/O; `tests/test_periods.py` covers it).
+
+Pricing pages write `€4.49/mo`, `$99 per user per year`, `billed annually`, `pro Monat`,
+`one-time`; schema.org writes `unitCode: MON` or `billingDuration: P1Y`. Without the period a
+switch from monthly to yearly billing would read as a 12x rise, so each price carries
+`period` (`month`, `year`, `week`, `day`, `one-time` or None) and `per` (`user`, `GB`, ... or
+None). Only words that say a period next to a price count: a bare "month" in a sentence does
+not; "/mo", "per month", "pro Monat", "monthly" or "billed annually" does. A unit written on
+the amount ("/mo", "per month") wins over a billing word ("billed annually") wherever the
+two are: `$10/mo, billed annually` is ten a month.
+"""
+
+import re
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
+
+PERIODS = ("day", "week", "month", "year", "one-time")
+
+# A unit on the amount: what comes before it ("/", "per", "a", "pro", "par", "al" ...) and
+# the spellings of each period after it (English, German, French, Spanish, Italian, Dutch).
+# Short ones (`/d`, `/y`, `/mo`, `par an`) count only after a slash or "per"/"par" ("a y" is
+# Spanish for "and", "per an hour" is no year).
+_ON = r"(?:/|\b(?:per|a|each|every|pro|im|je|par|al|por)\b)"
+_UNITS = {
+    "day": (r"day|days|tag|jour|d[ií]a|giorno|dag", r"/\s*d"),
+    "week": (r"wk|wks|week|weeks|woche|semaine|semana|settimana", r"/\s*w"),
+    "month": (r"mth|mnth|month|months|monat|mois|mes|mese|maand", r"(?:/|\bper\b)\s*mos?"),
+    "year": (
+        r"yr|yrs|year|years|jahr|ann[ée]e|annum|a[ñn]o|anno|jaar",
+        r"/\s*y|(?:/|\bpar\b)\s*an",
+    ),
+}
+_UNIT_PATTERN = re.compile(
+    "|".join(
+        rf"{_ON}\s*(?P<{period}>{words})(?![\w-])"
+        rf"|(?P<{period}_short>{short})(?![\w-])"
+        for period, (words, short) in _UNITS.items()
+    ),
+    re.IGNORECASE,
+)
+# Words that say a period alone: billing words ("monthly", "billed annually", "jährlich").
+_ALONE = {
+    "day": r"daily|t[äa]glich|taeglich|quotidien(?:ne)?|diario|giornaliero",
+    "week": r"weekly|w[öo]chentlich|woechentlich|hebdomadaire|semanal|settimanale|wekelijks",
+    "month": r"monthly|monatlich|mensuel(?:le)?|mensual|mensile|maandelijks",
+    "year": r"yearly|annually|annual|j[äa]hrlich|jaehrlich|annuel(?:le)?|anual|annuale"
+    r"|jaarlijks",
+    "one-time": r"one[- ]?time|one[- ]off|pay once|paid once|once only|lifetime|einmalig"
+    r"|paiement unique|pago [úu]nico|una tantum|eenmalig",
+}
+_ALONE_PATTERN = re.compile(
+    r"(?<![\w-])(?:"
+    + "|".join(f"(?P<{period.replace('-', '_')}>{words})" for period, words in _ALONE.items())
+    + r")(?![\w-])",
+    re.IGNORECASE,
+)
+# What a plan is counted per: a user, a seat, a gigabyte ...
+_PER = {
+    "user": r"users?|nutzer(?:in)?|benutzer(?:in)?|utilisateur|usuario|utente|gebruiker"
+    r"|person|people|persons",
+    "seat": r"seats?|platz|si[èe]ge",
+    "member": r"members?|mitglied",
+    "agent": r"agents?",
+    "editor": r"editors?",
+    "device": r"devices?|ger[äa]t",
+    "host": r"hosts?",
+    "server": r"servers?",
+    "site": r"sites?|websites?",
+    "license": r"licen[sc]es?|lizenz",
+    "GB": r"gb|gigabytes?",
+    "TB": r"tb|terabytes?",
+    "MB": r"mb|megabytes?",
+    "contact": r"contacts?|kontakt",
+    "employee": r"employees?|mitarbeiter(?:in)?",
+    "node": r"nodes?",
+    "core": r"v?cores?|vcpus?|cpus?",
+}
+_PER_PATTERN = re.compile(
+    r"(?:/|\b(?:per|each|pro|je|par|por)\b)\s*(?:"
+    + "|".join(f"(?P<{unit}>{words})" for unit, words in _PER.items())
+    + r")(?![\w-])",
+    re.IGNORECASE,
+)
+# UN/CEFACT common codes schema.org uses in unitCode, and ISO 8601 durations (billingDuration).
+_CODES = {"DAY": "day", "WEE": "week", "MON": "month", "ANN": "year"}
+_CODE_PER = {"E34": "GB", "E35": "TB", "4L": "MB", "IE": "user"}
+_DURATION = re.compile(r"P(?:1|0*1)([DWMY])", re.IGNORECASE)
+_DURATION_UNITS = {"D": "day", "W": "week", "M": "month", "Y": "year"}
+# How many of each period a month holds: `per_month`.
+_PER_MONTH: dict[str, Decimal] = {
+    "day": Decimal(365) / 12,
+    "week": Decimal(52) / 12,
+    "month": Decimal(1),
+    "year": 1 / Decimal(12),
+}
+
+
+def period_in(text: str) -> str | None:
+    """The period the text says a price is for: a unit on the amount (the first one), else a
+    billing word (the first one); None if it says none."""
+    if unit := _UNIT_PATTERN.search(text):
+        return str(unit.lastgroup).removesuffix("_short")
+    if alone := _ALONE_PATTERN.search(text):
+        return str(alone.lastgroup).replace("_", "-")
+    return None
+
+
+def per_in(text: str) -> str | None:
+    """What the text says the price is counted per (`user`, `GB`, ...); None if nothing."""
+    match = _PER_PATTERN.search(text)
+    return match.lastgroup if match else None
+
+
+def from_structured(spec: Mapping[str, object]) -> tuple[str | None, str | None]:
+    """`(period, per)` of a schema.org price specification: `billingDuration` (an ISO 8601
+    duration of one period, a QuantitativeValue, or a number of `unitCode`s), `unitCode`
+    (`MON`, `ANN`, `DAY`, `WEE`; `E34` a GB), `unitText`, or `referenceQuantity`'s unit."""
+    period = per = None
+    duration = spec.get("billingDuration")
+    if isinstance(duration, Mapping):
+        period = _code(duration.get("unitCode")) or _worded(duration.get("unitText"))[0]
+    elif isinstance(duration, str) and (match := _DURATION.fullmatch(duration.strip())):
+        period = _DURATION_UNITS[match.group(1).upper()]
+    code = str(spec.get("unitCode") or "").strip().upper()
+    period = period or _CODES.get(code)
+    per = _CODE_PER.get(code)
+    text_period, text_per = _worded(spec.get("unitText"))
+    period, per = period or text_period, per or text_per
+    quantity = spec.get("referenceQuantity")
+    if isinstance(quantity, Mapping):
+        code = str(quantity.get("unitCode") or "").strip().upper()
+        text_period, text_per = _worded(quantity.get("unitText"))
+        period = period or _CODES.get(code) or text_period
+        per = per or _CODE_PER.get(code) or text_per
+    return period, per
+
+
+def read(
+    text: str, around: Iterable[str] = (), spec: Mapping[str, object] | None = None
+) -> tuple[str | None, str | None]:
+    """`(period, per)` of a price: what its structured data says, else its own text, else the
+    nearest neighbour's text that says one (`around`, nearest first)."""
+    period, per = from_structured(spec) if spec else (None, None)
+    for words in (text, *around):
+        if period is not None and per is not None:
+            break
+        period = period or period_in(words)
+        per = per or per_in(words)
+    return period, per
+
+
+def per_month(amount: Decimal, period: str | None) -> Decimal | None:
+    """The amount as a monthly one (`prices --per month`), to the cent or to the amount's own
+    places if finer; None where the period does not convert (unknown, or one-time)."""
+    if period is None or period not in _PER_MONTH:
+        return None
+    exponent = amount.normalize().as_tuple().exponent
+    places = max(2, -exponent if isinstance(exponent, int) else 2)
+    return (amount * _PER_MONTH[period]).quantize(Decimal(1).scaleb(-places))
+
+
+def unit(period: str | None, per: str | None) -> str:
+    """How a price's period and per are written after its amount: `/user/month`, `/GB`,
+    ` one-time`, or nothing."""
+    parts = [word for word in (per, period) if word is not None and word != "one-time"]
+    return ("/" + "/".join(parts) if parts else "") + (" one-time" if period == "one-time" else "")
+
+
+def _code(code: object) -> str | None:
+    return _CODES.get(str(code).strip().upper()) if code else None
+
+
+def _worded(text: object) -> tuple[str | None, str | None]:
+    """A schema.org `unitText` (`month`, `per user`, `GB`): the period or per it names."""
+    if not isinstance(text, str) or not text.strip():
+        return None, None
+    said = f"per {text.strip()}"
+    return period_in(said) or period_in(text), per_in(said)

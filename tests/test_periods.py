@@ -1,0 +1,187 @@
+"""The period of a price and what it is counted per (pricewatch.periods): pages' words in
+several languages, schema.org's codes, properties of the reading, the reader carrying them,
+and stored prices of rows written before them still loading."""
+
+from decimal import Decimal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from activities.price_reader import read_prices
+from pricewatch import periods
+from pricewatch.models import PriceSettings
+from pricewatch.prices import Price, listing
+
+
+@pytest.mark.parametrize(
+    ("text", "period", "per"),
+    [
+        ("€4.49/mo", "month", None),
+        ("$99 per user per year", "year", "user"),
+        ("$99 / user / month", "month", "user"),
+        ("billed annually", "year", None),
+        ("$120 billed yearly", "year", None),
+        ("$10/mo, billed annually", "month", None),  # ten a month, paid once a year
+        ("Billed annually: $10 per month", "month", None),
+        ("9,99 € pro Monat", "month", None),
+        ("4,51 € im Monat", "month", None),
+        ("99 € /Jahr, jährlich", "year", None),
+        ("12 € je Nutzer/Monat", "month", "user"),
+        ("29 € einmalig", "one-time", None),
+        ("10 € par mois", "month", None),
+        ("100 € par an HT", "year", None),
+        ("5 € par utilisateur / mois", "month", "user"),
+        ("9 € al mes", "month", None),
+        ("9 € al mese", "month", None),
+        ("€ 9 per maand", "month", None),
+        ("$49 one-time", "one-time", None),
+        ("$199 lifetime deal", "one-time", None),
+        ("$0.10 per GB", None, "GB"),
+        ("$5/seat/month", "month", "seat"),
+        ("$3 a day", "day", None),
+        ("€2/week", "week", None),
+        ("weekly", "week", None),
+        ("$12", None, None),
+        ("12 months free, then $5", None, None),  # a month count is no period
+        ("per an hour", None, None),
+        ("Plan A y B $5", None, None),
+        ("$3 per m", None, None),
+    ],
+)
+def test_the_period_pages_write(text: str, period: str | None, per: str | None) -> None:
+    assert periods.read(text) == (period, per)
+
+
+@pytest.mark.parametrize(
+    ("spec", "period", "per"),
+    [
+        ({"unitCode": "MON"}, "month", None),
+        ({"unitCode": "ANN"}, "year", None),
+        ({"unitCode": "DAY"}, "day", None),
+        ({"unitCode": "WEE"}, "week", None),
+        ({"billingDuration": "P1M"}, "month", None),
+        ({"billingDuration": "P1Y"}, "year", None),
+        ({"billingDuration": {"value": 1, "unitCode": "ANN"}}, "year", None),
+        ({"billingDuration": 1, "unitCode": "MON"}, "month", None),
+        ({"unitText": "month"}, "month", None),
+        ({"unitText": "per user / year"}, "year", "user"),
+        ({"unitCode": "MON", "referenceQuantity": {"unitCode": "E34"}}, "month", "GB"),
+        ({"billingDuration": "P3M"}, None, None),  # a quarter is none of the five
+        ({"price": "10"}, None, None),
+    ],
+)
+def test_schema_org_unit_codes_and_billing_durations(
+    spec: dict[str, object], period: str | None, per: str | None
+) -> None:
+    assert periods.from_structured(spec) == (period, per)
+
+
+def test_structured_data_wins_then_the_own_text_then_the_nearest_neighbour() -> None:
+    assert periods.read("$10/mo", spec={"unitCode": "ANN"}) == ("year", None)
+    assert periods.read("$10/mo", ["billed annually"]) == ("month", None)
+    assert periods.read("$10", ["per user", "billed annually", "/day"]) == ("year", "user")
+
+
+WORDS = st.text(st.characters(codec="utf-8"), max_size=60)
+
+
+@given(WORDS)
+def test_any_text_reads_as_one_of_the_periods_or_none(text: str) -> None:
+    period, per = periods.read(text)
+    assert period is None or period in periods.PERIODS
+    assert per is None or isinstance(per, str)
+
+
+@given(WORDS, st.sampled_from(["/mo", " per month", " pro Monat", " par mois", " monthly"]))
+def test_a_unit_written_on_the_amount_is_read_whatever_comes_before(before: str, unit: str) -> None:
+    text = f"$12{unit}"
+    assert periods.period_in(text) == "month"
+    # Words before it that say no unit of their own leave it the period.
+    if periods.period_in(before) is None:
+        assert periods.period_in(f"{before} {text}") == "month"
+
+
+@given(
+    st.decimals(min_value=0, max_value=10**6, places=2, allow_nan=False),
+    st.sampled_from(["day", "week", "month", "year"]),
+)
+def test_per_month_is_the_amount_in_months_and_back(amount: Decimal, period: str) -> None:
+    monthly = periods.per_month(amount, period)
+    assert monthly is not None
+    months = {"day": Decimal(12) / 365, "week": Decimal(12) / 52, "month": Decimal(1)}
+    back = months.get(period, Decimal(12))
+    assert abs(monthly * back - amount) <= Decimal("0.01") * back + Decimal("0.000001")
+
+
+def test_per_month_converts_known_periods_only() -> None:
+    assert periods.per_month(Decimal("120"), "year") == Decimal("10.00")
+    assert periods.per_month(Decimal("4.49"), "month") == Decimal("4.49")
+    assert periods.per_month(Decimal("0.007"), "day") == Decimal("0.213")
+    assert periods.per_month(Decimal("49"), "one-time") is None
+    assert periods.per_month(Decimal("49"), None) is None
+
+
+def test_the_unit_as_written_after_an_amount() -> None:
+    assert periods.unit("month", "user") == "/user/month"
+    assert periods.unit("year", None) == "/year"
+    assert periods.unit(None, "GB") == "/GB"
+    assert periods.unit("one-time", None) == " one-time"
+    assert periods.unit(None, None) == ""
+
+
+PLANS = """<html><body><div class="plans">
+<div class="plan"><h3>Basic</h3><span class="amount">€4.49</span><span>/mo</span></div>
+<div class="plan"><h3>Team</h3><span class="amount">$99</span>
+  <p>per user per year</p></div>
+<div class="plan"><h3>Lifetime</h3><span class="amount">$299</span><small>one-time</small></div>
+<div class="plan"><h3>Free</h3><span class="amount">$0</span></div>
+</div><p>All plans billed monthly unless said.</p></body></html>"""
+
+
+def test_a_selector_reads_each_plans_period_beside_its_amount_not_the_pages() -> None:
+    found = read_prices(PLANS, PriceSettings(selector=".plan", name="h3")).prices
+    assert [(p.name, p.period, p.per) for p in found] == [
+        ("Basic", "month", None), ("Team", "year", "user"), ("Lifetime", "one-time", None),
+        ("Free", None, None),
+    ]  # fmt: skip
+    found = read_prices(PLANS, PriceSettings(selector=".amount")).prices
+    assert [p.period for p in found] == ["month", "year", "one-time", None]
+
+
+JSON_LD = """<script type="application/ld+json">{"@type": "Product", "name": "App",
+"offers": [
+ {"@type": "Offer", "name": "Monthly", "price": "10", "priceCurrency": "EUR",
+  "priceSpecification": {"@type": "UnitPriceSpecification", "price": "10",
+   "priceCurrency": "EUR", "unitCode": "MON"}},
+ {"@type": "Offer", "name": "Yearly", "price": "100", "priceCurrency": "EUR",
+  "priceSpecification": {"@type": "UnitPriceSpecification", "billingDuration": "P1Y",
+   "referenceQuantity": {"unitCode": "E34"}}}]}</script>"""
+MICRODATA = """<div itemscope itemtype="https://schema.org/Offer"><span itemprop="name">Pro</span>
+<div itemprop="priceSpecification" itemscope itemtype="https://schema.org/UnitPriceSpecification">
+<span itemprop="price" content="12">12 €</span><meta itemprop="unitCode" content="ANN">
+</div></div>"""
+
+
+def test_structured_data_reads_unit_codes_and_billing_durations() -> None:
+    found = read_prices(JSON_LD, PriceSettings()).prices
+    assert [(p.name, p.amount, p.period, p.per) for p in found] == [
+        ("Monthly", Decimal("10"), "month", None),
+        ("Yearly", Decimal("100"), "year", "GB"),
+    ]
+    found = read_prices(MICRODATA, PriceSettings()).prices
+    assert [(p.name, p.period) for p in found] == [("Pro", "year")]
+
+
+def test_the_listing_says_the_period_and_a_stored_price_without_one_still_loads() -> None:
+    prices = [
+        Price("Basic", Decimal("4.49"), "EUR", period="month"),
+        Price("Team", Decimal("99"), "$", period="year", per="user"),
+        Price("Box", Decimal("5"), "EUR"),
+    ]
+    assert listing(prices) == "Basic: 4.49 EUR/month\nTeam: 99 $/user/year\nBox: 5 EUR"
+    assert [Price.from_json(p.as_json()) for p in prices] == prices
+    assert "period" not in prices[2].as_json(), "a price without one is stored as 1.11 stored it"
+    old = {"name": "Pro", "amount": "12.00", "currency": "EUR", "availability": "InStock"}
+    loaded = Price.from_json(old)  # type: ignore[arg-type]
+    assert (loaded.period, loaded.per, loaded.amount) == (None, None, Decimal("12.00"))
