@@ -9,7 +9,8 @@ webhook gets, docs/schemas/notice.json) plus a few words for people:
     notice      changed | failing | recovered | test
     kind        page | price
     headline    "price changed", "page changed", "is failing", "recovered", "test notice"
-    prices      each move: name, old, new, currency, change, change_percent, rules, line
+    prices      each move: name, old, new, currency, change, change_percent, rules, line,
+                period, previous_period, per, previous_per (where the page says)
     test        true only for `pricewatch notify-test`
 
     excerpt_block  the excerpt as a fenced code block that nothing in it can close

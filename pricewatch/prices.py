@@ -85,10 +85,26 @@ class Move:
     rules: tuple[str, ...] = ()
     availability: str | None = None
     old_availability: str | None = None
+    period: str | None = None
+    old_period: str | None = None
+    per: str | None = None
+    old_per: str | None = None
+
+    @property
+    def period_changed(self) -> bool:
+        """A price seen both times whose period or per is another (`10 EUR/month` then `100
+        EUR/year`): its own kind of move, whose amounts are not compared (no 10x rise)."""
+        return (
+            self.old is not None
+            and self.new is not None
+            and (self.period, self.per) != (self.old_period, self.old_per)
+        )
 
     @property
     def change(self) -> Decimal | None:
         if self.old is None or self.new is None or self.currency != self.old_currency:
+            return None
+        if self.period_changed:
             return None
         return self.new - self.old
 
@@ -115,6 +131,16 @@ class Move:
             **(
                 {"availability": self.availability, "previous_availability": self.old_availability}
                 if self.availability != self.old_availability
+                else {}
+            ),
+            **(
+                {
+                    "period": self.period,
+                    "previous_period": self.old_period,
+                    "per": self.per,
+                    "previous_per": self.old_per,
+                }
+                if (self.period, self.old_period, self.per, self.old_per) != (None,) * 4
                 else {}
             ),
         }
@@ -150,12 +176,28 @@ def in_stock(availability: str | None) -> bool | None:
 
 def move_line(move: dict[str, object]) -> str:
     """A move in its JSON form (as notices carry it and the database keeps it), for people:
-    `Pro: 12.00 -> 13.00 EUR (+1.00, +8.33%) [rise]`."""
+    `Pro: 12.00 -> 13.00 EUR/month (+1.00, +8.33%) [rise]`; a price whose period changed
+    says each side's and that it is not a rise or drop: `Pro: 10 EUR/month -> 100 EUR/year
+    (billing period changed)`."""
 
     def signed(value: object) -> str:
         return str(value) if str(value).startswith("-") else f"+{value}"
 
-    line = f"{move['name']}: {move['old'] or '-'} -> {move['new'] or '-'} {move['currency'] or ''}"
+    def said(key: str) -> str | None:
+        value = move.get(key)
+        return value if isinstance(value, str) else None
+
+    old_unit = unit(said("previous_period"), said("previous_per"))
+    new_unit = unit(said("period"), said("per"))
+    if move["old"] is not None and move["new"] is not None and old_unit != new_unit:
+        before = f"{move['old']} {move.get('previous_currency') or ''}".rstrip() + old_unit
+        after = f"{move['new']} {move['currency'] or ''}".rstrip() + new_unit
+        what = "period" if said("period") != said("previous_period") else "unit"
+        line = f"{move['name']}: {before} -> {after} (billing {what} changed)"
+    else:
+        amounts = f"{move['old'] or '-'} -> {move['new'] or '-'} {move['currency'] or ''}"
+        line = f"{move['name']}: {amounts.rstrip()}"
+        line += new_unit if move["new"] is not None else old_unit
     if move["change"] is not None and Decimal(str(move["change"])) != 0:
         line += f" ({signed(move['change'])}"
         line += f", {signed(move['change_percent'])}%)" if move["change_percent"] else ")"
@@ -198,8 +240,8 @@ def moves(previous: list[Price], current: list[Price], rules: PriceSettings) -> 
         if (
             old is not None
             and new is not None
-            and (old.amount, old.currency, old.availability)
-            == (new.amount, new.currency, new.availability)
+            and (old.amount, old.currency, old.availability, old.period, old.per)
+            == (new.amount, new.currency, new.availability, new.period, new.per)
         ):
             continue
         move = Move(
@@ -210,6 +252,10 @@ def moves(previous: list[Price], current: list[Price], rules: PriceSettings) -> 
             old.currency if old else None,
             availability=new.availability if new else None,
             old_availability=old.availability if old else None,
+            period=new.period if new else None,
+            old_period=old.period if old else None,
+            per=new.per if new else None,
+            old_per=old.per if old else None,
         )
         found.append(replace(move, rules=fired(move, rules)))
     return found
@@ -219,13 +265,21 @@ def fired(move: Move, rules: PriceSettings) -> tuple[str, ...]:
     """The rules this move satisfies; empty if it is not told. A stock rule holds on its
     transition. For the price, every rule given must hold: a direction (any of the
     `notify_on` given), a crossing of `below` or `above` if either is set, and a move of at
-    least `min_change_percent` if set."""
+    least `min_change_percent` if set. A change of period is a change of the price, neither
+    a drop nor a rise, and crosses no threshold: `10 EUR/month` then `100 EUR/year` is told
+    by `price-change` and `any-change` alone, when no threshold is set."""
     stock = [rule.value for rule in rules.notify_on if rule is move.stock]
     directions = [rule for rule in rules.notify_on if rule not in STOCK_RULES]
     return (*_price_rules(move, rules, directions), *stock)
 
 
 def _price_rules(move: Move, rules: PriceSettings, directions: list[NotifyOn]) -> list[str]:
+    if move.period_changed:
+        thresholds = (rules.below, rules.above, rules.min_change_percent)
+        if thresholds != (None, None, None):
+            return []
+        changes = (NotifyOn.ANY_CHANGE, NotifyOn.PRICE_CHANGE)
+        return [rule.value for rule in directions if rule in changes]
     change = move.change
     if change is None or change == 0:  # appeared, went, changed currency or stock only
         return ["any-change"] if NotifyOn.ANY_CHANGE in directions else []

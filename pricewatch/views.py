@@ -141,6 +141,15 @@ class PriceMoveView(View):
     change_percent: Decimal | None
     rules: list[str]
     """The rules this move satisfied; empty if it was not what the notice is for."""
+    period: str | None = None
+    """The billing period now (`month`, `year`, `week`, `day`, `one-time`; 1.12), where the
+    page says. Where it is not `previous_period` (or `per` not `previous_per`), the move is
+    a change of period: `change` and `change_percent` are null, it is neither a drop nor a
+    rise, and it crosses no threshold."""
+    previous_period: str | None = None
+    per: str | None = None
+    """What it is counted per now (`user`, `seat`, `GB`), where the page says."""
+    previous_per: str | None = None
 
 
 class NoticeBody(View):

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from activities.price_reader import read_prices
 from pricewatch import periods
-from pricewatch.models import PriceSettings
-from pricewatch.prices import Price, listing
+from pricewatch.models import NotifyOn, PriceSettings
+from pricewatch.prices import Price, listing, move_line, moves, tells
 
 
 @pytest.mark.parametrize(
@@ -185,3 +185,61 @@ def test_the_listing_says_the_period_and_a_stored_price_without_one_still_loads(
     old = {"name": "Pro", "amount": "12.00", "currency": "EUR", "availability": "InStock"}
     loaded = Price.from_json(old)  # type: ignore[arg-type]
     assert (loaded.period, loaded.per, loaded.amount) == (None, None, Decimal("12.00"))
+
+
+def test_a_switch_of_billing_period_is_a_change_of_period_not_a_rise() -> None:
+    before = [Price("Pro", Decimal("10"), "EUR", period="month")]
+    after = [Price("Pro", Decimal("100"), "EUR", period="year")]
+    [move] = moves(before, after, PriceSettings())
+    assert (move.change, move.change_percent, move.rules) == (None, None, ("price-change",))
+    line = move_line(move.as_json())
+    assert line == "Pro: 10 EUR/month -> 100 EUR/year (billing period changed) [price-change]"
+    assert move.as_json()["previous_period"] == "month"
+    for rise in (
+        PriceSettings(notify_on=[NotifyOn.RISE]),
+        PriceSettings(notify_on=[NotifyOn.DROP]),
+        PriceSettings(above=Decimal("50")),
+        PriceSettings(below=Decimal("50")),
+        PriceSettings(min_change_percent=Decimal("5")),
+    ):
+        assert not tells(moves(before, after, rise)), rise
+    assert tells(moves(before, after, PriceSettings(notify_on=[NotifyOn.ANY_CHANGE])))
+    per_user = [Price("Pro", Decimal("10"), "EUR", period="month", per="user")]
+    [move] = moves(before, per_user, PriceSettings())
+    assert move_line(move.as_json()).startswith(
+        "Pro: 10 EUR/month -> 10 EUR/user/month (billing unit changed)"
+    )
+
+
+def test_a_move_within_one_period_is_compared_and_says_its_period() -> None:
+    before = [Price("Pro", Decimal("10"), "EUR", period="month")]
+    after = [Price("Pro", Decimal("12"), "EUR", period="month")]
+    [move] = moves(before, after, PriceSettings(notify_on=[NotifyOn.RISE]))
+    assert move_line(move.as_json()) == "Pro: 10 -> 12 EUR/month (+2, +20.00%) [rise]"
+    assert moves(before, before, PriceSettings()) == []
+    # A move stored before 1.12 (no period keys) reads as it did.
+    old: dict[str, object] = {"name": "Pro", "old": "10", "new": "12", "currency": "EUR"}
+    old |= {"previous_currency": "EUR", "change": "2", "change_percent": "20.00", "rules": []}
+    assert move_line(old) == "Pro: 10 -> 12 EUR (+2, +20.00%)"
+
+
+AMOUNTS = st.decimals(min_value=0, max_value=1000, places=2, allow_nan=False)
+KNOWN = st.sampled_from(periods.PERIODS)
+
+
+@given(AMOUNTS, AMOUNTS, KNOWN, KNOWN, st.sampled_from(list(NotifyOn)))
+def test_no_change_of_period_is_ever_a_drop_a_rise_or_a_crossing(
+    old: Decimal, new: Decimal, was: str, now: str, rule: NotifyOn
+) -> None:
+    before = [Price("Pro", old, "EUR", period=was)]
+    after = [Price("Pro", new, "EUR", period=now)]
+    for settings in (
+        PriceSettings(notify_on=[rule]),
+        PriceSettings(notify_on=[rule], above=Decimal(500)),
+        PriceSettings(notify_on=[rule], min_change_percent=Decimal(1)),
+    ):
+        for move in moves(before, after, settings):
+            if was != now:
+                assert move.change is None and "billing period changed" in move_line(move.as_json())
+                assert not {"drop", "rise"} & set(move.rules)
+                assert not any(r.startswith(("above", "change >=")) for r in move.rules)
