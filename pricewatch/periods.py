@@ -155,6 +155,8 @@ def per_month(amount: Decimal, period: str | None) -> Decimal | None:
     places if finer; None where the period does not convert (unknown, or one-time)."""
     if period is None or period not in _PER_MONTH:
         return None
+    if period == "month":
+        return amount  # as the page wrote it: `4.5` stays `4.5`
     exponent = amount.normalize().as_tuple().exponent
     places = max(2, -exponent if isinstance(exponent, int) else 2)
     return (amount * _PER_MONTH[period]).quantize(Decimal(1).scaleb(-places))

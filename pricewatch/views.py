@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
+from pricewatch import periods
 from pricewatch.health import Health
 from pricewatch.models import CheckResult, MonitorStatus
 
@@ -125,6 +126,19 @@ class PricesRow(View):
     slot: datetime
     status: str
     prices: list[PriceView]
+
+    def per_month(self) -> "PricesRow":
+        """`prices --per month`: each price whose period is known as its amount a month
+        (`100 EUR/year` is `8.33 EUR/month`); a one-time price or one without a period as
+        it was read."""
+        return self.model_copy(update={"prices": [_per_month(p) for p in self.prices]})
+
+
+def _per_month(price: PriceView) -> PriceView:
+    monthly = periods.per_month(price.amount, price.period)
+    if monthly is None:
+        return price
+    return price.model_copy(update={"amount": monthly, "period": "month"})
 
 
 class PriceMoveView(View):

@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from functools import wraps
 from importlib.metadata import version
 from pathlib import Path
@@ -632,6 +633,12 @@ async def deliveries(
         render.deliveries(rows)
 
 
+class Per(StrEnum):
+    """`prices --per`: the period every amount is shown for, where its own is known."""
+
+    MONTH = "month"
+
+
 @app.command("prices")
 @command
 async def price_history(
@@ -643,12 +650,21 @@ async def price_history(
     plot: Annotated[
         Path | None, typer.Option(help="Also draw the price history to this PNG file.")
     ] = None,
+    per: Annotated[
+        Per | None,
+        typer.Option(
+            help="Each amount whose period is known as an amount a month (100 EUR/year is "
+            "8.33 EUR/month); one-time prices and those without a period as read."
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The prices each check read (price mode), one row per slot, oldest first."""
     start = parse_since(since)
     async with pricewatch() as client:
         rows = await client.prices(target_id, start, limit)
+    if per is Per.MONTH:
+        rows = [row.per_month() for row in rows]
     if plot is not None:
         render.plot_prices(target_id, rows, plot)
     if as_json:

@@ -2,6 +2,7 @@
 several languages, schema.org's codes, properties of the reading, the reader carrying them,
 and stored prices of rows written before them still loading."""
 
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
@@ -9,9 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from activities.price_reader import read_prices
-from pricewatch import periods
+from pricewatch import periods, views
 from pricewatch.models import NotifyOn, PriceSettings
 from pricewatch.prices import Price, listing, move_line, moves, tells
+from surfaces import render
 
 
 @pytest.mark.parametrize(
@@ -243,3 +245,31 @@ def test_no_change_of_period_is_ever_a_drop_a_rise_or_a_crossing(
                 assert move.change is None and "billing period changed" in move_line(move.as_json())
                 assert not {"drop", "rise"} & set(move.rules)
                 assert not any(r.startswith(("above", "change >=")) for r in move.rules)
+
+
+def test_prices_per_month_converts_each_amount_whose_period_is_known(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    row = views.PricesRow(
+        work_id="t:2026-12-05T10:00:00Z", slot=datetime(2026, 12, 5, 10, tzinfo=UTC),
+        status="changed",
+        prices=[
+            views.PriceView(name="Monthly", amount=Decimal("10"), currency="EUR", period="month"),
+            views.PriceView(name="Yearly", amount=Decimal("100"), currency="EUR", period="year",
+                            per="user"),
+            views.PriceView(name="Setup", amount=Decimal("49"), currency="EUR",
+                            period="one-time"),
+            views.PriceView(name="Box", amount=Decimal("5"), currency="EUR"),
+        ],
+    )  # fmt: skip
+    monthly = row.per_month()
+    assert [(p.amount, p.period, p.per) for p in monthly.prices] == [
+        (Decimal("10"), "month", None), (Decimal("8.33"), "month", "user"),
+        (Decimal("49"), "one-time", None), (Decimal("5"), None, None),
+    ]  # fmt: skip
+    render.prices([monthly])
+    out = capsys.readouterr().out
+    for shown in ("10 EUR/month", "8.33 EUR/user/month", "49 EUR one-time", "5 EUR"):
+        assert shown in out, out
+    render.prices([row])
+    assert "100 EUR/user/year" in capsys.readouterr().out
