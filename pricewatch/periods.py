@@ -82,6 +82,10 @@ _PER_PATTERN = re.compile(
     + r")(?![\w-])",
     re.IGNORECASE,
 )
+# Whether a text may say any of them, in one cheap scan: every unit and every per follows a
+# slash or one of `_ON`'s words, and the billing words are the rest. Most prices say no
+# period, and `read` would ask up to four texts three questions each.
+_MAYBE = re.compile(_ON + "|" + re.sub(r"\(\?P<\w+>", "(?:", _ALONE_PATTERN.pattern), re.IGNORECASE)
 # UN/CEFACT common codes schema.org uses in unitCode, and ISO 8601 durations (billingDuration).
 _CODES = {"DAY": "day", "WEE": "week", "MON": "month", "ANN": "year"}
 _CODE_PER = {"E34": "GB", "E35": "TB", "4L": "MB", "IE": "user"}
@@ -142,7 +146,11 @@ def read(
     """`(period, per)` of a price: what its structured data says, else its own text, else the
     nearest neighbour's text that says one (`around`, nearest first)."""
     period, per = from_structured(spec) if spec else (None, None)
-    for words in (text, *around):
+    texts = [text, *around]
+    widest = texts[-1]  # a neighbourhood's: the nearest holds the price's, the next the nearest
+    if all(words in widest for words in texts) and _MAYBE.search(widest) is None:
+        return period, per
+    for words in texts:
         if period is not None and per is not None:
             break
         period = period or period_in(words)

@@ -273,3 +273,15 @@ def test_prices_per_month_converts_each_amount_whose_period_is_known(
         assert shown in out, out
     render.prices([row])
     assert "100 EUR/user/year" in capsys.readouterr().out
+
+
+@given(WORDS, st.lists(WORDS, max_size=3))
+def test_the_one_scan_shortcut_reads_as_asking_each_text(text: str, around: list[str]) -> None:
+    nested = [text]
+    for words in around:
+        nested.append(f"{nested[-1]} {words}")
+    for texts in (nested, [text, *around]):
+        slow: tuple[str | None, str | None] = (None, None)
+        for words in texts:
+            slow = (slow[0] or periods.period_in(words), slow[1] or periods.per_in(words))
+        assert periods.read(texts[0], texts[1:]) == slow
