@@ -7,12 +7,13 @@ import json
 from typing import Any
 
 import asyncpg
+import httpx
 import pytest
 
 from activities.notify import SmtpSettings
 from pricewatch import views
 from tests.conftest import MailSink, PageServer, WebhookReceiver
-from tests.helpers import cli, worker_process
+from tests.helpers import cli, serve_process, worker_process
 from tests.waits import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -64,6 +65,9 @@ async def test_a_switch_from_monthly_to_yearly_billing_is_told_as_a_change_of_pe
         assert code == 0, err
         code, monthly, err = await cli(env, "prices", "e2e-period", "--per", "month", "--json")
         assert code == 0, err
+        async with serve_process(env) as base, httpx.AsyncClient(base_url=base) as http:
+            dashboard = (await http.get("/", params={"state": "prices"})).text
+            api = (await http.get("/api/v1/targets/e2e-period/prices")).json()
         told = await pool.fetch(
             "SELECT c.target_id, c.price_moves, c.notify FROM source_checks c"
             " WHERE c.status = 'changed' ORDER BY c.target_id"
@@ -73,6 +77,10 @@ async def test_a_switch_from_monthly_to_yearly_billing_is_told_as_a_change_of_pe
 
     assert "10 EUR/month" in table and "100 EUR/year" in table, table
     assert "240 EUR/user/year" in table, table
+    assert "100 EUR/year" in dashboard and "240 EUR/user/year" in dashboard
+    assert [(p["name"], p["period"], p["per"]) for p in api[-1]["prices"]] == [
+        ("Pro", "year", None), ("Team", "year", "user"),
+    ]  # fmt: skip
     rows: list[views.PricesRow] = views.OUTPUTS["prices"].validate_json(monthly)  # type: ignore[assignment]
     assert [(p.name, str(p.amount), p.period) for p in rows[-1].prices] == [
         ("Pro", "8.33", "month"), ("Team", "20.00", "month"),
