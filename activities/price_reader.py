@@ -804,7 +804,8 @@ def _is_named(attributes: dict[str, str | None]) -> bool:
 
 def _completed(found: list[Price], passed: list[Price]) -> list[Price]:
     """One product told by two kinds: the price read keeps the passed-over one's amount as
-    its regular price, and its name, currency and stock where it has none of its own."""
+    its regular price, and its name, currency, stock and period where it has none of its
+    own."""
     if len(found) != 1 or len(passed) != 1:
         return found
     price, other = found[0], passed[0]
@@ -815,6 +816,8 @@ def _completed(found: list[Price], passed: list[Price]) -> list[Price]:
             regular=price.regular or (other.amount if other.amount > price.amount else None),
             currency=price.currency or other.currency,
             availability=price.availability or other.availability,
+            period=price.period or other.period,
+            per=price.per or other.per,
         )
     ]
 
