@@ -73,7 +73,7 @@ CHECK_RETRY = RetryPolicy(
     non_retryable_error_types=[PERMANENT_FETCH_ERROR, TARGET_OUT_OF_SYNC, SLOT_NOT_DUE],
 )
 # A notice: 10 s per attempt; transient failures back off from 10 s to 5 min, 8 attempts
-# (about 15 min), then the delivery is recorded failed. Permanent ones stop at once.
+# (about 15 min) a round. Permanent ones stop at once.
 DELIVERY_TIMEOUT = timedelta(seconds=10)
 DELIVERY_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=10),
@@ -82,6 +82,9 @@ DELIVERY_RETRY = RetryPolicy(
     maximum_attempts=8,
     non_retryable_error_types=[PERMANENT_DELIVERY_ERROR],
 )
+# A round of DELIVERY_RETRY that ran out is followed by another, until this long after the
+# notice's first try; then it is recorded failed (workflows/calls.py `deliver`).
+NOTICE_TRIED_FOR = timedelta(hours=6)
 # Bookkeeping statements: retried briefly through a Postgres restart, then given up so the
 # workflow carries on (it never fails because the database was away).
 BOOKKEEPING_TIMEOUT = timedelta(seconds=15)

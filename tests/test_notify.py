@@ -258,8 +258,11 @@ async def test_a_webhook_failing_three_times_is_sent_once_and_email_once(
 async def test_a_channel_that_always_fails_is_recorded_and_the_others_carry_on(
     time_skipping_env: WorkflowEnvironment, pool: asyncpg.Pool, page_server: PageServer,
     webhook_receiver: WebhookReceiver, smtp_server: tuple[MailSink, SmtpSettings],
-    start: Start, task_queue: str,
+    start: Start, task_queue: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
+    """Rounds of 8 attempts (about 15 min each) follow one another until NOTICE_TRIED_FOR
+    (40 min here): three rounds, then `failed`."""
+    monkeypatch.setattr(policy, "NOTICE_TRIED_FOR", timedelta(minutes=40))
     sink, smtp = smtp_server
     env = time_skipping_env
     config = watched(page_server, await channels_for(webhook_receiver))
@@ -271,11 +274,11 @@ async def test_a_channel_that_always_fails_is_recorded_and_the_others_carry_on(
         page_server.set(path, "price 12")
         await env.sleep(timedelta(hours=1))
         page_server.set(path, "price 14")
-        await env.sleep(timedelta(hours=1))
+        await env.sleep(timedelta(hours=2))  # its slot, then three rounds
     records = await rows(pool, config.target_id)
-    assert [r["status"] for r in records] == ["unchanged", "changed", "changed"]
+    assert [r["status"] for r in records] == ["unchanged", "changed", "changed", "unchanged"]
     failed = [r for r in await deliveries(pool) if r["channel_id"].startswith("webhook")]
-    assert [(r["status"], r["attempt_count"]) for r in failed] == [("failed", 8)] * 2
+    assert [(r["status"], r["attempt_count"]) for r in failed] == [("failed", 24)] * 2
     assert "503" in failed[0]["last_error"]
     assert len(sink.messages) == 2, "email was told about both changes"
 
@@ -343,3 +346,21 @@ async def test_a_notice_whose_workers_were_lost_every_attempt_is_tried_again_and
             await env.sleep(timedelta(hours=1))
     assert [(r["status"], r["attempt_count"]) for r in await deliveries(pool)] == [("sent", 1)]
     assert len(webhook_receiver.received) == 1
+
+
+async def test_a_receiver_down_for_longer_than_a_round_is_told_in_the_next(
+    time_skipping_env: WorkflowEnvironment, pool: asyncpg.Pool, page_server: PageServer,
+    webhook_receiver: WebhookReceiver, start: Start, task_queue: str,
+) -> None:  # fmt: skip
+    """A round's 8 transient answers are no verdict: the next round sends it, once."""
+    env = time_skipping_env
+    webhook = Channel(kind=ChannelKind.WEBHOOK, destination=webhook_receiver.url)
+    config = watched(page_server, [webhook])
+    webhook_receiver.answers = [503] * 8
+    async with running_worker(env.client, task_queue, pool):
+        await start(config, start_at=await anchor_of(env))
+        await env.sleep(timedelta(hours=1, minutes=30))
+        page_server.set(f"/{config.target_id}", "price 12")
+        await env.sleep(timedelta(hours=1))
+    assert [(r["status"], r["attempt_count"]) for r in await deliveries(pool)] == [("sent", 9)]
+    assert len(set(webhook_receiver.ids())) == 1

@@ -11,7 +11,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError, RetryState
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         DELIVERY_TIMEOUT,
         HEARTBEAT_TIMEOUT,
         LEASE_HELD,
+        NOTICE_TRIED_FOR,
         RENDER_PICKUP_TIMEOUT,
         check_timeout,
     )
@@ -48,13 +49,13 @@ REGISTER_AGAIN_AFTER = timedelta(minutes=5)
 # queue, where a browser is: never as a local activity in the workflow worker. Only targets
 # with `render` take this path, and no history before 1.3 has one.
 RENDERED_ON_ITS_QUEUE = "rendered-on-its-queue"
-# 1.12: a notice whose last attempt timed out (its worker died or froze with it: no channel
-# answered that) is not the channel's failure. It is tried again, as a new activity, until
-# NOTICE_TRIED_FOR from its first try; only the channel's own answers make it `failed`. A
-# soak under load recorded `failed: activity StartToClose timeout` with 0 attempts for
-# notices whose workers had been killed eight times in a row.
-NOTICE_OUTLIVES_ITS_WORKERS = "notice-outlives-its-workers"
-NOTICE_TRIED_FOR = timedelta(hours=1)
+# 1.12: a notice is not given up after one round of attempts (8, about 15 min) unless the
+# channel refused it for good: a round that ran out (transient answers, or attempts whose
+# worker died or froze with them, which no channel answered) is followed by another, until
+# NOTICE_TRIED_FOR from its first try. A soak under load recorded notices `failed` after a
+# round of chaos on the receiver, and `activity StartToClose timeout` with 0 attempts after
+# eight killed workers in a row.
+NOTICES_RETRIED_FOR_HOURS = "notices-retried-for-hours"
 # How a check fails: a normal activity's error arrives wrapped in an ActivityError, a local
 # activity's as the activity's own error (or the timeout).
 CHECK_FAILED = (ActivityError, ApplicationError, ActivityTimeout)
@@ -226,16 +227,16 @@ async def deliver(delivery: DeliveryInput) -> None:
             )
             return
         except ActivityError as err:
-            lost = isinstance(err.cause, ActivityTimeout)  # no channel said anything
+            ran_out = err.retry_state in (RetryState.MAXIMUM_ATTEMPTS_REACHED, RetryState.TIMEOUT)
             if not (
-                lost
+                ran_out
                 and workflow.now() - first_try < NOTICE_TRIED_FOR
-                and workflow.patched(NOTICE_OUTLIVES_ITS_WORKERS)
+                and workflow.patched(NOTICES_RETRIED_FOR_HOURS)
             ):
                 failure = err
                 break
             workflow.logger.info(
-                "%s: its last attempt's worker was lost (%s); trying again", summary, reason(err)
+                "%s: a round of attempts ran out (%s); another round", summary, reason(err)
             )
     workflow.logger.warning("%s gave up: %s", summary, reason(failure))
     await bookkeep(
