@@ -4,6 +4,7 @@ fresh database per test cloned from a migrated template, and the Temporal test s
 import asyncio
 import contextlib
 import json
+import multiprocessing.forkserver
 import os
 import shutil
 import socket
@@ -98,6 +99,27 @@ def postgres_server_url() -> Iterator[str]:
     finally:
         server.cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under `make mutants` (mutmut 3.8) each mutant's session is a process forked, through
+    mutmut's fork server, from the one that recorded the test map, and that one started
+    multiprocessing's forkserver (`isolated.run`, for the first notice rendered): the copy
+    of its state says "running" with a pid that is not this process's child, so the next
+    render fails with ChildProcessError, and every mutant a test that renders reaches was
+    counted killed by that failure. Forget it: the first render here starts one of its own."""
+    if "MUTANT_UNDER_TEST" not in os.environ:
+        return
+    server = getattr(multiprocessing.forkserver, "_forkserver", None)
+    pid = getattr(server, "_forkserver_pid", None)
+    if server is None or pid is None:
+        return
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # another process's child: not one this process can use
+        with contextlib.suppress(OSError, TypeError):
+            os.close(server._forkserver_alive_fd)
+        server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,12 @@ Postgres and real receivers on 127.0.0.1 (conftest), one call at a time."""
 
 import asyncio
 import json
-from datetime import UTC, datetime
+import logging
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from threading import Event
+from typing import Any
 
 import asyncpg
 import httpx
@@ -14,12 +19,13 @@ from standardwebhooks.webhooks import Webhook
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from activities import freezes, services, store
 from activities import notify as notify_module
-from activities import store
 from activities.fetch import new_client
 from activities.guard import AddressPolicy
 from activities.notify import NotifyActivities, SmtpSettings, _subject, notice_body
 from activities.queries import QUERIES
+from pricewatch import isolated, notices
 from pricewatch.models import (
     Channel,
     ChannelKind,
@@ -390,3 +396,183 @@ async def test_a_service_whose_url_is_not_stored_or_whose_template_fails_is_give
     assert broken.value.message.startswith("the message template failed: ")
     assert broken.value.non_retryable
     assert services_app.received == []
+
+
+# The sending lease: an attempt held up between its claim and its send (frozen, or slow)
+# whose lease another attempt took sends nothing, records nothing, and says why.
+
+
+@pytest.fixture
+def held_after_the_claim(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Event, Event]]:
+    """The first render (after the claim, before the send) waits to be let go, as a worker
+    stopped or starved there would; the real render follows. Returns (claimed, go)."""
+    claimed, go = Event(), Event()
+    real_render = notices.render
+
+    def render(*args: Any) -> notices.Message:
+        if not claimed.is_set():
+            claimed.set()
+            assert go.wait(timeout=60)
+        return real_render(*args)
+
+    monkeypatch.setattr(notices, "render", render)
+    yield claimed, go
+    go.set()
+
+
+@pytest.mark.parametrize("stalled", [0, 20])
+async def test_an_attempt_whose_lease_was_taken_meanwhile_sends_nothing_and_says_why(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, services_app: Services,
+    held_after_the_claim: tuple[Event, Event], caplog: pytest.LogCaptureFixture, stalled: int,
+) -> None:  # fmt: skip
+    """The first attempt is held up past its lease; a second takes the lapsed lease and
+    sends. The first then renews nothing, sends nothing and records nothing: a transient
+    failure whose message and log line say why: a stall of this worker (at debug, and the
+    freeze's summary names the notice) or, with no stall, another attempt (a warning)."""
+    caplog.set_level(logging.DEBUG, "pricewatch.notify")
+    claimed, go = held_after_the_claim
+    notice = await apprise(pool, services_app.urls()["json"])
+    notify = NotifyActivities(pool, http, NO_SMTP, LOOPBACK)
+    first = asyncio.create_task(ActivityEnvironment().run(notify.deliver_notice, notice))
+    assert await asyncio.to_thread(claimed.wait, 30)
+    await pool.execute("UPDATE deliveries SET sending_until = now() - interval '1 s'")
+    second = await ActivityEnvironment().run(notify.deliver_notice, notice)
+    assert (second.status, second.attempt_count) == ("sent", 1)
+    if stalled:
+        now = time.monotonic()  # this worker's watchdog saw a stall that just ended
+        freezes.STALLS.beat(now=now - stalled, cpu=time.process_time())
+        freezes.STALLS.beat(now=now, cpu=time.process_time())
+    go.set()
+    with pytest.raises(ApplicationError) as lost:
+        await first
+    why = (
+        "this worker was stalled for 20 s since its claim"
+        if stalled
+        else "another attempt took it while this one was slow"
+    )
+    assert (lost.value.type, lost.value.non_retryable) == (TRANSIENT_DELIVERY_ERROR, False)
+    assert lost.value.message == f"not sent: this attempt's sending lease was taken over ({why})"
+    assert len(services_app.received) == 1
+    row = await pool.fetchrow("SELECT status, attempt_count, last_error FROM deliveries")
+    assert row is not None and tuple(row) == ("sent", 1, None)
+    [line] = [r for r in caplog.records if r.name == "pricewatch.notify"]
+    assert line.levelno == (logging.DEBUG if stalled else logging.WARNING)
+    assert line.getMessage() == (
+        "acme changed notice to channel apprise-k1 not sent: its sending lease was taken over "
+        f"({why})"
+    )
+    assert {
+        key: getattr(line, key, None)
+        for key in ("work_id", "channel_id", "notice", "target_id", "outcome")
+    } == {
+        "work_id": CHANGED.work_id, "channel_id": "apprise-k1", "notice": "changed",
+        "target_id": "acme", "outcome": "lease lost",
+    }  # fmt: skip
+    assert list(freezes.STALLS.notices_given_up) == (["acme"] if stalled else [])
+    assert freezes.STALLS.given_up == {}
+
+
+async def test_a_message_the_machine_starved_stays_owed_and_says_so(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, services_app: Services,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """A render the machine starved of CPU is no verdict on the template: the notice stays
+    owed (pending, transient) and the error says the machine's words, not "template failed".
+    (Unfinished is injected: a test cannot starve a child reliably.)"""
+
+    def starved(*args: object, **kwargs: object) -> None:
+        raise isolated.Unfinished("the body template had 0.1 s of CPU in 30 s: the machine is busy")
+
+    notice = await apprise(pool, services_app.urls()["json"])
+    monkeypatch.setattr(isolated, "run", starved)
+    notify = NotifyActivities(pool, http, NO_SMTP, LOOPBACK)
+    with pytest.raises(ApplicationError) as caught:
+        await ActivityEnvironment().run(notify.deliver_notice, notice)
+    said = (
+        "the message was not rendered: the body template had 0.1 s of CPU in 30 s: "
+        "the machine is busy"
+    )
+    assert (caught.value.message, caught.value.type) == (said, TRANSIENT_DELIVERY_ERROR)
+    assert not caught.value.non_retryable
+    row = await pool.fetchrow("SELECT status, attempt_count, last_error FROM deliveries")
+    assert row is not None and tuple(row) == ("pending", 1, said)
+    assert services_app.received == []
+
+
+async def test_a_test_notice_to_a_service_says_it_is_a_test(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, services_app: Services
+) -> None:
+    await apprise(pool, services_app.urls()["json"])
+    notify = NotifyActivities(pool, http, NO_SMTP, LOOPBACK)
+    [channel] = [
+        row for row in await QUERIES["channels_to_test"].fetch(pool, target_id="acme")
+        if row["kind"] == "apprise"
+    ]  # fmt: skip
+    assert await notify.send_test("acme", channel) is None
+    [(kind, body)] = services_app.received
+    assert kind == "json"
+    assert "This is a test notice from pricewatch: this channel works." in body["message"]
+    assert await deliveries(pool) == []
+
+
+async def test_a_services_message_is_its_own_templates(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, services_app: Services
+) -> None:
+    notice = await apprise(pool, services_app.urls()["json"], title="{{ target }} moved")
+    await pool.execute(
+        "UPDATE channels SET body_template = '{{ headline }} at {{ url }}' WHERE kind = 'apprise'"
+    )
+    notify = NotifyActivities(pool, http, NO_SMTP, LOOPBACK)
+    assert (await ActivityEnvironment().run(notify.deliver_notice, notice)).status == "sent"
+    [(_, body)] = services_app.received
+    assert (body["title"], body["message"]) == (
+        "acme moved", "page changed at https://example.com/pricing",
+    )  # fmt: skip
+
+
+async def test_a_service_that_never_answers_is_cut_by_its_own_deadline(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, services_app: Services,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The send keeps to the deadline itself and says so; the watchdog (a second later)
+    is not what ends it. (Here with a deadline of 2 s.)"""
+    monkeypatch.setattr(notify_module, "SEND_DEADLINE", timedelta(seconds=2))
+    notice = await apprise(pool, services_app.urls()["json"])
+    services_app.hold = asyncio.Event()  # never set: the service never answers
+    notify = NotifyActivities(pool, http, NO_SMTP, LOOPBACK)
+    with pytest.raises(ApplicationError) as caught:
+        await ActivityEnvironment().run(notify.deliver_notice, notice)
+    services_app.hold.set()
+    assert (caught.value.message, caught.value.type) == (
+        "JSON unreachable: no answer in time", TRANSIENT_DELIVERY_ERROR,
+    )  # fmt: skip
+
+
+async def test_a_send_past_its_deadline_is_given_up_by_the_watchdog_and_stays_owed(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, services_app: Services,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """If the send overran its own deadline (a bug in a service's plugin, a lookup that
+    hangs), the watchdog a second later gives the attempt up: transient, still owed, said
+    in its own words. The overrun is injected: the real send keeps to its deadline."""
+    overran = Event()
+
+    def overrunning(url: str, title: str, body: str, policy: object, seconds: float) -> object:
+        overran.wait(seconds + 10)
+        return services.Outcome(sent=False, error="answered late", transient=False)
+
+    monkeypatch.setattr(notify_module, "SEND_DEADLINE", timedelta(seconds=1))
+    monkeypatch.setattr(services, "send", overrunning)
+    notice = await apprise(pool, services_app.urls()["json"])
+    notify = NotifyActivities(pool, http, NO_SMTP, LOOPBACK)
+    started = time.monotonic()
+    with pytest.raises(ApplicationError) as caught:
+        await ActivityEnvironment().run(notify.deliver_notice, notice)
+    took = time.monotonic() - started
+    overran.set()
+    said = "the service did not answer in time"
+    assert (caught.value.message, caught.value.type) == (said, TRANSIENT_DELIVERY_ERROR)
+    assert not caught.value.non_retryable
+    assert took < 8, "given up by the watchdog, not when the send returned"
+    row = await pool.fetchrow("SELECT status, last_error FROM deliveries")
+    assert row is not None and tuple(row) == ("pending", said)
