@@ -223,7 +223,7 @@ async def test_a_template_that_overruns_at_send_fails_its_message_and_is_not_ret
         await ActivityEnvironment().run(
             notify.deliver_notice, delivery(config, ChannelKind.APPRISE)
         )
-    assert time.monotonic() - started < notices.RENDER_SECONDS + 5
+    assert time.monotonic() - started < isolated.WALL_SECONDS + 5  # its CPU is bounded: 2 s
     assert caught.value.type == PERMANENT_DELIVERY_ERROR and caught.value.non_retryable
     said = "the message template failed: the body template took longer than 2 s"
     assert caught.value.message == said
