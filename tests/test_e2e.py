@@ -5,6 +5,8 @@ import asyncio
 import json
 import signal
 import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -526,16 +528,37 @@ async def http_get(address: str, path: str) -> tuple[int, str]:
     return response.status_code, response.text
 
 
+@asynccontextmanager
+async def observed_worker(
+    env: dict[str, str], outputs: list[bytes]
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, str, str]]:
+    """A worker serving metrics and health on ports free when picked: another process can
+    take one before the worker binds it (a fresh clone's run under load lost this test so),
+    and then it tries two more."""
+    for attempt in range(3):
+        metrics, health = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        ports = {"PRICEWATCH_METRICS_ADDRESS": metrics, "PRICEWATCH_HEALTH_ADDRESS": health}
+        stack = AsyncExitStack()
+        try:
+            process = await stack.enter_async_context(worker_process({**env, **ports}, outputs))
+        except AssertionError as err:
+            await stack.aclose()
+            if "address already in use" in str(err) and attempt < 2:
+                continue
+            raise
+        async with stack:
+            yield process, metrics, health
+        return
+
+
 async def test_three_workers_share_the_work_and_each_slot_is_recorded_once(
     env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer, tmp_path: Path
 ) -> None:
     """Several workers on one server and one Postgres: the work spreads, every slot is
     one row; the first worker also serves metrics and health, and SIGTERM exits 0."""
-    metrics, health = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    observed = {**env, "PRICEWATCH_METRICS_ADDRESS": metrics, "PRICEWATCH_HEALTH_ADDRESS": health}
     outputs: list[bytes] = []
     async with (
-        worker_process(observed, outputs) as first,
+        observed_worker(env, outputs) as (first, metrics, health),
         worker_process(env, outputs),
         worker_process(env, outputs),
     ):
