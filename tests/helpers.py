@@ -55,11 +55,12 @@ async def running_worker(
     pool: asyncpg.Pool,
     smtp: SmtpSettings = NO_SMTP,
     tuning: WorkerTuning = DEFAULT_TUNING,
+    notify: type[NotifyActivities] = NotifyActivities,
 ) -> AsyncIterator[None]:
     async with new_client(LOOPBACK) as http:
         activities = Activities(
             CheckActivities(pool, http),
-            NotifyActivities(pool, http, smtp, LOOPBACK),
+            notify(pool, http, smtp, LOOPBACK),
             RetentionActivities(pool, Retention()),
         )
         async with build_worker(client, task_queue, activities, tuning):

@@ -14,10 +14,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from activities.checks import CheckActivities
-from activities.fetch import new_client
 from activities.notify import NotifyActivities, SmtpSettings
-from activities.retention import Retention, RetentionActivities
 from pricewatch import policy
 from pricewatch.models import (
     Channel,
@@ -27,11 +24,9 @@ from pricewatch.models import (
 )
 from pricewatch.names import Activity
 from pricewatch.policy import PERMANENT_DELIVERY_ERROR
-from tests.conftest import LOOPBACK, Hold, MailSink, PageServer, Start, WebhookReceiver
+from tests.conftest import Hold, MailSink, PageServer, Start, WebhookReceiver
 from tests.helpers import (
     CHANGED,
-    DEFAULT_TUNING,
-    NO_SMTP,
     add_target,
     anchor_of,
     deliveries,
@@ -41,7 +36,6 @@ from tests.helpers import (
     running_worker,
     watched,
 )
-from workers.worker import Activities, build_worker
 
 
 async def test_a_webhook_is_signed_sent_once_and_never_again(
@@ -334,16 +328,11 @@ async def test_a_notice_whose_workers_were_lost_every_attempt_is_tried_again_and
     config = watched(
         page_server, [Channel(kind=ChannelKind.WEBHOOK, destination=webhook_receiver.url)]
     )
-    async with new_client(LOOPBACK) as http:
-        activities = Activities(
-            CheckActivities(pool, http), LosesItsWorkers(pool, http, NO_SMTP, LOOPBACK),
-            RetentionActivities(pool, Retention()),
-        )  # fmt: skip
-        async with build_worker(env.client, task_queue, activities, DEFAULT_TUNING):
-            await start(config, start_at=await anchor_of(env))
-            await env.sleep(timedelta(hours=1, minutes=30))
-            page_server.set(f"/{config.target_id}", "price 12")
-            await env.sleep(timedelta(hours=1))
+    async with running_worker(env.client, task_queue, pool, notify=LosesItsWorkers):
+        await start(config, start_at=await anchor_of(env))
+        await env.sleep(timedelta(hours=1, minutes=30))
+        page_server.set(f"/{config.target_id}", "price 12")
+        await env.sleep(timedelta(hours=1))
     assert [(r["status"], r["attempt_count"]) for r in await deliveries(pool)] == [("sent", 1)]
     assert len(webhook_receiver.received) == 1
 
