@@ -10,6 +10,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import threading
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -38,6 +39,7 @@ from activities.guard import AddressPolicy
 from activities.migrate import migrate
 from activities.notify import SmtpSettings
 from client.temporal import DATA_CONVERTER, register_search_attributes, start_monitor
+from pricewatch import notices
 from pricewatch.models import MonitorState, TargetConfig
 from tests.chaos import procs
 from tests.chaos.stack import serve
@@ -553,3 +555,26 @@ async def origins() -> AsyncIterator[StartOrigin]:
     finally:
         for origin in started:
             await origin.stop()
+
+
+Held = tuple[threading.Event, threading.Event]
+
+
+@pytest.fixture
+def held_after_the_claim(monkeypatch: pytest.MonkeyPatch) -> Iterator[Held]:
+    """The first render of a notice (after its claim, before its send) waits to be let go, as
+    a worker stopped or starved there would; the real render follows. Returns (claimed, go)."""
+    claimed, go = threading.Event(), threading.Event()
+    real_render = notices.render
+
+    def render(*args: Any) -> notices.Message:
+        if not claimed.is_set():
+            claimed.set()
+            assert go.wait(timeout=60)
+        return real_render(*args)
+
+    monkeypatch.setattr(notices, "render", render)
+    yield claimed, go
+    go.set()
+    freezes.STALLS.stop()
+    freezes.STALLS.notices_given_up.clear()

@@ -6,10 +6,8 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from threading import Event
-from typing import Any
 
 import asyncpg
 import httpx
@@ -25,7 +23,7 @@ from activities.fetch import new_client
 from activities.guard import AddressPolicy
 from activities.notify import NotifyActivities, SmtpSettings, _subject, notice_body
 from activities.queries import QUERIES
-from pricewatch import isolated, notices
+from pricewatch import isolated
 from pricewatch.models import (
     Channel,
     ChannelKind,
@@ -37,7 +35,7 @@ from pricewatch.models import (
 from pricewatch.policy import PERMANENT_DELIVERY_ERROR, TRANSIENT_DELIVERY_ERROR
 from pricewatch.prices import move_line
 from pricewatch.settings import Settings
-from tests.conftest import LOOPBACK, Hold, MailSink, Services, WebhookReceiver
+from tests.conftest import LOOPBACK, Held, Hold, MailSink, Services, WebhookReceiver
 from tests.helpers import CHANGED, NO_SMTP, SLOT, add_target, deliveries, delivery
 
 EMAIL_ONLY = TargetConfig(
@@ -402,28 +400,10 @@ async def test_a_service_whose_url_is_not_stored_or_whose_template_fails_is_give
 # whose lease another attempt took sends nothing, records nothing, and says why.
 
 
-@pytest.fixture
-def held_after_the_claim(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Event, Event]]:
-    """The first render (after the claim, before the send) waits to be let go, as a worker
-    stopped or starved there would; the real render follows. Returns (claimed, go)."""
-    claimed, go = Event(), Event()
-    real_render = notices.render
-
-    def render(*args: Any) -> notices.Message:
-        if not claimed.is_set():
-            claimed.set()
-            assert go.wait(timeout=60)
-        return real_render(*args)
-
-    monkeypatch.setattr(notices, "render", render)
-    yield claimed, go
-    go.set()
-
-
 @pytest.mark.parametrize("stalled", [0, 20])
 async def test_an_attempt_whose_lease_was_taken_meanwhile_sends_nothing_and_says_why(
     pool: asyncpg.Pool, http: httpx.AsyncClient, services_app: Services,
-    held_after_the_claim: tuple[Event, Event], caplog: pytest.LogCaptureFixture, stalled: int,
+    held_after_the_claim: Held, caplog: pytest.LogCaptureFixture, stalled: int,
 ) -> None:  # fmt: skip
     """The first attempt is held up past its lease; a second takes the lapsed lease and
     sends. The first then renews nothing, sends nothing and records nothing: a transient

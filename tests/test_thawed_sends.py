@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -36,7 +36,7 @@ from client.channels import apprise_channel
 from pricewatch import notices
 from pricewatch.models import ChannelKind, DeliveryInput, TargetConfig
 from pricewatch.policy import TRANSIENT_DELIVERY_ERROR
-from tests.conftest import LOOPBACK, PageServer, Services
+from tests.conftest import LOOPBACK, Held, PageServer, Services
 from tests.helpers import NO_SMTP, SLOT, cli, delivery, read_until, terminated, worker_process
 from tests.waits import eventually
 
@@ -58,31 +58,6 @@ def stall_now(seconds: float) -> None:
     freezes.STALLS.beat(now=now, cpu=time.process_time())
 
 
-Frozen = tuple[threading.Event, threading.Event]
-
-
-@pytest.fixture
-def frozen_after_the_claim(
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[Frozen]:
-    """The first render (after the claim, before the send) waits to be thawed: as a worker
-    stopped there would. Returns (claimed, thaw)."""
-    claimed, thaw = threading.Event(), threading.Event()
-    real_render = notices.render
-
-    def render(*args: Any) -> notices.Message:
-        if not claimed.is_set():
-            claimed.set()
-            assert thaw.wait(timeout=60)
-        return real_render(*args)
-
-    monkeypatch.setattr(notices, "render", render)
-    yield claimed, thaw
-    thaw.set()
-    freezes.STALLS.stop()
-    freezes.STALLS.notices_given_up.clear()
-
-
 async def first_attempt_claims(
     notify: NotifyActivities, notice: DeliveryInput, claimed: threading.Event
 ) -> "asyncio.Task[Any]":
@@ -94,12 +69,12 @@ async def first_attempt_claims(
 
 async def test_a_thawed_attempt_whose_lease_was_taken_over_sends_nothing(
     pool: asyncpg.Pool, http: httpx.AsyncClient, services_app: Services,
-    frozen_after_the_claim: Frozen, caplog: pytest.LogCaptureFixture,
+    held_after_the_claim: Held, caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
     """Frozen past its lease: the next attempt takes the lapsed lease and sends; the thawed
     one then finds the row is not its own and sends nothing. One message, one attempt."""
     caplog.set_level(logging.DEBUG, "pricewatch.notify")
-    claimed, thaw = frozen_after_the_claim
+    claimed, thaw = held_after_the_claim
     config = await synced(pool, services_app.urls()["json"])
     notify = NotifyActivities(pool, http, NO_SMTP, LOOPBACK)
     notice = delivery(config, ChannelKind.APPRISE)
@@ -123,12 +98,12 @@ async def test_a_thawed_attempt_whose_lease_was_taken_over_sends_nothing(
 
 async def test_a_lapsed_lease_nobody_took_is_renewed_and_sent_once(
     pool: asyncpg.Pool, http: httpx.AsyncClient, services_app: Services,
-    frozen_after_the_claim: Frozen, monkeypatch: pytest.MonkeyPatch,
+    held_after_the_claim: Held, monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     """Lapsed, but still the lease this attempt's claim set (a slow render on a loaded
     machine, and nobody else came): no other attempt can have sent, so it is renewed and
     the notice sent, once. (Here with a lease of 1 s.)"""
-    claimed, thaw = frozen_after_the_claim
+    claimed, thaw = held_after_the_claim
     monkeypatch.setattr(notify_module, "SENDING_LEASE", timedelta(seconds=1))
     config = await synced(pool, services_app.urls()["json"])
     notify = NotifyActivities(pool, http, NO_SMTP, LOOPBACK)

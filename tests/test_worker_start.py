@@ -28,7 +28,7 @@ from temporalio.worker import Worker
 from tests.chaos.proxy import Proxy
 from tests.conftest import PageServer
 from tests.helpers import PRICEWATCH, cli, read_until, terminated
-from tests.waits import wait_for
+from tests.waits import eventually, wait_for
 from workers.embedded import free_port, start_temporal_dev_server, stop_process
 from workers.worker import polling
 
@@ -118,11 +118,13 @@ async def test_the_sdks_start_up_check_failing_on_a_reset_connection_is_waited_o
         fault = asyncio.create_task(frontend.fault("reset", RESET_UNTIL))
         await asyncio.sleep(0.2)  # the live connection is reset, new ones are refused
         starting = asyncio.create_task(started(client, asyncio.Event()))
+
         # The reset lasts until the SDK's check has failed and the worker asks on its own
         # ("trying again"): on a busy machine the SDK's retries last longer than any fixed span.
-        async with asyncio.timeout(RESET_UNTIL):
-            while not any("trying again" in line for line in waited(caplog, frontend.address)):
-                await asyncio.sleep(0.1)
+        async def asked_on_its_own() -> bool:
+            return any("trying again" in line for line in waited(caplog, frontend.address))
+
+        await eventually(asked_on_its_own, within=RESET_UNTIL, what="the SDK's check failing")
         fault.cancel()
         stack = await asyncio.wait_for(starting, 90)
         await stack.aclose()
