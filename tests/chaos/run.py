@@ -54,7 +54,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -337,9 +337,12 @@ class Chaos:
     starved: float = 0.0
     """Seconds the busy processes held every core."""
     frozen: dict[str, float] = field(default_factory=lambda: {"worker": 0.0, "Temporal": 0.0})
+    """Seconds each kind of process spent frozen (SIGSTOP) by a freeze fault."""
     freeze_spans: list[tuple[float, float]] = field(default_factory=list)
     """When a worker was frozen by a freeze fault (zombies: `zombie_spans`)."""
-    """Seconds each kind of process spent frozen (SIGSTOP) by a freeze fault."""
+    slowed: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    """When each dependency's proxy held calls back (latency, throttle): a send begun then
+    may reach the receiver after its sender's deadline, and the retry sends it again."""
 
     @property
     def rendered(self) -> list[Target]:
@@ -382,6 +385,8 @@ class Chaos:
                 self.report.hit[kind] += 1
             if mode in ("blackhole", "reset") and dependency in ("postgres", "temporal"):
                 self.outages.add(f"network {dependency}", start, time.time())
+            if mode in ("latency", "throttle"):
+                self.slowed.setdefault(dependency, []).append((start, time.time()))
 
     def zombie_hold(self) -> float:
         """Past the heartbeat timeout (20 s). The first zombie also outlives its lease (45 s)
@@ -916,7 +921,7 @@ class Chaos:
             f"{len(times)} = {changed} x {len(CHANNELS)}",
         )
         senders = self.senders(lambda send: send.get("webhook_id"))
-        resent, early, unexplained = self.resends(times, senders)
+        resent, early, unexplained = self.resends(times, senders, self.slowed.get("webhooks", []))
         r.figures["raw re-sends (same webhook-id accepted twice)"] = resent
         r.figures["  taken after their sender was killed (its request out already)"] = early
         r.check(
@@ -939,22 +944,28 @@ class Chaos:
         return sends
 
     def resends(
-        self, times: dict[Any, list[float]], senders: dict[object, list[tuple[int, float]]]
-    ) -> tuple[int, int, list[str]]:
+        self, times: dict[Any, list[float]], senders: dict[object, list[tuple[int, float]]],
+        slowed: Sequence[tuple[float, float]] = (),
+    ) -> tuple[int, int, list[str]]:  # fmt: skip
         """Each copy taken again (`times`: when each was taken, by key), and whether it is
         explained: a kill took down the process whose send was in flight, or Postgres was
         away (a restart, a black hole or a reset on its proxy: the `sent` row's write
-        failed and the retry sent again), or a zombie's send outlived its attempt. Returns
-        the re-sends, those taken after their sender's kill, and the unexplained, named."""
+        failed and the retry sent again), or a zombie's send outlived its attempt, or the
+        first send began while the channel's proxy held calls back (`slowed`: it reached the
+        receiver after its deadline). Returns the re-sends, those taken after their sender's
+        kill, and the unexplained, named."""
         crashes = self.outages.spans.get("postgres", []) + self.zombie_spans
         crashes += self.outages.spans.get("network postgres", [])
         resent, early, unexplained = 0, 0, []
         for key, moments in times.items():
+            began = [at for _, at in senders.get(key, [])]
             for first, again in itertools.pairwise(moments):
                 resent += 1
                 if (kill := self.sender_kill(senders.get(key, []), again)) is not None:
                     early += kill < first
-                elif not any(s <= again and e >= first for s, e in crashes):
+                elif not any(s <= again and e >= first for s, e in crashes) and not any(
+                    s <= at <= min(e, first) for s, e in slowed for at in began
+                ):
                     unexplained.append(self.resend(key, first, again, senders))
         return resent, early, unexplained
 
@@ -1084,6 +1095,7 @@ class Chaos:
         ]
         faulted += [(h.target, h.at, "hung page", 0) for h in hung]
         outcomes, bad = Counter[str](), []
+        paused = {t.config.target_id: t.paused_spans for t in self.targets}
         for target, at, kind, pid in faulted:
             row = await self.pool.fetchrow(FAULTED_SLOT, target, datetime.fromtimestamp(at, UTC))
             outcome = "no row" if row is None else f"{row['status']} x{row['attempt_count']}"
@@ -1093,9 +1105,12 @@ class Chaos:
             # renders at once in one worker can take both windows).
             failed_first = kind != "render worker killed" and pid not in killed
             retried = row is not None and (row["attempt_count"] >= 2 or not failed_first)
-            if row is not None and row["status"] == "skipped":  # only after a reset
+            if row is not None and row["status"] == "skipped":  # only after a reset or a pause
                 resets = self.resets.get(workflow_id(target), [])
-                retried = any(at <= when <= row["checked_at"].timestamp() for when in resets)
+                done = row["checked_at"].timestamp()
+                retried = any(at <= when <= done for when in resets) or any(
+                    s <= done and e >= at for s, e in paused[target]
+                )
             if row is None or row["status"] == "retrying" or not retried:
                 bad.append(f"{target} {kind} at {datetime.fromtimestamp(at, UTC):%H:%M:%S}: "
                            f"{outcome}")  # fmt: skip
