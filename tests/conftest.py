@@ -27,6 +27,7 @@ import pytest
 from aiohttp import web
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import Envelope
+from hypothesis import settings
 from playwright.async_api import Browser, async_playwright
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from temporalio.client import Client, WorkflowHandle
@@ -53,6 +54,11 @@ from workers.embedded import (
     start_temporal_dev_server_anywhere,
     stop_process,
 )
+
+# No per-example deadline: an example's time says how busy the machine is, not whether the
+# code is right (speed is measured by `bench`), and a busy CI made examples "flaky" by it.
+settings.register_profile("pricewatch", deadline=None)
+settings.load_profile("pricewatch")
 
 # One per test process (pytest-xdist), which may share an external server.
 TEMPLATE_DB = f"pricewatch_template_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"

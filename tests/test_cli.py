@@ -247,7 +247,7 @@ async def test_list_marks_next_slots_past_the_on_time_bound_overdue(
     assert (code, err) == (0, "")
     marked = {line.split()[0] for line in out.splitlines() if " overdue " in line}
     assert marked == {"late"}, out
-    async with serve_process(env) as base, httpx.AsyncClient(base_url=base) as http:
+    async with serve_process(env) as base, httpx.AsyncClient(base_url=base, timeout=60) as http:
         api = (await http.get("/api/v1/targets")).json()
         html = (await http.get("/")).text
     assert {row["id"]: row["overdue"] for row in api} == overdue

@@ -133,7 +133,7 @@ async def test_dev_runs_the_demo_stops_cleanly_and_resumes(tmp_path: Path) -> No
         # The dashboard it printed shows the demo's prices as charts, a plan each.
         dashboard = f"http://127.0.0.1:{ports['dashboard']}/"
         assert any(line.startswith(f"dashboard: {dashboard} ") for line in start_up), start_up
-        async with httpx.AsyncClient(base_url=dashboard) as http:
+        async with httpx.AsyncClient(base_url=dashboard, timeout=60) as http:
             page = (await http.get("/targets/demo-plans")).text
         for plan in ("Small", "Medium", "Large"):
             figure = r'<figure class="price" data-points="[1-9]\d*">\s*<figcaption>'
@@ -258,7 +258,7 @@ async def test_the_dev_console_prints_one_line_per_check_and_no_tracebacks(
 async def test_the_demo_serves_pages_that_fail_for_a_newcomer_to_add() -> None:
     port = free_port()
     with demo_page(port) as url:
-        async with httpx.AsyncClient(base_url=url) as http:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
             page, plans = await http.get("/"), await http.get("/plans")
             busy, gone = await http.get("/busy"), await http.get("/gone")
     assert page.status_code == plans.status_code == 200
@@ -273,7 +273,9 @@ async def test_dev_waits_for_its_temporal_to_answer_and_stops_on_ctrl_c() -> Non
     Ctrl-C during the wait stops it cleanly, instead of exiting with "cannot reach"."""
     script = (
         "import asyncio; from pricewatch.settings import Settings; from workers.dev import serve; "
-        "asyncio.run(serve(Settings(), 'postgresql://unused', None, verbose=False))"
+        "asyncio.run(serve(Settings(), 'postgresql://unused', None, verbose=False)); "
+        # as `pricewatch`'s main() ends: no teardown for Temporal's native threads to abort
+        "import os, sys; sys.stdout.flush(); os._exit(0)"
     )
     env = {**os.environ, "TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}"}  # nothing listens
     process = await asyncio.create_subprocess_exec(

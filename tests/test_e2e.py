@@ -523,7 +523,7 @@ async def every_json_output_parses(env: dict[str, str], target_id: str, secret: 
 
 
 async def http_get(address: str, path: str) -> tuple[int, str]:
-    async with httpx.AsyncClient(trust_env=False) as client:
+    async with httpx.AsyncClient(trust_env=False, timeout=60) as client:
         response = await client.get(f"http://{address}{path}")
     return response.status_code, response.text
 

@@ -46,7 +46,7 @@ async def test_health_answers_live_and_ready_as_the_check_says() -> None:
     address = f"127.0.0.1:{free_port()}"
     server = await serve_health(address, ready)
     try:
-        async with httpx.AsyncClient(trust_env=False) as client:
+        async with httpx.AsyncClient(trust_env=False, timeout=60) as client:
             assert (await client.get(f"http://{address}/livez")).status_code == 200
             assert (await client.get(f"http://{address}/readyz")).status_code == 200
             readiness[0] = False

@@ -65,7 +65,7 @@ async def test_a_switch_from_monthly_to_yearly_billing_is_told_as_a_change_of_pe
         assert code == 0, err
         code, monthly, err = await cli(env, "prices", "e2e-period", "--per", "month", "--json")
         assert code == 0, err
-        async with serve_process(env) as base, httpx.AsyncClient(base_url=base) as http:
+        async with serve_process(env) as base, httpx.AsyncClient(base_url=base, timeout=60) as http:
             dashboard = (await http.get("/", params={"state": "prices"})).text
             api = (await http.get("/api/v1/targets/e2e-period/prices")).json()
         told = await pool.fetch(

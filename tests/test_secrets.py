@@ -121,7 +121,7 @@ async def test_no_surface_shows_a_secret_unless_revealed(
         assert "apprise-" in said[commands.index(["export"])][1]
 
         bearer = {"Authorization": f"Bearer {API_TOKEN}"}
-        async with httpx.AsyncClient(base_url=f"{base}/api/v1", headers=bearer) as http:
+        async with httpx.AsyncClient(base_url=f"{base}/api/v1", headers=bearer, timeout=60) as http:
             for path in [
                 "/targets", "/targets/leaky", "/targets/leaky/channels",
                 "/targets/leaky/deliveries", "/targets/leaky/history", "/targets/leaky/diff",
@@ -138,7 +138,7 @@ async def test_no_surface_shows_a_secret_unless_revealed(
             channels = (await http.get("/targets/leaky/channels")).json()
             assert {c["kind"] for c in channels} == {"webhook", "email", "apprise"}
 
-        async with httpx.AsyncClient(base_url=base) as browser:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as browser:
             csrf = CSRF.findall((await browser.get("/login")).text)[0]
             signed = await browser.post("/login", data={"csrf": csrf, "token": API_TOKEN})
             assert signed.status_code == 303

@@ -100,7 +100,10 @@ async def test_the_api_adds_reads_and_steers_a_target_as_the_cli_does(
 async def test_api_errors_are_the_cli_s_one_line(
     env: dict[str, str], page_server: PageServer
 ) -> None:
-    async with serve_process(env) as base, httpx.AsyncClient(base_url=f"{base}/api/v1") as http:
+    async with (
+        serve_process(env) as base,
+        httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=60) as http,
+    ):
         cases: list[tuple[Callable[[], Awaitable[httpx.Response]], int, str]] = [
             (lambda: http.get("/targets/nope/history"), 404, "unknown target 'nope'"),
             (lambda: http.post("/checks/nope:2026-01-01T00:00:00Z/retry"), 404, "unknown work id"),
@@ -160,7 +163,7 @@ async def test_a_form_without_the_session_s_csrf_token_changes_nothing(
             refused = await browser.post("/targets", data={**form, **wrong})
             assert refused.status_code == 403
             assert "CSRF token is wrong or missing" in refused.text
-        async with httpx.AsyncClient(base_url=base) as other:  # another session's token
+        async with httpx.AsyncClient(base_url=base, timeout=60) as other:  # another session's token
             refused = await other.post("/targets", data={**form, "csrf": token})
             assert refused.status_code == 403
         assert (await browser.get("/api/v1/targets")).json() == []
@@ -220,7 +223,7 @@ async def test_urls_page_text_and_errors_render_escaped(
 async def test_a_token_closes_the_api_and_the_dashboard(env: dict[str, str]) -> None:
     token = "s3cret-token-long-enough"
     async with serve_process({**env, "PRICEWATCH_API_TOKEN": token}) as base, httpx.AsyncClient(
-        base_url=base
+        base_url=base, timeout=60
     ) as http:  # fmt: skip
         for headers in [{}, {"Authorization": "Bearer wrong"}, {"Authorization": token}]:
             refused = await http.get("/api/v1/targets", headers=headers)
@@ -256,7 +259,7 @@ async def test_only_loopback_is_served_without_a_token(env: dict[str, str]) -> N
 async def test_other_sites_and_other_host_names_are_refused(env: dict[str, str]) -> None:
     """A page on another site may post to a local server, and a rebound DNS name may point
     at it: neither reaches a target."""
-    async with serve_process(env) as base, httpx.AsyncClient(base_url=base) as http:
+    async with serve_process(env) as base, httpx.AsyncClient(base_url=base, timeout=60) as http:
         cross = await http.post(
             "/api/v1/targets/a/pause", headers={"Origin": "http://evil.example"}
         )
