@@ -3,6 +3,7 @@
 import asyncio
 import contextlib
 import os
+import socket
 import sys
 import time
 from collections import Counter
@@ -1008,20 +1009,22 @@ def dev(
     from surfaces import web
     from workers.dev import DevPorts, Sidecar, run_dev
 
+    bound: list[socket.socket] = []
+
+    def listen() -> None:
+        bound.append(web.listen("127.0.0.1", dashboard_port))
+
     async def dashboard(effective: Settings, stop: asyncio.Event) -> None:
         server = web.server(effective, "127.0.0.1", dashboard_port, embedded=True)
-        serving = asyncio.create_task(server.serve(sockets=[bound]))
+        serving = asyncio.create_task(server.serve(sockets=bound))
         await stop.wait()
         server.should_exit = True
         await serving
 
     with user_errors():
-        bound = web.listen("127.0.0.1", dashboard_port)
         ports = DevPorts(temporal=temporal_port, ui=ui_port, demo=demo_port)
-        url = f"http://127.0.0.1:{dashboard_port}/"
-        run_dev(
-            settings(), demo=demo, ports=ports, verbose=verbose, sidecar=Sidecar(url, dashboard)
-        )
+        sidecar = Sidecar(f"http://127.0.0.1:{dashboard_port}/", listen, dashboard)
+        run_dev(settings(), demo=demo, ports=ports, verbose=verbose, sidecar=sidecar)
 
 
 def main() -> None:

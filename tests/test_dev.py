@@ -375,11 +375,16 @@ async def test_a_killed_devs_servers_are_stopped_by_its_lifeline(tmp_path: Path)
 
 
 def test_a_second_dev_on_the_same_data_dir_is_refused_in_one_line(tmp_path: Path) -> None:
-    """Its servers would be the first one's: refused (exit 2), nothing started."""
-    ports = {name: free_port() for name in ("temporal", "ui", "demo", "dashboard")}
+    """Its servers would be the first one's: refused (exit 2), nothing started. That is
+    what it says even though the first one holds the dashboard's port."""
+    ports = {name: free_port() for name in ("temporal", "ui", "demo")}
     env = {**os.environ, "PRICEWATCH_DATA_DIR": str(tmp_path)}
-    args = [f"--{name}-port={port}" for name, port in ports.items()]
-    with open(tmp_path / DEV_LOCK_FILE, "w") as lock:
+    with (
+        socket.create_server(("127.0.0.1", 0)) as dashboard,
+        open(tmp_path / DEV_LOCK_FILE, "w") as lock,
+    ):
+        ports["dashboard"] = dashboard.getsockname()[1]
+        args = [f"--{name}-port={port}" for name, port in ports.items()]
         fcntl.flock(lock, fcntl.LOCK_EX)  # as a running `pricewatch dev` holds it
         lock.write("4242\n")
         lock.flush()
@@ -392,3 +397,21 @@ def test_a_second_dev_on_the_same_data_dir_is_refused_in_one_line(tmp_path: Path
         "it first, or give this one its own PRICEWATCH_DATA_DIR"
     ]
     assert not (tmp_path / "pgdata").exists()
+
+
+def test_a_dashboard_port_in_use_is_one_line_and_nothing_starts(tmp_path: Path) -> None:
+    """The port is bound once the data dir is this run's and before any server starts."""
+    ports = {name: free_port() for name in ("temporal", "ui", "demo")}
+    env = {**os.environ, "PRICEWATCH_DATA_DIR": str(tmp_path)}
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        args = [f"--{name}-port={p}" for name, p in ports.items()] + [f"--dashboard-port={port}"]
+        dev = subprocess.run(
+            [PRICEWATCH, "dev", *args], env=env, capture_output=True, text=True, timeout=60
+        )
+    assert dev.returncode == 1, dev.stderr
+    assert dev.stderr.splitlines() == [
+        f"pricewatch: cannot listen on 127.0.0.1:{port}: Address already in use"
+    ]
+    assert not (tmp_path / "pgdata").exists()
+    assert not (tmp_path / DEV_PIDS_FILE).exists()

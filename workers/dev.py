@@ -66,9 +66,12 @@ class DevPorts:
 @dataclass(frozen=True)
 class Sidecar:
     """A server the stack runs beside its worker (the dashboard, from the CLI above us):
-    `run(settings, stop)` serves until `stop` is set."""
+    `listen()` binds its port once the data dir is ours (a second `dev` on it is told so,
+    not that the port is in use), before anything starts; `run(settings, stop)` serves
+    until `stop` is set."""
 
     url: str
+    listen: Callable[[], None]
     run: Callable[[Settings, asyncio.Event], Coroutine[Any, Any, None]]
 
 
@@ -367,6 +370,8 @@ def run_dev(
     print(f"data dir:  {data_dir}", flush=True)
     with contextlib.ExitStack() as stack:
         stack.enter_context(data_dir_lock(data_dir))
+        if sidecar is not None:
+            sidecar.listen()
         stop_stale(data_dir)
         started = Started(data_dir / DEV_PIDS_FILE)
         stack.callback(started.forget)
