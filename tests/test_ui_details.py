@@ -32,7 +32,7 @@ async def test_the_ui_says_sleeping_paused_retrying_and_unhealthy(
             text = await details(target_id)
             return text if all(word in text for word in words) else None
 
-        return eventually(probe, what=f"{target_id}'s details saying {words}")
+        return eventually(probe, within=90, what=f"{target_id}'s details saying {words}")
 
     async with worker_process(env):
         for target_id, path, *options in (

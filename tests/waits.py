@@ -17,12 +17,13 @@ T = TypeVar("T")
 async def eventually(
     probe: Callable[[], Awaitable[T]],
     *,
-    within: float = 30.0,
+    within: float = 60.0,
     every: float = 0.1,
     what: str = "the condition",
 ) -> T:
     """The first truthy value `probe` returns, polling every `every` seconds; an
-    AssertionError naming `what` (and the last value seen) after `within` seconds."""
+    AssertionError naming `what` (and the last value seen) after `within` seconds: a
+    minute, for a machine as busy as CI's (a fresh clone beside a burner missed 30 s)."""
     deadline = time.monotonic() + within
     while True:
         value = await probe()
