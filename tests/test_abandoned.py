@@ -234,3 +234,31 @@ async def test_slots_the_schedule_does_not_pass_keep_retrying(pool: asyncpg.Pool
         wid(T0): "unchanged", manual: "retrying",
         wid(T0 + HOUR): "skipped", wid(T0 + 2 * HOUR): "skipped",
     }  # fmt: skip
+
+
+async def test_a_retrying_outcome_of_a_slot_the_schedule_passed_meanwhile_is_final(
+    pool: asyncpg.Pool,
+) -> None:
+    """Soak seed 1208 (chaos-0026): the ended run's first attempt of a slot was still
+    fetching (no row yet, so no sync could finalise one) when the new run's sync moved the
+    schedule past the slot; the attempt then failed transiently. Its `retrying` row would
+    be left for good (no attempt claims a slot behind the schedule): it is written final."""
+    await store.sync_target(pool, CONFIG, next_slot=ABANDONED, enabled=True)
+    zombie = f"{OLD_RUN}/10/1"
+    assert (await claim(pool, zombie, ABANDONED)).claimed
+    await store.sync_target(pool, CONFIG, next_slot=T0 + 4 * HOUR, enabled=True)
+    assert await rows(pool) == {}
+
+    assert await commit(pool, zombie, ABANDONED, RETRY, advance=False) is not None
+    row = (await rows(pool))[ABANDONED]
+    assert (row["status"], row["next_attempt_at"], row["attempt_count"]) == ("skipped", None, 1)
+    assert row["error_message"] == (
+        "not checked: its retries were abandoned when the schedule moved past it during an "
+        "attempt; its last attempt: HTTP 503 Service Unavailable"
+    )
+    stale = await claim(pool, f"{OLD_RUN}/10/2", ABANDONED)
+    assert not stale.claimed and final_result(stale.existing, stale.next_slot) == stale.existing
+    # The schedule's own slot still reads `retrying` between its attempts.
+    await claim(pool, f"{NEW_RUN}/1/1", T0 + 4 * HOUR)
+    await commit(pool, f"{NEW_RUN}/1/1", T0 + 4 * HOUR, RETRY, advance=False)
+    assert (await rows(pool))[T0 + 4 * HOUR]["status"] == "retrying"

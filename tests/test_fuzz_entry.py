@@ -3,6 +3,8 @@ input: any text and any unicode (NUL and lone surrogates included), extreme numb
 dates, wrong types. Every outcome is a target or one line saying what is wrong; never another
 exception, and never a target that Postgres, the grid or an export cannot take (issue 40)."""
 
+import logging
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -104,6 +106,16 @@ def target(raw: object) -> TargetConfig | str:
     except (ValueError, BadInput) as err:
         return str(err)
     return config
+
+
+@pytest.fixture(autouse=True)
+def apprise_quiet() -> Iterator[None]:
+    """Apprise logs the URLs it refuses, surrogates included: a line xdist cannot send back
+    (it crashed a worker). The refusal's one line is what the tests read."""
+    logger = logging.getLogger("apprise")
+    logger.disabled = True
+    yield
+    logger.disabled = False
 
 
 def first_slot(config: TargetConfig, start_at: datetime) -> datetime:

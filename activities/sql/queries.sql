@@ -59,19 +59,31 @@ SELECT
 -- then nothing else happens either. Each grid point the schedule passes gets a `skipped`
 -- row; each is at or before the clock that decided, so none is in the future. Each says
 -- what held the slot back (:skip_cause, `pricewatch.decisions.skip_cause`) when given. A
--- slot it passes that is still `retrying` was abandoned: it becomes `skipped` (0016).
+-- slot it passes that is still `retrying` was abandoned: it becomes `skipped` (0016). So does
+-- this slot's own `retrying` outcome when the schedule already stands past it (a sync moved
+-- it on while this attempt ran, say the new run of a reset): no attempt would claim it again.
 WITH lease AS (
-    SELECT id, next_slot AS since FROM monitor_targets
+    SELECT id, next_slot AS since,
+           :status::text = 'retrying' AND :kind::text = 'scheduled'
+           AND next_slot > :slot::timestamptz AS passed
+      FROM monitor_targets
      WHERE id = :target_id AND lease_token = :execution_id FOR UPDATE
 ), recorded AS (
     INSERT INTO source_checks AS c (work_id, target_id, scheduled_for, kind, checked_at, status,
         attempt_count, result_hash, previous_hash, http_status, body_bytes, error_message,
         etag, last_modified, snapshot, excerpt, rules, next_attempt_at, prices, price_moves,
         notify, skipped_values, screenshot)
-    SELECT :work_id::text, id, :slot::timestamptz, :kind::text, now(), :status::text, 1,
+    SELECT :work_id::text, id, :slot::timestamptz, :kind::text, now(),
+           CASE WHEN passed THEN 'skipped' ELSE :status::text END, 1,
            :result_hash::text, :previous_hash::text, :http_status::integer,
-           :body_bytes::integer, :error_message::text, :etag::text, :last_modified::text,
-           :snapshot::bytea, :excerpt::text, :rules::text, now() + :next_attempt_in::interval,
+           :body_bytes::integer,
+           CASE WHEN passed
+                THEN 'not checked: its retries were abandoned when the schedule moved past '
+                     || 'it during an attempt'
+                     || coalesce('; its last attempt: ' || :error_message::text, '')
+                ELSE :error_message::text END,
+           :etag::text, :last_modified::text, :snapshot::bytea, :excerpt::text, :rules::text,
+           CASE WHEN passed THEN NULL ELSE now() + :next_attempt_in::interval END,
            :prices::jsonb, :price_moves::jsonb, :notify::boolean, :skipped_values::text[],
            :screenshot::bytea
       FROM lease
