@@ -7,6 +7,7 @@ import json
 import sys
 from datetime import datetime
 from decimal import Decimal
+from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
@@ -132,6 +133,13 @@ class PricesRow(View):
         (`100 EUR/year` is `8.33 EUR/month`); a one-time price or one without a period as
         it was read."""
         return self.model_copy(update={"prices": [_per_month(p) for p in self.prices]})
+
+
+class Per(StrEnum):
+    """`prices --per` (the API's `?per=`): the period every amount is shown for, where its
+    own is known."""
+
+    MONTH = "month"
 
 
 def _per_month(price: PriceView) -> PriceView:

@@ -200,9 +200,14 @@ async def prices(
     target_id: TargetId,
     since: datetime = EPOCH,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
+    per: views.Per | None = None,
 ) -> Response:
-    """`prices --json`: the prices each check read (price mode)."""
-    return answer("prices", await pricewatch.prices(target_id, since, limit))
+    """`prices --json`: the prices each check read (price mode); `per=month`: each amount
+    whose period is known as an amount a month, as `prices --per month`."""
+    rows = await pricewatch.prices(target_id, since, limit)
+    if per is views.Per.MONTH:
+        rows = [row.per_month() for row in rows]
+    return answer("prices", rows)
 
 
 @router.get(

@@ -9,7 +9,6 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 from functools import wraps
 from importlib.metadata import version
 from pathlib import Path
@@ -634,12 +633,6 @@ async def deliveries(
         render.deliveries(rows)
 
 
-class Per(StrEnum):
-    """`prices --per`: the period every amount is shown for, where its own is known."""
-
-    MONTH = "month"
-
-
 @app.command("prices")
 @command
 async def price_history(
@@ -652,7 +645,7 @@ async def price_history(
         Path | None, typer.Option(help="Also draw the price history to this PNG file.")
     ] = None,
     per: Annotated[
-        Per | None,
+        views.Per | None,
         typer.Option(
             help="Each amount whose period is known as an amount a month (100 EUR/year is "
             "8.33 EUR/month); one-time prices and those without a period as read."
@@ -664,7 +657,7 @@ async def price_history(
     start = parse_since(since)
     async with pricewatch() as client:
         rows = await client.prices(target_id, start, limit)
-    if per is Per.MONTH:
+    if per is views.Per.MONTH:
         rows = [row.per_month() for row in rows]
     if plot is not None:
         render.plot_prices(target_id, rows, plot)

@@ -68,6 +68,8 @@ async def test_a_switch_from_monthly_to_yearly_billing_is_told_as_a_change_of_pe
         async with serve_process(env) as base, httpx.AsyncClient(base_url=base, timeout=60) as http:
             dashboard = (await http.get("/", params={"state": "prices"})).text
             api = (await http.get("/api/v1/targets/e2e-period/prices")).json()
+            api_monthly = await http.get("/api/v1/targets/e2e-period/prices?per=month")
+            unknown_per = await http.get("/api/v1/targets/e2e-period/prices?per=fortnight")
         told = await pool.fetch(
             "SELECT c.target_id, c.price_moves, c.notify FROM source_checks c"
             " WHERE c.status = 'changed' ORDER BY c.target_id"
@@ -85,6 +87,10 @@ async def test_a_switch_from_monthly_to_yearly_billing_is_told_as_a_change_of_pe
     assert [(p.name, str(p.amount), p.period) for p in rows[-1].prices] == [
         ("Pro", "8.33", "month"), ("Team", "20.00", "month"),
     ]  # fmt: skip
+    told_monthly = json.loads(monthly)  # the API's, oldest first, has the checks since too
+    assert api_monthly.status_code == 200
+    assert api_monthly.json()[: len(told_monthly)] == told_monthly
+    assert unknown_per.status_code == 422 and "month" in unknown_per.text, unknown_per.text
     assert [(row["target_id"], row["notify"]) for row in told] == [
         ("e2e-period", True), ("e2e-period-rise", False),
     ], "a rise rule does not fire on a change of period"  # fmt: skip
