@@ -141,7 +141,8 @@ def test_a_template_without_a_bound_is_refused_at_add_in_seconds(body: str, says
     started = time.monotonic()
     with pytest.raises(ValueError, match=re.escape(says)):
         notices.check(None, body)
-    assert time.monotonic() - started < 10
+    # Its CPU is bounded (2 s); the wall clock only by what a busy machine gives the child.
+    assert time.monotonic() - started < isolated.WALL_SECONDS + 5
 
 
 def test_a_template_cheap_on_a_short_sample_is_still_tried_on_the_largest_notice() -> None:
