@@ -205,14 +205,23 @@ async def frozen_worker(
     drain = None
     try:
         await read_until(process, b"polling", [])
-        drain = asyncio.create_task(process.stdout.read())
+        drain = asyncio.create_task(lines_into(process.stdout, output))
         yield process
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(process.pid, signal.SIGCONT)
         await terminated(process, grace=40)
         if drain is not None:
-            output.append(await drain)
+            await drain
+
+
+async def lines_into(stream: asyncio.StreamReader, output: list[bytes]) -> None:
+    """The process's lines as they come: a test can wait for one."""
+    while line := await stream.readline():
+        output.append(line)
+
+
+SUMMED_UP = b"1 notice it was sending was left to another attempt (thaw)"
 
 
 @pytest.mark.e2e
@@ -256,7 +265,11 @@ async def test_a_worker_frozen_between_its_claim_and_its_send_does_not_send_agai
             await eventually(sent, within=200, what="the delivery sent by worker B")
             assert len(services_app.received) == 1
             os.kill(first.pid, signal.SIGCONT)  # A renders, and would send now
-            await asyncio.sleep(freezes.SUMMARY_AFTER + 3)  # until its freeze is summed up
+
+            async def summed_up() -> bool:  # A's freeze, SUMMARY_AFTER after it noticed
+                return SUMMED_UP in b"".join(output)
+
+            await eventually(summed_up, within=120, what="worker A's freeze summed up")
             row = await pool.fetchrow("SELECT status, attempt_count FROM deliveries")
             assert (await cli(env, "remove", "thaw"))[0] == 0
     log = b"".join(output).decode(errors="replace")
@@ -265,7 +278,7 @@ async def test_a_worker_frozen_between_its_claim_and_its_send_does_not_send_agai
     assert len(texts) == 1, texts
     assert row is not None and (row["status"], row["attempt_count"]) == ("sent", 1)
     assert "its sending lease was taken over (this worker was stalled for" in log, log
-    assert "1 notice it was sending was left to another attempt (thaw)" in log, log
+    assert SUMMED_UP.decode() in log, log
 
 
 if __name__ == "__main__":
