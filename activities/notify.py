@@ -38,15 +38,8 @@ from activities.metrics import count
 from activities.outages import SMTP
 from activities.queries import QUERIES, parse
 from pricewatch import isolated, notices
-from pricewatch.models import (
-    ChannelKind,
-    CheckResult,
-    CheckStatus,
-    DeliveryFailureInput,
-    DeliveryInput,
-    DeliveryResult,
-    Notice,
-)
+from pricewatch.deliveries import DeliveryFailureInput, DeliveryInput, DeliveryResult, Notice
+from pricewatch.models import ChannelKind, CheckResult, CheckStatus
 from pricewatch.names import Activity
 from pricewatch.policy import (
     PERMANENT_DELIVERY_ERROR,

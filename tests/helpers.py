@@ -25,14 +25,13 @@ from activities.checks import CheckActivities
 from activities.fetch import new_client
 from activities.notify import NotifyActivities, SmtpSettings
 from activities.retention import Retention, RetentionActivities
+from pricewatch.deliveries import DeliveryInput, Notice
 from pricewatch.models import (
     Channel,
     ChannelKind,
     CheckInput,
     CheckResult,
     CheckStatus,
-    DeliveryInput,
-    Notice,
     TargetConfig,
 )
 from tests.conftest import LOOPBACK, PageServer, WebhookReceiver

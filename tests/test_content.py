@@ -15,13 +15,8 @@ from temporalio.testing import ActivityEnvironment
 
 from activities import store
 from activities.notify import NotifyActivities, SmtpSettings
-from pricewatch.models import (
-    Channel,
-    ChannelKind,
-    DeliveryInput,
-    Notice,
-    TargetConfig,
-)
+from pricewatch.deliveries import DeliveryInput, Notice
+from pricewatch.models import Channel, ChannelKind, TargetConfig
 from tests.conftest import MailSink, Site, WebhookReceiver
 from tests.helpers import SLOT, Checker
 

@@ -23,15 +23,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from activities import guard
-from activities.browser_proxy import (
-    MAX_REASONS,
+from activities.browser_proxy import MAX_REASONS, GuardedProxy, Session, note
+from activities.guard import AddressPolicy
+from activities.proxy_heads import (
     TOKEN_CHARS,
-    GuardedProxy,
     Reply,
     Request,
-    Session,
     closing_head,
-    note,
     origin_head,
     parse_absolute,
     parse_authority,
@@ -39,7 +37,6 @@ from activities.browser_proxy import (
     response,
     valid,
 )
-from activities.guard import AddressPolicy
 from tests.conftest import LOOPBACK
 from tests.origins import Origin, StartOrigin, asking, connect, echo_answer, get
 

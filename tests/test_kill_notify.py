@@ -24,14 +24,8 @@ from activities.guard import AddressPolicy
 from activities.notify import NotifyActivities, SmtpSettings, _subject, notice_body
 from activities.queries import QUERIES
 from pricewatch import isolated
-from pricewatch.models import (
-    Channel,
-    ChannelKind,
-    DeliveryFailureInput,
-    DeliveryInput,
-    Notice,
-    TargetConfig,
-)
+from pricewatch.deliveries import DeliveryFailureInput, DeliveryInput, Notice
+from pricewatch.models import Channel, ChannelKind, TargetConfig
 from pricewatch.policy import PERMANENT_DELIVERY_ERROR, TRANSIENT_DELIVERY_ERROR
 from pricewatch.prices import move_line
 from pricewatch.settings import Settings

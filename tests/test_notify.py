@@ -16,12 +16,8 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from activities.notify import NotifyActivities, SmtpSettings
 from pricewatch import policy
-from pricewatch.models import (
-    Channel,
-    ChannelKind,
-    DeliveryInput,
-    DeliveryResult,
-)
+from pricewatch.deliveries import DeliveryInput, DeliveryResult
+from pricewatch.models import Channel, ChannelKind
 from pricewatch.names import Activity
 from pricewatch.policy import PERMANENT_DELIVERY_ERROR
 from tests.conftest import Hold, MailSink, PageServer, Start, WebhookReceiver

@@ -78,7 +78,7 @@ def test_a_long_garbage_collection_is_a_warning(
 GIVES_UP_WORKFLOW = """
 from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
-    from pricewatch.models import DeliveryInput
+    from pricewatch.deliveries import DeliveryInput
 from workflows import calls
 
 @workflow.defn
@@ -94,7 +94,7 @@ from temporalio import activity
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from client.temporal import DATA_CONVERTER
-from pricewatch.models import DeliveryFailureInput, DeliveryInput, Notice
+from pricewatch.deliveries import DeliveryFailureInput, DeliveryInput, Notice
 from pricewatch.names import Activity
 from pricewatch.policy import PERMANENT_DELIVERY_ERROR, expected_failure
 from tests.helpers import CHANGED

@@ -20,15 +20,8 @@ from activities.normalise import ExtractionError
 from activities.notify import NotifyActivities, SmtpSettings
 from activities.price_reader import observe, parse_amount, read_prices
 from pricewatch import views
-from pricewatch.models import (
-    Channel,
-    ChannelKind,
-    DeliveryInput,
-    Notice,
-    NotifyOn,
-    PriceSettings,
-    TargetConfig,
-)
+from pricewatch.deliveries import DeliveryInput, Notice
+from pricewatch.models import Channel, ChannelKind, NotifyOn, PriceSettings, TargetConfig
 from pricewatch.prices import Price, listing, move_line, moves, tells
 from tests.conftest import MailSink, Site, WebhookReceiver
 from tests.helpers import SLOT, Checker

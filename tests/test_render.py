@@ -24,9 +24,10 @@ from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Replayer
 
 from activities import store
+from activities.browser_host import browser_memory
 from activities.checks import CheckActivities
 from activities.fetch import FetchError, request_of
-from activities.render import BrowserFetcher, browser_memory
+from activities.render import BrowserFetcher
 from client.temporal import DATA_CONVERTER, workflow_id
 from pricewatch.models import CheckInput, CheckResult, PriceSettings, RenderSettings, TargetConfig
 from tests.chaos import procs

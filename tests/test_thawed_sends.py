@@ -34,7 +34,8 @@ from activities.notify import SEND_DEADLINE, NotifyActivities
 from client import channels
 from client.channels import apprise_channel
 from pricewatch import notices
-from pricewatch.models import ChannelKind, DeliveryInput, TargetConfig
+from pricewatch.deliveries import DeliveryInput
+from pricewatch.models import ChannelKind, TargetConfig
 from pricewatch.policy import TRANSIENT_DELIVERY_ERROR
 from tests.conftest import LOOPBACK, Held, PageServer, Services
 from tests.helpers import NO_SMTP, SLOT, cli, delivery, read_until, terminated, worker_process

@@ -16,14 +16,13 @@ from activities import store
 from activities.fetch import new_client
 from activities.notify import SEND_DEADLINE, NotifyActivities, SmtpSettings
 from client.temporal import DATA_CONVERTER, RPC_TIMEOUT, ensure_retention_schedule
+from pricewatch.deliveries import DeliveryInput, Notice
 from pricewatch.models import (
     Channel,
     ChannelKind,
     CheckKind,
     CheckResult,
     CheckStatus,
-    DeliveryInput,
-    Notice,
     TargetConfig,
 )
 from tests.chaos.proxy import Proxy, postgres_upstream, through

@@ -15,12 +15,11 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError,
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
+    from pricewatch.deliveries import DeliveryFailureInput, DeliveryInput
     from pricewatch.models import (
         CheckInput,
         CheckResult,
         CheckStatus,
-        DeliveryFailureInput,
-        DeliveryInput,
         RecordFailureInput,
         RegisterTargetInput,
         Registration,

@@ -20,15 +20,14 @@ from workflows import calls
 # model (a sandbox re-import would make pydantic reject its own instances). Everything here
 # is free of I/O: activities are called by name, never imported.
 with workflow.unsafe.imports_passed_through():
+    from pricewatch.deliveries import DeliveryInput, Notice
     from pricewatch.models import (
         CheckInput,
         CheckKind,
         CheckResult,
         CheckStatus,
-        DeliveryInput,
         MonitorState,
         MonitorStatus,
-        Notice,
         RegisterTargetInput,
         RemoveTargetInput,
         RetryRequest,

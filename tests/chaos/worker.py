@@ -28,7 +28,8 @@ from temporalio import activity
 from activities import checks, store
 from activities.fetch import Page, Request
 from activities.notify import NotifyActivities
-from pricewatch.models import CheckResult, DeliveryInput
+from pricewatch.deliveries import DeliveryInput
+from pricewatch.models import CheckResult
 from tests.chaos.procs import browsers_under
 
 # mid_fetch: the page request is in flight. after_fetch: the page is in hand, nothing
