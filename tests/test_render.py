@@ -549,15 +549,24 @@ async def test_a_rendered_target_is_checked_by_a_render_worker_on_its_own_queue(
         assert shown.returncode == 0 and png.startswith(PNG), "pricewatch screenshot ID > f.png"
         temporal = await Client.connect(temporal_address, data_converter=DATA_CONVERTER)
         history = await temporal.get_workflow_handle(workflow_id("e2e-rendered")).fetch_history()
+        # Every run's events: the workflow may have continued as new since its checks ran.
+        runs = temporal.list_workflows(f"WorkflowId = '{workflow_id('e2e-rendered')}'")
+        events = [*history.events] + [
+            event
+            async for run in runs
+            for event in (
+                await temporal.get_workflow_handle(run.id, run_id=run.run_id).fetch_history()
+            ).events
+        ]
         assert (await cli(env, "remove", "e2e-rendered"))[0] == 0
     queues = [
         e.activity_task_scheduled_event_attributes.task_queue.name
-        for e in history.events
+        for e in events
         if e.HasField("activity_task_scheduled_event_attributes")
         and e.activity_task_scheduled_event_attributes.activity_type.name == "check_slot"
     ]
     assert queues and all(q == f"{env['PRICEWATCH_TASK_QUEUE']}-render" for q in queues)
-    markers = [e for e in history.events if e.HasField("marker_recorded_event_attributes")]
+    markers = [e for e in events if e.HasField("marker_recorded_event_attributes")]
     local = [
         m for m in markers if m.marker_recorded_event_attributes.marker_name == "LocalActivity"
     ]
