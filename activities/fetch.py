@@ -23,7 +23,7 @@ import hashlib
 import socket
 import ssl
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 
@@ -100,6 +100,9 @@ class Page:
     """A rendered page: its viewport as PNG, when it is a new state (or asked for)."""
     waited: str | None = None
     """A rendered page: what the browser waited for before reading it, and how long."""
+    body: bytes | None = None
+    """The body as read, with its `content_type`, when the request kept it (`try`)."""
+    content_type: str = ""
 
     @property
     def not_modified(self) -> bool:
@@ -126,6 +129,8 @@ class Request:
     """The last observation's hash: a rendered page whose hash differs is screenshot."""
     screenshot: bool = False
     """Screenshot a rendered page whatever its hash (`try --screenshot`)."""
+    keep_body: bool = False
+    """Keep the body on the Page (`try` reads suggestions from it)."""
 
     @property
     def deadline(self) -> timedelta:
@@ -276,13 +281,13 @@ async def _fetch(client: httpx.AsyncClient, wanted: Request) -> Page:
             if response.next_request is not None:  # a redirect: follow without reading it
                 request = response.next_request
                 continue
-            return await _read_page(response, wanted.extraction)
+            return await _read_page(response, wanted)
         finally:
             await response.aclose()
     raise FetchError(f"more than {MAX_REDIRECTS} redirects", transient=False)
 
 
-async def _read_page(response: httpx.Response, extraction: Extraction) -> Page:
+async def _read_page(response: httpx.Response, request: Request) -> Page:
     """The body, decompressed under the cap (a gzip bomb stops at the cap, not in memory),
     normalised and hashed."""
     validators = {
@@ -298,7 +303,8 @@ async def _read_page(response: httpx.Response, extraction: Extraction) -> Page:
     if content_type and not _allowed(content_type):
         raise FetchError(f"unsupported content type {content_type}", transient=False)
     body = await _read_capped(response)
-    return await read_body(response.status_code, body, full_type, extraction, validators)
+    page = await read_body(response.status_code, body, full_type, request.extraction, validators)
+    return replace(page, body=body, content_type=full_type) if request.keep_body else page
 
 
 async def read_body(

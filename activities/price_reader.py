@@ -166,6 +166,11 @@ _SMALL_PAGE = 8192
 
 def observe(body: bytes, content_type: str, settings: PriceSettings) -> Reading:
     """The prices of a fetched body (HTML only)."""
+    return read_prices(html_of(body, content_type), settings)
+
+
+def html_of(body: bytes, content_type: str) -> str:
+    """A fetched body's HTML, decoded; ExtractionError for a body that is not HTML."""
     media_type, _, params = content_type.partition(";")
     media_type = media_type.strip().lower()
     text = decode(body, params if "charset" in params.lower() else _document_charset(body))
@@ -173,7 +178,7 @@ def observe(body: bytes, content_type: str, settings: PriceSettings) -> Reading:
         not media_type and not looks_html(text)
     ):
         raise ExtractionError(f"price mode reads HTML pages, not {media_type or 'this body'}")
-    return read_prices(text, settings)
+    return text
 
 
 def _document_charset(body: bytes) -> str:

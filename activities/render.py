@@ -62,6 +62,7 @@ log = logging.getLogger(__name__)
 BLOCKED_RESOURCES = frozenset({"image", "font", "media"})
 # A PNG of the 1280x800 viewport is typically 50-400 KiB; a bigger one is not kept.
 MAX_SCREENSHOT_BYTES = 2 * 1024 * 1024
+RENDERED_TYPE = "text/html; charset=utf-8"  # what a rendered page is read as: its DOM, serialised
 # A page with more elements than this after its steps is refused (permanent): no pricing
 # page comes near it (a large shop's product page has a few thousand), a runaway script does.
 MAX_DOM_ELEMENTS = 50_000
@@ -261,7 +262,7 @@ class BrowserFetcher:
                 assert documents.last is not None  # _check_document
                 try:
                     read = await read_body(
-                        documents.last.status, body, "text/html; charset=utf-8", request.extraction
+                        documents.last.status, body, RENDERED_TYPE, request.extraction
                     )
                 except ExtractionError as err:  # as a fetched page's: permanent, one line
                     hint = f" ({waited})" if waited else ""
@@ -270,6 +271,8 @@ class BrowserFetcher:
                     ) from err
                 except isolated.Unfinished as err:  # the machine's fault, not the rule's
                     raise FetchError(f"the page was not read: {err}", transient=True) from err
+                if request.keep_body:
+                    read = replace(read, body=body, content_type=RENDERED_TYPE)
                 if request.screenshot or read.sha256 != request.previous_hash:  # a new state
                     shot = await page.screenshot(type="png")
                     if len(shot) <= MAX_SCREENSHOT_BYTES:

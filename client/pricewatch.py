@@ -9,7 +9,6 @@ anything is contacted.
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import math
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -37,7 +36,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities import health, services, store
 from activities.checks import Fetcher
-from activities.fetch import fetch_page, new_client, request_of
+from activities.fetch import new_client
 from activities.guard import AddressPolicy, BlockedAddress, check_host, check_url
 from activities.normalise import Extraction, validate_extraction
 from activities.notify import NotifyActivities, SmtpSettings
@@ -45,7 +44,7 @@ from activities.outages import postgres_address
 from activities.price_reader import validate_price_settings
 from activities.retention import Expired, Retention, expired_summary, prune_pass
 from activities.snapshots import decompress, unified_diff
-from client import channels, manifest
+from client import channels, manifest, trying
 from client.manifest import Located, ManifestError
 from client.temporal import connect, start_monitor, workflow_id
 from pricewatch.calendar import (
@@ -72,7 +71,6 @@ from pricewatch.models import (
     TAG_PATTERN,
     Channel,
     ChannelKind,
-    CheckInput,
     CheckResult,
     CheckStatus,
     MonitorState,
@@ -96,7 +94,6 @@ from pricewatch.views import (
     TargetsPage,
     TargetState,
     TargetSummary,
-    TriedPrice,
     TryView,
 )
 
@@ -415,25 +412,11 @@ class Pricewatch:
     async def try_page(
         self, config: TargetConfig, fetcher: Fetcher | None = None, screenshot: bool = False
     ) -> tuple[TryView, bytes | None]:
-        """Fetch the page once as a check of `config` would (the same guard, rules, User-Agent
-        and timeout; `fetcher`: a browser, for a rendered page) and say what it would record.
-        Nothing is written and neither Temporal nor Postgres is asked: a FetchError is what
-        the check would fail with. With `screenshot`, a rendered page's PNG too."""
+        """`config` validated, then one check's reading of its page (client.trying): nothing is
+        written and neither Temporal nor Postgres is asked."""
         await self.validate(config)
         policy = AddressPolicy.allowing(self.settings.resolved_allow_networks().split(","))
-        check = CheckInput.of(config, datetime.now(UTC))
-        request = dataclasses.replace(request_of(check), screenshot=screenshot)
-        async with new_client(policy) as http:
-            page = await (fetcher or functools.partial(fetch_page, http))(request)
-        assert page.sha256 is not None and page.text is not None, "no validators: no 304"
-        prices = None
-        if page.prices is not None:
-            prices = [TriedPrice(**{**vars(price)}) for price in page.prices]
-        return TryView(
-            url=config.url, http_status=page.status_code, body_bytes=page.size,
-            result_hash=page.sha256, text=page.text, prices=prices,
-            skipped_values=page.skipped, refused_requests=page.refused, waited=page.waited,
-        ), page.screenshot  # fmt: skip
+        return await trying.try_page(policy, config, fetcher, screenshot)
 
     async def site_slots(self) -> Sites:
         """Where the targets of each site fall due, by grid: what a new target of that site

@@ -215,6 +215,18 @@ class TriedPrice(View):
     """What it is counted per (`user`, `seat`, `GB`); null where the page does not say."""
 
 
+class Suggested(View):
+    """`try` with no price selector: settings that read prices on this page (each was read
+    back with them), and what they read."""
+
+    price_selector: str | None
+    """None: the page's structured data, which `--prices` alone reads."""
+    price_name: str | None
+    options: str
+    """The options of `add` (and `try`) that read these prices, shell-quoted."""
+    prices: list[TriedPrice]
+
+
 class TryView(View):
     """`try`: what one check of these settings would record now (nothing is written)."""
 
@@ -232,6 +244,9 @@ class TryView(View):
     """A rendered page: the requests it made that the guard refused."""
     waited: str | None = None
     """A rendered page: what the browser waited for before reading it, and how long."""
+    suggestions: list[Suggested] = []
+    """With no price selector (and no text selector): what would read prices on this page,
+    the most prices first."""
 
 
 class ConfigView(View):

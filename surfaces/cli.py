@@ -3,6 +3,8 @@
 import asyncio
 import contextlib
 import os
+import re
+import shlex
 import socket
 import sys
 import time
@@ -32,6 +34,7 @@ from client.pricewatch import (
     unreachable_database,
     valid_id,
 )
+from client.trying import Unreadable
 from pricewatch import calendar, views
 from pricewatch.calendar import Calendar
 from pricewatch.durations import format_duration, parse_duration
@@ -49,6 +52,7 @@ from pricewatch.models import (
 from pricewatch.policy import MAX_FETCH_TIMEOUT, MIN_FETCH_TIMEOUT, check_timeout
 from pricewatch.settings import Settings
 from pricewatch.slots import format_slot, work_id
+from pricewatch.views import Suggested
 from surfaces import render
 from surfaces.errors import Fault, failure
 
@@ -484,12 +488,19 @@ async def try_page(
         Path | None,
         typer.Option(help="With --render, write the rendered viewport here (PNG)."),
     ] = None,
+    suggest: Annotated[
+        bool,
+        typer.Option(
+            "--suggest", help="Print only the `add` command that reads the page's most prices."
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Read a page once as `add` with these options would check it; nothing is written.
 
     Prints what the check would record: the prices and where each was read, what was skipped
-    and why, the hash (no Temporal or Postgres needed). How to pick a price selector."""
+    and why, the hash (no Temporal or Postgres needed). With no price selector, also the
+    prices the page shows and the options that read each set."""
     config = target_config(
         "try", url, every, max_attempts, unhealthy_after, webhook, email, selector, ignore,
         json_pointer, user_agent, fetch_timeout, prices, price_selector, price_name,
@@ -506,16 +517,35 @@ async def try_page(
         try:
             view, shot = await client.try_page(config, fetcher, screenshot is not None)
         except FetchError as err:
+            if isinstance(err, Unreadable) and not as_json:
+                render.suggested(err.suggestions)
+            if suggest and isinstance(err, Unreadable) and err.suggestions:
+                return typer.echo(add_command(config, err.suggestions[0]))
             fail(f"a check would fail ({'transient' if err.transient else 'permanent'}): {err}",
                  UNAVAILABLE)  # fmt: skip
     if screenshot is not None and shot is not None:
         screenshot.write_bytes(shot)
-    if as_json:
+    if suggest:
+        if not view.suggestions:
+            fail("no prices found on the page to suggest a selector for", UNAVAILABLE)
+        typer.echo(add_command(config, view.suggestions[0]))
+    elif as_json:
         print_json("try", view)
     else:
         render.tried(view)
         if screenshot is not None:
             typer.echo(f"screenshot: {screenshot} ({len(shot or b'')} bytes)")
+
+
+def add_command(config: TargetConfig, suggested: Suggested) -> str:
+    """The `add` command of a suggestion: an id from the page's host, the page's own
+    rendering, and the options that read the suggested prices."""
+    host = (urlsplit(config.url).hostname or "page").removeprefix("www.")
+    target_id = re.sub(r"[^a-z0-9]+", "-", host.lower()).strip("-")[:63].strip("-") or "page"
+    rendered = ["--render"] if config.render is not None else []
+    every = ["--every", format_duration(config.interval)]
+    words = ["pricewatch", "add", target_id, config.url, *every, *rendered]
+    return f"{shlex.join(words)} {suggested.options}"
 
 
 @app.command("list")

@@ -22,6 +22,7 @@ from pricewatch.views import (
     DeliveryView,
     PricesRow,
     PriceView,
+    Suggested,
     TargetSummary,
     TryView,
 )
@@ -210,6 +211,26 @@ def tried(view: TryView) -> None:
     for request in view.refused_requests:
         print(inert(f"refused request: {request}"))
     print(f"sha256: {view.result_hash}  (nothing was written)")
+    suggested(view.suggestions)
+
+
+SHOWN_SUGGESTED = 4  # prices shown of each suggestion: enough to recognise the row
+
+
+def suggested(suggestions: Sequence[Suggested]) -> None:
+    """The ways to read this page's prices (`try` with no price selector), each with what it
+    reads: the options to give `add`."""
+    if not suggestions:
+        return
+    print("prices on this page, with the options that read them (`try` them, then `add`):")
+    for suggestion in suggestions:
+        source = "structured data" if suggestion.price_selector is None else "shown"
+        print(inert(f"  {suggestion.options}    ({len(suggestion.prices)} {source})"))
+        for p in suggestion.prices[:SHOWN_SUGGESTED]:
+            amount = f"{p.amount.normalize():f} {p.currency or ''}".rstrip() + unit(p.period, p.per)
+            print(inert(f"      {p.name}: {amount}"))
+        if len(suggestion.prices) > SHOWN_SUGGESTED:
+            print(f"      ... {len(suggestion.prices) - SHOWN_SUGGESTED} more")
 
 
 def plot_prices(target_id: str, rows: Sequence[PricesRow], path: Path) -> None:
