@@ -2,15 +2,22 @@
 each with settings that read them, and every suggestion reads what it says it reads."""
 
 import html
+import json
 import re
+import shlex
 from decimal import Decimal
 
+import asyncpg
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from activities.price_reader import read_prices
 from activities.price_suggest import Suggestion, suggest, suggest_body
 from pricewatch.models import PriceSettings
+from tests.conftest import PageServer
+from tests.helpers import cli, worker_process
+from tests.waits import wait_for
 
 PLANS = """<html><body><nav><a href="/">Home</a> <span class="cart">0 items</span></nav>
 <section class="plans">
@@ -158,3 +165,59 @@ def test_any_markup_gives_only_suggestions_that_read_what_they_say(fragment: str
     for suggestion in suggest(page):
         assert suggestion.prices, suggestion
         assert said(suggestion) == reads(suggestion, page), suggestion
+
+
+@pytest.mark.e2e
+async def test_a_suggested_add_command_checks_the_prices_try_showed(
+    env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer
+) -> None:
+    """The done-when of issue 43: `try URL` on a page without structured data lists the
+    plans with working selectors; the command `try --suggest` prints, run as it is (but for
+    its cadence), makes a worker record the same prices."""
+    page_server.set("/plans", PLANS)
+    url = page_server.url("/plans")
+    code, out, err = await cli(env, "try", url, "--json")
+    assert code == 0, err
+    [first, *_] = json.loads(out)["suggestions"]
+    shown = [(p["name"], Decimal(p["amount"]), p["currency"]) for p in first["prices"]]
+    assert shown == [
+        ("Starter", Decimal(9), "$"), ("Pro", Decimal(29), "$"), ("Business", Decimal(79), "$")
+    ]  # fmt: skip
+    code, command, err = await cli(env, "try", url, "--suggest")
+    assert code == 0, err
+    words = shlex.split(command)
+    assert words[:4] == ["pricewatch", "add", "127-0-0-1", url], words
+    assert shlex.join(words[6:]) == first["options"], (words, first)
+    words[words.index("--every") + 1] = "2s"
+    async with worker_process(env):
+        code, _, err = await cli(env, *words[1:])
+        assert code == 0, err
+        await wait_for(pool, "SELECT count(*) FROM source_checks WHERE target_id = '127-0-0-1'"
+                             " AND prices IS NOT NULL")  # fmt: skip
+        recorded = await pool.fetchval(
+            "SELECT prices FROM source_checks WHERE target_id = '127-0-0-1'"
+            " AND prices IS NOT NULL ORDER BY scheduled_for LIMIT 1"
+        )
+        assert (await cli(env, "remove", "127-0-0-1"))[0] == 0
+    prices = json.loads(recorded) if isinstance(recorded, str) else recorded
+    assert [(p["name"], Decimal(p["amount"]), p["currency"]) for p in prices] == shown
+
+
+async def test_try_says_which_selectors_would_read_a_page_it_cannot_read(
+    env: dict[str, str], page_server: PageServer
+) -> None:
+    """`--prices` on a page without structured data fails as a check would, and the
+    suggestions say what would read it; `--suggest` prints the command all the same."""
+    page_server.set("/plans", PLANS)
+    code, out, err = await cli(env, "try", page_server.url("/plans"), "--prices")
+    assert code == 1, (out, err)
+    assert err.startswith("pricewatch: a check would fail (permanent): extraction rule failed:")
+    assert "--prices --price-selector .plan --price-name h3    (3 shown)" in out, out
+    assert "Starter: 9 $/month" in out, out
+    code, out, err = await cli(env, "try", page_server.url("/plans"), "--prices", "--suggest")
+    assert (code, err) == (0, ""), err
+    assert out.endswith("--prices --price-selector .plan --price-name h3\n"), out
+    page_server.set("/none", "<p>Nothing for sale, 3 items.</p>")
+    code, out, err = await cli(env, "try", page_server.url("/none"), "--suggest")
+    assert code == 1, (out, err)
+    assert err == "pricewatch: no prices found on the page to suggest a selector for\n", err
