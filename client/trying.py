@@ -4,8 +4,10 @@ no price selector what else would read the page's prices (activities.price_sugge
 import asyncio
 import dataclasses
 import functools
+import re
 import shlex
 from datetime import UTC, datetime
+from urllib.parse import urlsplit
 
 from activities.checks import Fetcher
 from activities.fetch import FetchError, Page, fetch_page, new_client, read_body, request_of
@@ -94,3 +96,9 @@ def _suggested(suggestion: Suggestion) -> Suggested:
         options=shlex.join(options),
         prices=[TriedPrice(**vars(price)) for price in suggestion.prices],
     )
+
+
+def id_for(url: str) -> str:
+    """A target id for a page nobody named yet: its host, as an id is written."""
+    host = (urlsplit(url).hostname or "page").removeprefix("www.")
+    return re.sub(r"[^a-z0-9]+", "-", host.lower()).strip("-")[:63].strip("-") or "page"

@@ -13,10 +13,13 @@ from fastapi import APIRouter, Form, Request, Response
 from fastapi.responses import RedirectResponse
 from pydantic import BaseModel, Field, ValidationError
 
+from activities.fetch import FetchError
 from client.manifest import Entry, field_error
 from client.pricewatch import BadInput
+from client.trying import id_for
 from surfaces import api
 from surfaces.auth import check_csrf
+from surfaces.dashboard import page
 
 router = APIRouter(include_in_schema=False)
 Short = Annotated[str, Field(max_length=500)]
@@ -26,7 +29,7 @@ Lines = Annotated[str, Field(max_length=20_000)]  # a list, one a line
 class AddForm(BaseModel):
     """The form's fields, as posted (every one a string, blank when not filled in)."""
 
-    id: Annotated[str, Field(max_length=63)]
+    id: Annotated[str, Field(max_length=63)] = ""  # blank: `find` names it from the host
     url: Annotated[str, Field(max_length=2000)]
     schedule: Literal["interval", "calendar"] = "interval"
     every: Short = ""
@@ -51,6 +54,26 @@ class AddForm(BaseModel):
     above: Short = ""
     min_change_percent: Short = ""
     csrf: str = ""
+
+    def found_on_the_page(self) -> Entry:
+        """The entry `find` reads the page by: the URL as fetched, no selector of either kind
+        (so that every price the page shows is listed), the form's id if given."""
+        if self.render:
+            raise BadInput(
+                "finding prices reads the page as fetched: for a rendered page, run "
+                "`pricewatch try URL --render` (with its steps), which prints the same list"
+            )
+        target_id = self.id.strip() or "find"
+        try:
+            return Entry.model_validate({"id": target_id, "url": self.url.strip()})
+        except ValidationError as err:
+            raise BadInput(field_error(err)) from err
+
+    def hidden(self) -> dict[str, str]:
+        """The filled-in fields but id and price mode's selectors, to post again as they were
+        with a suggestion's selectors."""
+        kept = self.model_dump(exclude={"id", "csrf", "prices", "price_selector", "price_name"})
+        return {k: "true" if v is True else v for k, v in kept.items() if v not in ("", False)}
 
     def entry(self) -> Entry:
         """The entry this form asks for; BadInput with `apply`'s line for a bad field."""
@@ -98,3 +121,23 @@ async def add(request: Request, form: Annotated[AddForm, Form()]) -> Response:
     done = await api.client(request).put(entry, where="")
     request.session["said"] = f"{', '.join(s.action.value for s in done)} {entry.id}"
     return RedirectResponse(f"/targets/{entry.id}", status_code=303)
+
+
+@router.post("/targets/find")
+async def find(request: Request, form: Annotated[AddForm, Form()]) -> Response:
+    """The prices the page shows, each set with the selectors that read it (as `try` lists
+    them), and a button each to add the target with them: the form's other fields kept."""
+    check_csrf(request, form.csrf)
+    entry = form.found_on_the_page()
+    error, suggestions = None, []
+    try:
+        view, _ = await api.client(request).try_page(entry.config())
+        suggestions = view.suggestions
+    except FetchError as err:
+        kind = "transient" if err.transient else "permanent"
+        error = f"the page could not be read ({kind}): {err}"
+    return page(
+        request, "find.html", url=entry.url, target_id=form.id.strip() or id_for(entry.url),
+        error=error,
+        suggestions=suggestions, fields=form.hidden(),
+    )  # fmt: skip

@@ -3,7 +3,6 @@
 import asyncio
 import contextlib
 import os
-import re
 import shlex
 import socket
 import sys
@@ -34,7 +33,7 @@ from client.pricewatch import (
     unreachable_database,
     valid_id,
 )
-from client.trying import Unreadable
+from client.trying import Unreadable, id_for
 from pricewatch import calendar, views
 from pricewatch.calendar import Calendar
 from pricewatch.durations import format_duration, parse_duration
@@ -540,8 +539,7 @@ async def try_page(
 def add_command(config: TargetConfig, suggested: Suggested) -> str:
     """The `add` command of a suggestion: an id from the page's host, the page's own
     rendering, and the options that read the suggested prices."""
-    host = (urlsplit(config.url).hostname or "page").removeprefix("www.")
-    target_id = re.sub(r"[^a-z0-9]+", "-", host.lower()).strip("-")[:63].strip("-") or "page"
+    target_id = id_for(config.url)
     rendered = ["--render"] if config.render is not None else []
     every = ["--every", format_duration(config.interval)]
     words = ["pricewatch", "add", target_id, config.url, *every, *rendered]

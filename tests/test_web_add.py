@@ -140,3 +140,60 @@ async def test_the_full_form_adds_what_it_says(
         assert f"pricewatch: {field_error(apply_says.value)}" in shown, shown
         assert (await http.get("/api/v1/targets/bad")).status_code == 404
         assert [e for e in seen.errors if "400" not in e] == [] and seen.dialogs == []
+
+
+PLANS = (
+    '<div class="plan"><h3>Starter</h3><p class="price">$9/mo</p><p>5 users</p></div>'
+    '<div class="plan"><h3>Pro</h3><p class="price">$29/mo</p><p>50 users</p></div>'
+)
+
+
+async def test_the_form_finds_the_prices_on_the_page_and_adds_the_one_chosen(
+    env: dict[str, str], page_server: PageServer, browser: Browser
+) -> None:
+    """`Find the prices on the page` lists what `try` lists, each with a button that adds
+    the target with its selectors and the form's other fields as they were filled in."""
+    page_server.set("/plans", PLANS)
+    async with worker_process(env), serve_process(env) as base, httpx.AsyncClient(
+        base_url=base, timeout=60
+    ) as http:  # fmt: skip
+        seen = await watched(browser, base)
+        page = seen.page
+        await page.goto("/")
+        form = page.locator("form#add")
+        await form.get_by_label("URL", exact=True).fill(page_server.url("/plans"))
+        await form.get_by_label("Tags", exact=True).fill("cloud")
+        await form.locator("input[name=every]").fill("6h")
+        await form.get_by_role("button", name="Find the prices on the page").click()
+        await page.wait_for_load_state()
+        main = await page.locator("main").inner_text()
+        first = page.locator("section.suggestion").first
+        assert await first.count(), main
+        listed = await first.inner_text()
+        assert ".plan named by h3 (2)" in listed and "Starter" in listed, listed
+        assert "$9" not in listed and "9 $/month" in listed, listed
+        assert await first.get_by_label("Id", exact=True).input_value() == "127-0-0-1"
+        await first.get_by_label("Id", exact=True).fill("found")
+        await first.get_by_role("button", name="Add with these prices").click()
+        await page.wait_for_load_state()
+        assert page.url.endswith("/targets/found"), await page.locator("main").inner_text()
+        config = (await http.get("/api/v1/targets/found")).json()["status"]["config"]
+        assert config["price_mode"]["selector"] == ".plan"
+        assert config["price_mode"]["name"] == "h3"
+        assert config["tags"] == ["cloud"] and config["interval_seconds"] == 6 * 3600, config
+
+        # Without the session's CSRF token nothing is fetched; a rendered page is said.
+        refused = await http.post(
+            "/targets/find", data={"id": "", "url": page_server.url("/plans")}
+        )
+        assert refused.status_code == 403, refused.text
+        await page.goto("/")
+        form = page.locator("form#add")
+        await form.get_by_label("URL", exact=True).fill(page_server.url("/plans"))
+        for summary in await form.locator("summary").all():
+            await summary.click()
+        await form.get_by_label("Render (load the page in Chromium first)", exact=True).check()
+        await form.get_by_role("button", name="Find the prices on the page").click()
+        shown = await page.locator(".error").inner_text()
+        assert "pricewatch try URL --render" in shown, shown
+        assert seen.dialogs == []
