@@ -77,6 +77,8 @@ class AddForm(BaseModel):
 
     def entry(self) -> Entry:
         """The entry this form asks for; BadInput with `apply`'s line for a bad field."""
+        if not self.id.strip():
+            raise BadInput("id: Field required")
         data: dict[str, object] = {"id": self.id.strip(), "url": self.url.strip()}
         given = {k: v.strip() for k, v in self if isinstance(v, str) and v.strip()}
         calendar = [k for k in ("cron", "at", "on", "tz", "jitter") if k in given]
