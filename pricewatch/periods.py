@@ -4,7 +4,7 @@ and from schema.org (pure, no I/O; `tests/test_periods.py` covers it).
 Pricing pages write `€4.49/mo`, `$99 per user per year`, `billed annually`, `pro Monat`,
 `one-time`; schema.org writes `unitCode: MON` or `billingDuration: P1Y`. Without the period a
 switch from monthly to yearly billing would read as a 12x rise, so each price carries
-`period` (`month`, `year`, `week`, `day`, `one-time` or None) and `per` (`user`, `GB`, ... or
+`period` (`month`, `year`, `week`, `day`, `hour`, `one-time` or None) and `per` (`user`, `GB`, ... or
 None). Only words that say a period next to a price count: a bare "month" in a sentence does
 not; "/mo", "per month", "pro Monat", "monthly" or "billed annually" does. A unit written on
 the amount ("/mo", "per month") wins over a billing word ("billed annually") wherever the
@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
 
-PERIODS = ("day", "week", "month", "year", "one-time")
+PERIODS = ("hour", "day", "week", "month", "year", "one-time")
 
 # A unit on the amount: what comes before it ("/", "per", "a", "pro", "par", "al" ...) and
 # the spellings of each period after it (English, German, French, Spanish, Italian, Dutch).
@@ -23,6 +23,8 @@ PERIODS = ("day", "week", "month", "year", "one-time")
 # Spanish for "and", "per an hour" is no year).
 _ON = r"(?:/|\b(?:per|a|each|every|pro|im|je|par|al|por)\b)"
 _UNITS = {
+    # `/h` and `/hr` only after a slash: "10 h" is a duration, "per an hour" says none.
+    "hour": (r"hr|hrs|hour|hours|stunde|heure|hora|uur", r"/\s*h"),
     "day": (r"day|days|tag|jour|d[ií]a|giorno|dag", r"/\s*d"),
     "week": (r"wk|wks|week|weeks|woche|semaine|semana|settimana", r"/\s*w"),
     "month": (r"mth|mnth|month|months|monat|mois|mes|mese|maand", r"(?:/|\bper\b)\s*mos?"),
@@ -41,6 +43,7 @@ _UNIT_PATTERN = re.compile(
 )
 # Words that say a period alone: billing words ("monthly", "billed annually", "jährlich").
 _ALONE = {
+    "hour": r"hourly|st[üu]ndlich|stuendlich|horaire|por hora|all'ora|per uur",
     "day": r"daily|t[äa]glich|taeglich|quotidien(?:ne)?|diario|giornaliero",
     "week": r"weekly|w[öo]chentlich|woechentlich|hebdomadaire|semanal|settimanale|wekelijks",
     "month": r"monthly|monatlich|mensuel(?:le)?|mensual|mensile|maandelijks",
@@ -87,12 +90,13 @@ _PER_PATTERN = re.compile(
 # period, and `read` would ask up to four texts three questions each.
 _MAYBE = re.compile(_ON + "|" + re.sub(r"\(\?P<\w+>", "(?:", _ALONE_PATTERN.pattern), re.IGNORECASE)
 # UN/CEFACT common codes schema.org uses in unitCode, and ISO 8601 durations (billingDuration).
-_CODES = {"DAY": "day", "WEE": "week", "MON": "month", "ANN": "year"}
+_CODES = {"HUR": "hour", "DAY": "day", "WEE": "week", "MON": "month", "ANN": "year"}
 _CODE_PER = {"E34": "GB", "E35": "TB", "4L": "MB", "IE": "user"}
-_DURATION = re.compile(r"P(?:1|0*1)([DWMY])", re.IGNORECASE)
-_DURATION_UNITS = {"D": "day", "W": "week", "M": "month", "Y": "year"}
+_DURATION = re.compile(r"P(?:1|0*1)([DWMY])|PT0*1(H)", re.IGNORECASE)
+_DURATION_UNITS = {"H": "hour", "D": "day", "W": "week", "M": "month", "Y": "year"}
 # How many of each period a month holds: `per_month`.
 _PER_MONTH: dict[str, Decimal] = {
+    "hour": Decimal(730),  # a cloud bill's month: 8,760 hours a year over 12
     "day": Decimal(365) / 12,
     "week": Decimal(52) / 12,
     "month": Decimal(1),
@@ -125,7 +129,7 @@ def from_structured(spec: Mapping[str, object]) -> tuple[str | None, str | None]
     if isinstance(duration, Mapping):
         period = _code(duration.get("unitCode")) or _worded(duration.get("unitText"))[0]
     elif isinstance(duration, str) and (match := _DURATION.fullmatch(duration.strip())):
-        period = _DURATION_UNITS[match.group(1).upper()]
+        period = _DURATION_UNITS[(match.group(1) or match.group(2)).upper()]
     code = str(spec.get("unitCode") or "").strip().upper()
     period = period or _CODES.get(code)
     per = _CODE_PER.get(code)

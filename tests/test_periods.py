@@ -47,6 +47,13 @@ from surfaces import render
         ("$12", None, None),
         ("12 months free, then $5", None, None),  # a month count is no period
         ("per an hour", None, None),
+        ("$0.007/h", "hour", None),
+        ("0,007 € / h", "hour", None),
+        ("$0.10 per hour", "hour", None),
+        ("€0,05 pro Stunde", "hour", None),
+        ("$0.20/hr per node", "hour", "node"),
+        ("billed hourly", "hour", None),
+        ("10 h of support", None, None),  # a duration, not a rate
         ("Plan A y B $5", None, None),
         ("$3 per m", None, None),
     ],
@@ -69,7 +76,9 @@ def test_the_period_pages_write(text: str, period: str | None, per: str | None) 
         ({"unitText": "month"}, "month", None),
         ({"unitText": "per user / year"}, "year", "user"),
         ({"unitCode": "MON", "referenceQuantity": {"unitCode": "E34"}}, "month", "GB"),
-        ({"billingDuration": "P3M"}, None, None),  # a quarter is none of the five
+        ({"unitCode": "HUR"}, "hour", None),
+        ({"billingDuration": "PT1H"}, "hour", None),
+        ({"billingDuration": "P3M"}, None, None),  # a quarter is none of the six
         ({"price": "10"}, None, None),
     ],
 )
@@ -106,12 +115,15 @@ def test_a_unit_written_on_the_amount_is_read_whatever_comes_before(before: str,
 
 @given(
     st.decimals(min_value=0, max_value=10**6, places=2, allow_nan=False),
-    st.sampled_from(["day", "week", "month", "year"]),
+    st.sampled_from(["hour", "day", "week", "month", "year"]),
 )
 def test_per_month_is_the_amount_in_months_and_back(amount: Decimal, period: str) -> None:
     monthly = periods.per_month(amount, period)
     assert monthly is not None
-    months = {"day": Decimal(12) / 365, "week": Decimal(12) / 52, "month": Decimal(1)}
+    months = {
+        "hour": 1 / Decimal(730), "day": Decimal(12) / 365, "week": Decimal(12) / 52,
+        "month": Decimal(1),
+    }  # fmt: skip
     back = months.get(period, Decimal(12))
     assert abs(monthly * back - amount) <= Decimal("0.01") * back + Decimal("0.000001")
 
@@ -120,6 +132,7 @@ def test_per_month_converts_known_periods_only() -> None:
     assert periods.per_month(Decimal("120"), "year") == Decimal("10.00")
     assert periods.per_month(Decimal("4.49"), "month") == Decimal("4.49")
     assert periods.per_month(Decimal("0.007"), "day") == Decimal("0.213")
+    assert periods.per_month(Decimal("0.0075"), "hour") == Decimal("5.4750")  # 730 hours
     assert periods.per_month(Decimal("49"), "one-time") is None
     assert periods.per_month(Decimal("49"), None) is None
 
