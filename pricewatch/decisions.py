@@ -35,10 +35,10 @@ def final_result(
     return None
 
 
-PRICE_READER = "reader-3"
+PRICE_READER = "reader-4"
 """How price mode reads a page. A new reader (1.3: the current price over the struck-out one,
-stock; 1.12: the period of each price, part of the listing) starts each price target from a
-new baseline, so a reading it corrects is not told as a move."""
+stock; 1.12: the period of each price, part of the listing; 1.13: `hour`, a period) starts
+each price target from a new baseline, so a reading it corrects is not told as a move."""
 
 
 def rules_fingerprint(
