@@ -18,16 +18,9 @@ from decimal import Decimal
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from activities.normalise import ExtractionError
-from activities.price_reader import (
-    _css,
-    _selected,
-    _set_aside,
-    _shown_amount,
-    _structured,
-    _unique_names,
-    _visible_text,
-    html_of,
-)
+from activities.price_reader import html_of, selected, shown_amount, unique_names, visible_text
+from activities.price_structured import structured_prices
+from activities.price_words import css, set_aside
 from pricewatch.models import PriceSettings
 from pricewatch.prices import Price
 
@@ -72,8 +65,8 @@ def suggest(html: str) -> list[Suggestion]:
     """At most MAX_SUGGESTIONS ways to read the page's prices, the most prices first."""
     tree = LexborHTMLParser(html)
     found: list[Suggestion] = []
-    if structured := _structured(html, tree, []):
-        found.append(Suggestion(None, None, _unique_names(structured)))
+    if structured := structured_prices(html, tree, []):
+        found.append(Suggestion(None, None, unique_names(structured)))
     groups: dict[str, list[LexborNode]] = {}
     for node in _amounts(tree):
         groups.setdefault(_signature(node), []).append(node)
@@ -113,7 +106,7 @@ def _amounts(tree: LexborHTMLParser) -> list[LexborNode]:
                 break
             if _currency_amount(node) is not None:
                 above = _ancestors(node)
-                if _set_aside(node) is None and not above.keys() & amounts.keys():
+                if set_aside(node) is None and not above.keys() & amounts.keys():
                     amounts[node.mem_id] = node
                     holding.update(above)
                 break
@@ -124,7 +117,7 @@ def _amounts(tree: LexborHTMLParser) -> list[LexborNode]:
 def _shown_text(node: LexborNode) -> str:
     """The element's text as shown: without its struck-out (a sale's "was") and hidden parts."""
     shown: list[str] = []
-    _visible_text(node, None, shown, [], [])
+    visible_text(node, None, shown, [], [])
     return "".join(shown)
 
 
@@ -141,7 +134,7 @@ def _ancestors(node: LexborNode, levels: int = 1000) -> dict[int, LexborNode]:
 def _currency_amount(node: LexborNode) -> Decimal | None:
     """The amount the element shows, if it shows one with a currency (not a count)."""
     try:
-        amount, currency, _, _ = _shown_amount(node, None)
+        amount, currency, _, _ = shown_amount(node, None)
     except ExtractionError:
         return None
     return amount if currency is not None else None
@@ -187,10 +180,10 @@ def _selectors(node: LexborNode) -> list[str]:
 
 def _reads(tree: LexborHTMLParser, selector: str, name: str | None) -> list[Price] | None:
     try:
-        prices = _selected(tree, PriceSettings(selector=selector, name=name), [])
+        prices = selected(tree, PriceSettings(selector=selector, name=name), [])
     except (ExtractionError, ValueError):
         return None
-    return _unique_names(prices) if prices else None
+    return unique_names(prices) if prices else None
 
 
 def _read_by_selector(tree: LexborHTMLParser, group: list[LexborNode]) -> Suggestion | None:
@@ -239,7 +232,7 @@ def _heading(card: LexborNode) -> LexborNode | None:
     """The card's first heading (a table row's: its first cell), or an element whose class
     says it names the plan."""
     query = ", ".join(_HEADINGS) + ", th, [class]" + (", td" if card.tag == "tr" else "")
-    for element in _css(card, query):
+    for element in css(card, query):
         text = " ".join(element.text().split())
         if not text or len(text) > NAME_CHARS or _currency_amount(element) is not None:
             continue

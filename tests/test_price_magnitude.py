@@ -11,12 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from activities import store
-from activities.price_reader import (
+from activities.price_reader import read_prices
+from activities.price_words import (
     MAX_DECIMAL_PLACES,
     MAX_INTEGER_DIGITS,
     Implausible,
     parse_amount,
-    read_prices,
 )
 from pricewatch.models import PriceSettings
 from pricewatch.views import PriceView

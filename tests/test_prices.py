@@ -15,10 +15,11 @@ from hypothesis import strategies as st
 from selectolax.lexbor import LexborHTMLParser
 from temporalio.testing import ActivityEnvironment
 
-from activities import price_reader, store
+from activities import price_structured, price_words, store
 from activities.normalise import ExtractionError
 from activities.notify import NotifyActivities, SmtpSettings
-from activities.price_reader import observe, parse_amount, read_prices
+from activities.price_reader import observe, read_prices
+from activities.price_words import parse_amount
 from pricewatch import views
 from pricewatch.deliveries import DeliveryInput, Notice
 from pricewatch.models import Channel, ChannelKind, NotifyOn, PriceSettings, TargetConfig
@@ -108,8 +109,8 @@ def test_amounts_as_pages_write_them(text: str, amount: str, currency: str | Non
 
 
 def test_a_plain_amount_is_read_as_price_parser_reads_it() -> None:
-    """The common shapes skip price-parser's search (`_SIMPLE`): the same amount, currency
-    and failure as price-parser's own reading (`_price_parser_amount`), for every symbol the
+    """The common shapes skip price-parser's search (`SIMPLE`): the same amount, currency
+    and failure as price-parser's own reading (`price_parser_amount`), for every symbol the
     shortcut takes and some it must not (`KD` has three decimals), in every layout."""
     symbols = ["", "$", "€", "£", "¥", "₹", "zł", "Kč", "CHF", "EUR", "KD", "USD", "kr"]
     numbers = ["0", "7", "007", "12", "999", "1234", "123456789", "0.123", "1.234", "1,234",
@@ -127,13 +128,13 @@ def test_a_plain_amount_is_read_as_price_parser_reads_it() -> None:
         symbols, symbols, numbers, decimals, ["", " "]
     ):
         text = f"{before}{space}{number}{decimal}{space}{after}".strip()
-        assert reading(price_reader._amount_of, text) == reading(
-            price_reader._price_parser_amount, text
+        assert reading(price_words.amount_of, text) == reading(
+            price_words.price_parser_amount, text
         ), text
 
 
 def test_an_amount_among_words_is_read_as_price_parser_reads_it() -> None:
-    """`_WORDED`'s shortcut (`790,00 € HT`, `From $109.90`): where it applies, `_priced_part`
+    """`WORDED`'s shortcut (`790,00 € HT`, `From $109.90`): where it applies, `priced_part`
     would have read the whole text and price-parser reads the same amount, currency and
     failure, in every layout; words it must not take (`%`, a count, `.` after) go the long way."""
     leads = ["", "Price:", "From", "Cena", "ab", "€", "EUR", "$", "US$", "NZD", "NZD $", "Rs",
@@ -181,19 +182,19 @@ def test_an_amount_among_words_is_read_as_price_parser_reads_it() -> None:
         leads, numbers, decimals, tails, ["", " "]
     ):
         text = " ".join(f"{lead}{space}{number}{decimal}{tail}".split())
-        worded = price_reader._WORDED.fullmatch(text)
+        worded = price_words.WORDED.fullmatch(text)
         if worded is None:
             continue
         taken += 1
-        assert price_reader._priced_part(text) == (text, None), text
-        assert reading(price_reader._worded_amount, worded, text) == reading(
-            price_reader._price_parser_amount, text, ""
+        assert price_words.priced_part(text) == (text, None), text
+        assert reading(price_words.worded_amount, worded, text) == reading(
+            price_words.price_parser_amount, text, ""
         ), text
     assert taken > 10_000
 
 
 def test_one_walk_finds_what_each_kind_of_structured_data_reads() -> None:
-    """`_candidates` finds in one walk what each kind's own selector finds."""
+    """`candidates` finds in one walk what each kind's own selector finds."""
     pages = [path.read_text(errors="replace") for path in sorted(PAGES.iterdir())]
     pages += [
         '<script TYPE="Application/LD+JSON">{}</script><script type="text/json"></script>'
@@ -204,11 +205,11 @@ def test_one_walk_finds_what_each_kind_of_structured_data_reads() -> None:
         "<p>no structured data</p>",
     ]
     pages += ["<p>about itemprop</p>"]  # text, no attribute: a small page may say True
-    padding = f"<!-- {'x' * price_reader._SMALL_PAGE} -->"  # the big-page way too
+    padding = f"<!-- {'x' * price_structured.SMALL_PAGE} -->"  # the big-page way too
     for page in [*pages, *(padding + page for page in pages)]:
         tree = LexborHTMLParser(page)
         for open_graph in (True, False):
-            scripts, metas, itemprop = price_reader._candidates(tree, page, open_graph)
+            scripts, metas, itemprop = price_structured.candidates(tree, page, open_graph)
             assert [n.mem_id for n in scripts] == [
                 n.mem_id for n in tree.css('script[type*="ld+json" i]')
             ]
@@ -216,7 +217,7 @@ def test_one_walk_finds_what_each_kind_of_structured_data_reads() -> None:
                 n.mem_id for n in tree.css("meta[property], meta[name]") if open_graph
             ]
             has_itemprop = tree.css_first("[itemprop]") is not None
-            big = len(page) >= price_reader._SMALL_PAGE
+            big = len(page) >= price_structured.SMALL_PAGE
             assert itemprop == has_itemprop if big else itemprop >= has_itemprop, page[:80]
 
 
