@@ -9,7 +9,6 @@ anything is contacted.
 import asyncio
 import contextlib
 import dataclasses
-import math
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -17,7 +16,6 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from types import TracebackType
 from typing import Any
-from urllib.parse import urlsplit
 
 import asyncpg
 from pydantic import ValidationError
@@ -47,12 +45,10 @@ from activities.snapshots import decompress, unified_diff
 from client import channels, manifest, trying
 from client.manifest import Located, ManifestError
 from client.temporal import connect, start_monitor, workflow_id
+from pricewatch import placement
 from pricewatch.calendar import (
     Calendar,
     describe,
-    offset_width,
-    preferred_offset,
-    spread_key,
 )
 from pricewatch.durations import format_duration
 from pricewatch.health import (
@@ -81,8 +77,9 @@ from pricewatch.models import (
     in_range,
 )
 from pricewatch.names import WORKFLOW_TYPE, Query, Signal, Update, render_queue
+from pricewatch.placement import Sites
 from pricewatch.settings import Settings
-from pricewatch.slots import EPOCH, SiteSpread, format_time, spread_anchor
+from pricewatch.slots import format_time, spread_anchor
 from pricewatch.urls import as_typed
 from pricewatch.views import (
     ChangeView,
@@ -114,11 +111,6 @@ DATABASE_AWAY = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.Interface
 
 # Starts, updates and queries in flight at once when many targets are applied or read.
 CONCURRENCY = 32
-SECOND = timedelta(seconds=1)
-# A site (URL host) and a grid its targets are spread apart on: an interval (and None), or
-# a calendar's offset width and `spread_key`.
-SiteGrid = tuple[str, timedelta, tuple[object, ...] | None]
-Sites = dict[SiteGrid, SiteSpread]
 
 
 def unreachable_database(url: str, err: OSError | TimeoutError) -> ConnectionError:
@@ -419,60 +411,15 @@ class Pricewatch:
         return await trying.try_page(policy, config, fetcher, screenshot)
 
     async def site_slots(self) -> Sites:
-        """Where the targets of each site fall due, by grid: what a new target of that site
-        is spread apart from (PRICEWATCH_SITE_GAP). `--every` targets by interval, at their
-        next slots; calendar targets by calendar, at their offsets (one added before 1.7
-        with jitter has a shift per slot, so no place of its own)."""
-        due: dict[SiteGrid, list[datetime]] = {}
-        for row in await store.list_targets(await self.pool(), trend=0):
-            host = site(str(row["url"]))
-            if row["calendar"] is None:
-                interval = timedelta(seconds=int(str(row["interval_seconds"])))
-                due.setdefault((host, interval, None), []).append(row["next_slot"])  # type: ignore[arg-type]
-                continue
-            try:
-                grid = Calendar.model_validate(row["calendar"])
-            except ValueError:  # a zone this machine's tz data lacks: its worker decides
-                continue
-            if grid.offset_seconds is not None or not grid.jitter_seconds:
-                key = (host, timedelta(seconds=offset_width(grid)), spread_key(grid))
-                due.setdefault(key, []).append(EPOCH + SECOND * (grid.offset_seconds or 0))
-        return {key: self._spread(key, slots) for key, slots in due.items()}
+        """Where the targets of each site fall due, by grid (pricewatch.placement)."""
+        rows = await store.list_targets(await self.pool(), trend=0)
+        return placement.sites_of(rows, self.settings.site_gap)
 
     def placed(self, config: TargetConfig, sites: Sites) -> tuple[TargetConfig, datetime]:
-        """A new target as it starts: its config and its anchor, spread from the targets of
-        its site on its grid by PRICEWATCH_SITE_GAP. An `--every` target's anchor is now,
-        spread by its id, moved on until none of them is due within the gap of it; a
-        calendar target gets the offset that keeps it clear of them (it starts on its
-        calendar: the workflow moves it there). It joins `sites`."""
-        anchor = spread_anchor(config.target_id, datetime.now(UTC))
-        grid = config.calendar
-        if grid is None:
-            key: SiteGrid = (site(config.url), config.interval, None)
-            return config, sites.setdefault(key, self._spread(key, [])).place(anchor)
-        width = timedelta(seconds=offset_width(grid))
-        key = (site(config.url), width, spread_key(grid))
-        preferred = EPOCH + SECOND * preferred_offset(grid, config.target_id)
-        offset = (sites.setdefault(key, self._spread(key, [])).place(preferred) - EPOCH) % width
-        placed = grid.model_copy(update={"offset_seconds": offset // SECOND})
-        return config.model_copy(update={"calendar": placed}), anchor
+        return placement.placed(config, sites, self.settings.site_gap, datetime.now(UTC))
 
     def kept(self, had: TargetConfig, config: TargetConfig, sites: Sites) -> TargetConfig:
-        """`config` as a reconfigure of `had` runs it: the same calendar keeps its offset
-        (unchanged stays unchanged), a new calendar gets one (`placed`)."""
-        grid = config.calendar
-        if grid is None or grid.offset_seconds is not None:
-            return config
-        if had.calendar is not None and spread_key(had.calendar) == spread_key(grid):
-            kept = grid.model_copy(update={"offset_seconds": had.calendar.offset_seconds})
-            return config.model_copy(update={"calendar": kept})
-        return self.placed(config, sites)[0]
-
-    def _spread(self, key: SiteGrid, taken: list[datetime]) -> SiteSpread:
-        gap = self.settings.site_gap
-        if key[2] is not None:  # offsets are whole seconds
-            gap = SECOND * math.ceil(gap / SECOND)
-        return SiteSpread(key[1], gap, taken)
+        return placement.kept(had, config, sites, self.settings.site_gap, datetime.now(UTC))
 
     async def _start(self, config: TargetConfig, start_at: datetime | None, paused: bool) -> None:
         anchor = start_at or spread_anchor(config.target_id, datetime.now(UTC))
@@ -1073,8 +1020,3 @@ def schedule(row: dict[str, Any]) -> str:
     if row["calendar"]:
         return describe(Calendar.model_validate(row["calendar"]))
     return f"every {format_duration(timedelta(seconds=row['interval_seconds']))}"
-
-
-def site(url: str) -> str:
-    """The host a URL's checks land on: what spreading keeps apart."""
-    return (urlsplit(url).hostname or "").lower()

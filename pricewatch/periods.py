@@ -4,8 +4,8 @@ and from schema.org (pure, no I/O; `tests/test_periods.py` covers it).
 Pricing pages write `€4.49/mo`, `$99 per user per year`, `billed annually`, `pro Monat`,
 `one-time`; schema.org writes `unitCode: MON` or `billingDuration: P1Y`. Without the period a
 switch from monthly to yearly billing would read as a 12x rise, so each price carries
-`period` (`month`, `year`, `week`, `day`, `hour`, `one-time` or None) and `per` (`user`, `GB`, ... or
-None). Only words that say a period next to a price count: a bare "month" in a sentence does
+`period` (`month`, `year`, `week`, `day`, `hour`, `one-time` or None) and `per` (`user`, `GB`,
+... or None). Only words that say a period next to a price count: a bare "month" in a sentence does
 not; "/mo", "per month", "pro Monat", "monthly" or "billed annually" does. A unit written on
 the amount ("/mo", "per month") wins over a billing word ("billed annually") wherever the
 two are: `$10/mo, billed annually` is ten a month.

@@ -23,7 +23,7 @@ from cronsim import CronSim
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
-from client.pricewatch import Pricewatch, Sites
+from pricewatch import placement
 from pricewatch.calendar import (
     NOT_ZONES,
     Calendar,
@@ -37,7 +37,7 @@ from pricewatch.calendar import (
     slots_between,
 )
 from pricewatch.models import TargetConfig
-from pricewatch.settings import Settings
+from pricewatch.placement import Sites
 
 ZONES = sorted(available_timezones() - NOT_ZONES)
 BERLIN = "Europe/Berlin"
@@ -539,16 +539,16 @@ def test_one_sites_calendar_targets_are_placed_a_gap_apart(written: str, jitter:
     """`add`/`apply` place each new calendar target of a site clear of the site's others on
     that calendar: every slot of theirs at least PRICEWATCH_SITE_GAP apart, each day, while
     a target of another site is placed on its own."""
-    client = Pricewatch(Settings(site_gap=timedelta(seconds=2)))
+    gap, now = timedelta(seconds=2), utc(2026, 3, 20)
     cal = Calendar.parse(written, BERLIN, jitter)
     sites: Sites = {}
     shop = [
-        client.placed(config_of(f"shop-{n}", "https://shop.example/", cal), sites)[0]
+        placement.placed(config_of(f"shop-{n}", "https://shop.example/", cal), sites, gap, now)[0]
         for n in range(60)
     ]
     width = offset_width(cal)
     assert all(c.calendar and 0 <= (c.calendar.offset_seconds or 0) < width for c in shop)
-    other = client.placed(config_of("news", "https://news.example/", cal), sites)[0]
+    other = placement.placed(config_of("news", "https://news.example/", cal), sites, gap, now)[0]
     assert other.calendar is not None and shop[0].calendar is not None
     assert other.calendar.offset_seconds == preferred_offset(cal, "news")
     start = utc(2026, 3, 27) - timedelta(microseconds=1)  # through Berlin's spring forward
