@@ -11,9 +11,7 @@ import contextlib
 import dataclasses
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 from types import TracebackType
 from typing import Any
 
@@ -44,6 +42,7 @@ from activities.retention import Expired, Retention, expired_summary, prune_pass
 from activities.snapshots import decompress, unified_diff
 from client import channels, manifest, trying
 from client.manifest import Located, ManifestError
+from client.plans import Action, Added, Step, changes
 from client.temporal import connect, start_monitor, workflow_id
 from pricewatch import placement
 from pricewatch.calendar import (
@@ -54,14 +53,14 @@ from pricewatch.durations import format_duration
 from pricewatch.health import (
     ANSWER_BOUND,
     DEFAULT_WINDOW,
-    HEARTBEAT_SILENT,
-    POLL_SILENT,
     QUERY_BOUND,
     Health,
+    Pollers,
     ScheduleHealth,
     ServiceHealth,
-    WorkerHealth,
     parse_window,
+    unwell,
+    workers_health,
 )
 from pricewatch.models import (
     TAG_PATTERN,
@@ -79,7 +78,7 @@ from pricewatch.models import (
 from pricewatch.names import WORKFLOW_TYPE, Query, Signal, Update, render_queue
 from pricewatch.placement import Sites
 from pricewatch.settings import Settings
-from pricewatch.slots import format_time, spread_anchor
+from pricewatch.slots import spread_anchor
 from pricewatch.urls import as_typed
 from pricewatch.views import (
     ChangeView,
@@ -104,8 +103,6 @@ POLLED_LATELY = timedelta(minutes=2)
 # A task queue's partitions (Temporal's default, `matching.numTaskqueueReadPartitions`): a
 # worker polls any of them, and each lists only its own pollers, so health asks every one.
 PARTITIONS = 4
-# A worker (identity, task queue) as Temporal lists its polls: which task kinds, last poll.
-Pollers = dict[tuple[str, str], tuple[list[str], datetime]]
 DATABASE_AWAY = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
@@ -171,64 +168,6 @@ def texts(value: object, name: str = "") -> Iterator[tuple[str, str]]:
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
             yield from texts(item, f"{name}.{index}")
-
-
-class Action(StrEnum):
-    ADD = "add"
-    RECONFIGURE = "reconfigure"
-    PAUSE = "pause"
-    RESUME = "resume"
-    REMOVE = "remove"
-    UNCHANGED = "unchanged"
-
-
-@dataclass(frozen=True)
-class Step:
-    """One thing `apply` does to one target (`changes`: what a reconfigure changes)."""
-
-    action: Action
-    target_id: str
-    located: Located | None = None
-    changes: tuple[str, ...] = ()
-    start_at: datetime | None = None
-    """An add's first slot: its own site's other targets spread apart (`first_slot`)."""
-
-
-def changes(old: TargetConfig, new: TargetConfig) -> tuple[str, ...]:
-    """What differs, in the targets file's words: `every: 5s -> 10s`, `timeout: default ->
-    30s`. Any difference counts, also in a setting no file names (then its field name)."""
-    if old == new:
-        return ()
-    before, after = manifest.entry(old), manifest.entry(new)
-    said = tuple(
-        f"{key}: {_as_said(key, before.get(key))} -> {_as_said(key, after.get(key))}"
-        for key in dict.fromkeys([*before, *after])
-        if before.get(key) != after.get(key)
-    )
-    if said:
-        return said
-    fields = old.model_dump(mode="json"), new.model_dump(mode="json")
-    return tuple(name for name in fields[1] if fields[0].get(name) != fields[1][name])
-
-
-# Settings whose absence is "none" (no channel, no selector, text mode), not a default value.
-ABSENT_IS_NONE = ("webhooks", "emails", "selector", "ignore", "json_pointer", "prices")
-
-
-def _as_said(key: str, value: object) -> str:
-    if value is None:
-        return "none" if key in ABSENT_IS_NONE else "default"
-    if isinstance(value, list):
-        return ", ".join(map(str, value))
-    if isinstance(value, dict):
-        return ", ".join(f"{key}: {item}" for key, item in value.items()) or "structured data"
-    return str(value)
-
-
-class Added(StrEnum):
-    ADDED = "added"
-    UNCHANGED = "unchanged"
-    RECONFIGURED = "reconfigured"
 
 
 def valid_tag(tag: str) -> str:
@@ -956,62 +895,6 @@ def _unanswered(err: BaseException, name: str, address: str) -> str:
         return f"cannot reach {name} at {address}: no answer within {ANSWER_BOUND.seconds} s"
     said = str(err).splitlines()[0] if str(err) else type(err).__name__
     return said if said.startswith("cannot reach") else f"{name} at {address}: {said}"
-
-
-def workers_health(
-    pollers: Pollers | None, beats: list[asyncpg.Record], now: datetime
-) -> list[WorkerHealth]:
-    """Each worker on each task queue, from Temporal's pollers and the heartbeat rows: not
-    polling since its last sign of life when either went silent (HEARTBEAT_SILENT,
-    POLL_SILENT, by `now`, Postgres's clock when it answered)."""
-    rows = {(row["identity"], row["task_queue"]): row for row in beats}
-    workers = []
-    for key in sorted({*(pollers or {}), *rows}, key=lambda key: (key[1], key[0])):
-        polls, last_poll = (pollers or {}).get(key, ([], None))
-        row = rows.get(key)
-        beat = row["last_seen"] if row else None
-        silent: list[datetime] = []
-        if row and row["silent_seconds"] > HEARTBEAT_SILENT.total_seconds():
-            silent.append(row["last_seen"])
-        if last_poll and now - last_poll > POLL_SILENT:
-            silent.append(last_poll)
-        workers.append(WorkerHealth(
-            identity=key[0], task_queue=key[1], polls=polls, last_poll=last_poll,
-            last_heartbeat=beat, started=row["started_at"] if row else None,
-            loop_lag_seconds=row["loop_lag_seconds"] if row else None,
-            not_polling_since=max(silent) if silent else None,
-        ))  # fmt: skip
-    return workers
-
-
-def unwell(
-    schedule: ScheduleHealth | None,
-    workers: list[WorkerHealth],
-    task_queue: str,
-    services: list[ServiceHealth],
-) -> list[str]:
-    """What makes health unwell, a line each: a service that did not answer, a worker gone
-    silent, no worker polling the task queue for workflow or for activity tasks (asked only
-    of a Temporal that answered), targets unchecked for their last `unchecked_after` slots."""
-    problems = [service.error for service in services if service.error]
-    problems += [
-        f"worker {w.identity} on {w.task_queue!r} not polling since {format_time(since)}"
-        for w in workers
-        if (since := w.not_polling_since)
-    ]
-    if all(service.reachable for service in services if service.name == "Temporal"):
-        for kind in ("workflow", "activity"):
-            if not any(w.task_queue == task_queue and kind in w.polls and not w.not_polling_since
-                       for w in workers):  # fmt: skip
-                problems.append(f"no worker polls task queue {task_queue!r} for {kind} tasks")
-    if schedule and schedule.unchecked:
-        names = ", ".join(schedule.unchecked[:10])
-        more = f" and {len(schedule.unchecked) - 10} more" if len(schedule.unchecked) > 10 else ""
-        problems.append(
-            f"{len(schedule.unchecked)} target(s) not checked for their last "
-            f"{schedule.unchecked_after} due slots or more: {names}{more}"
-        )
-    return problems
 
 
 def schedule(row: dict[str, Any]) -> str:

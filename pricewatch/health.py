@@ -4,11 +4,14 @@ query (activities/sql/health.sql) on Postgres's clock; the workers from Temporal
 task-queue description and the workers' own heartbeats; the services from this process's
 own calls."""
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from pricewatch.durations import format_duration, parse_duration
+from pricewatch.slots import format_time
 
 # A result recorded within the greater of these after its slot is on time. Measured to the
 # recorded result, not to the check's start (which no row keeps): the fetch is in it.
@@ -169,3 +172,69 @@ class Health(View):
     """None when Postgres did not answer."""
     workers: list[WorkerHealth]
     services: list[ServiceHealth]
+
+
+# A worker (identity, task queue) as Temporal lists its polls: which task kinds, last poll.
+Pollers = dict[tuple[str, str], tuple[list[str], datetime]]
+
+
+class Row(Protocol):
+    """A heartbeat row as Postgres answers it (asyncpg's Record), read by column."""
+
+    def __getitem__(self, column: str) -> Any: ...
+
+
+def workers_health(
+    pollers: Pollers | None, beats: Sequence[Row], now: datetime
+) -> list[WorkerHealth]:
+    """Each worker on each task queue, from Temporal's pollers and the heartbeat rows: not
+    polling since its last sign of life when either went silent (HEARTBEAT_SILENT,
+    POLL_SILENT, by `now`, Postgres's clock when it answered)."""
+    rows = {(row["identity"], row["task_queue"]): row for row in beats}
+    workers = []
+    for key in sorted({*(pollers or {}), *rows}, key=lambda key: (key[1], key[0])):
+        polls, last_poll = (pollers or {}).get(key, ([], None))
+        row = rows.get(key)
+        beat = row["last_seen"] if row else None
+        silent: list[datetime] = []
+        if row and row["silent_seconds"] > HEARTBEAT_SILENT.total_seconds():
+            silent.append(row["last_seen"])
+        if last_poll and now - last_poll > POLL_SILENT:
+            silent.append(last_poll)
+        workers.append(WorkerHealth(
+            identity=key[0], task_queue=key[1], polls=polls, last_poll=last_poll,
+            last_heartbeat=beat, started=row["started_at"] if row else None,
+            loop_lag_seconds=row["loop_lag_seconds"] if row else None,
+            not_polling_since=max(silent) if silent else None,
+        ))  # fmt: skip
+    return workers
+
+
+def unwell(
+    schedule: ScheduleHealth | None,
+    workers: list[WorkerHealth],
+    task_queue: str,
+    services: list[ServiceHealth],
+) -> list[str]:
+    """What makes health unwell, a line each: a service that did not answer, a worker gone
+    silent, no worker polling the task queue for workflow or for activity tasks (asked only
+    of a Temporal that answered), targets unchecked for their last `unchecked_after` slots."""
+    problems = [service.error for service in services if service.error]
+    problems += [
+        f"worker {w.identity} on {w.task_queue!r} not polling since {format_time(since)}"
+        for w in workers
+        if (since := w.not_polling_since)
+    ]
+    if all(service.reachable for service in services if service.name == "Temporal"):
+        for kind in ("workflow", "activity"):
+            if not any(w.task_queue == task_queue and kind in w.polls and not w.not_polling_since
+                       for w in workers):  # fmt: skip
+                problems.append(f"no worker polls task queue {task_queue!r} for {kind} tasks")
+    if schedule and schedule.unchecked:
+        names = ", ".join(schedule.unchecked[:10])
+        more = f" and {len(schedule.unchecked) - 10} more" if len(schedule.unchecked) > 10 else ""
+        problems.append(
+            f"{len(schedule.unchecked)} target(s) not checked for their last "
+            f"{schedule.unchecked_after} due slots or more: {names}{more}"
+        )
+    return problems

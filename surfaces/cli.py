@@ -25,9 +25,8 @@ from typer.core import TyperOption
 from activities.fetch import FetchError
 from client import manifest
 from client.channels import apprise_channel
+from client.plans import Action, Added
 from client.pricewatch import (
-    Action,
-    Added,
     BadInput,
     Pricewatch,
     unreachable_database,

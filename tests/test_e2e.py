@@ -18,7 +18,8 @@ from temporalio.client import Client, ScheduleActionStartWorkflow
 from temporalio.worker import Replayer
 
 from activities.notify import SmtpSettings
-from client.pricewatch import Added, BadInput, Pricewatch
+from client.plans import Added
+from client.pricewatch import BadInput, Pricewatch
 from client.temporal import DATA_CONVERTER, workflow_id
 from pricewatch import views
 from pricewatch.models import TargetConfig

@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from markupsafe import escape
 
 from activities.health import schedule_health, worker_beat, worker_beats, worker_gone
-from client.pricewatch import unwell, workers_health
 from pricewatch.health import (
     ANSWER_BOUND,
     HEARTBEAT_SILENT,
@@ -27,6 +26,8 @@ from pricewatch.health import (
     Health,
     ServiceHealth,
     parse_window,
+    unwell,
+    workers_health,
 )
 from tests.conftest import PageServer
 from tests.helpers import cli, serve_process, worker_process

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from client.manifest import ManifestError, dump, load
-from client.pricewatch import changes
+from client.plans import changes
 from pricewatch.models import Channel, ChannelKind, NotifyOn, PriceSettings, TargetConfig
 
 GOOD = """\
