@@ -64,3 +64,16 @@ def test_no_test_module_imports_another() -> None:
         if taken:
             importing[str(path.relative_to(REPO))] = sorted(taken)
     assert not importing, importing
+
+
+MAX_LINES = 600
+# Still over, each to be split (issue 45); their count may only fall.
+OVER = {"client/pricewatch.py": 905, "surfaces/cli.py": 1061}
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(REPO)))
+def test_no_product_module_is_over_600_lines(path: Path) -> None:
+    """A module a reader can hold: over MAX_LINES, it is two rooms' worth."""
+    name = str(path.relative_to(REPO))
+    lines = len(path.read_text().splitlines())
+    assert lines <= OVER.get(name, MAX_LINES), f"{name} has {lines} lines: split it"
