@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from surfaces import cli
+from surfaces import options
 from surfaces.errors import Fault, failure
 
 ANY = st.text(max_size=30)
@@ -51,9 +51,9 @@ def test_any_options_are_a_target_or_one_line(
     jitter: str | None, start_at: str | None, step: list[str] | None, rendered: bool,
 ) -> None:  # fmt: skip
     try:
-        cli.parse_start_at(start_at)
-        grid = cli.calendar_of(cron, at, on, tz, jitter)
-        cli.target_config(
+        options.parse_start_at(start_at)
+        grid = options.calendar_of(cron, at, on, tz, jitter)
+        options.target_config(
             target_id, url, every, max_attempts, unhealthy_after, None, None, selector,
             ignore, None, None, timeout, False, None, None, None, None, below, None, None,
             rendered=rendered, step=step, grid=grid,
@@ -65,5 +65,5 @@ def test_any_options_are_a_target_or_one_line(
 @pytest.mark.parametrize("start_at", ["2026-02-30T08:00:00Z", "tomorrow", "", "\x00"])
 def test_a_start_no_calendar_holds_is_one_line(start_at: str) -> None:
     with pytest.raises(Exception) as raised:
-        cli.parse_start_at(start_at)
+        options.parse_start_at(start_at)
     assert "start" in bad_input_line(raised.value)
