@@ -8,19 +8,15 @@ import socket
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from datetime import UTC, datetime, timedelta
-from functools import wraps
-from importlib.metadata import version
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec
+from typing import Annotated
 from urllib.parse import urlsplit
 
 import asyncpg
 import typer
 from rich.progress import Progress
 from temporalio.envconfig import ClientConfig
-from typer.core import TyperOption
 
 from activities.fetch import FetchError
 from client import manifest
@@ -33,17 +29,29 @@ from client.pricewatch import (
 from client.trying import Unreadable, id_for
 from pricewatch import calendar, views
 from pricewatch.durations import format_duration
-from pricewatch.health import DEFAULT_WINDOW
 from pricewatch.models import (
-    CheckResult,
     TargetConfig,
 )
 from pricewatch.policy import check_timeout
 from pricewatch.settings import Settings
 from pricewatch.slots import format_slot, work_id
 from pricewatch.views import Suggested
-from surfaces import render
-from surfaces.errors import Fault, failure
+from surfaces import (
+    reads,  # noqa: F401  (its commands, which only read, join `app`)
+    render,
+)
+from surfaces.command import (
+    DASHBOARD_PORT,
+    UNAVAILABLE,
+    app,
+    command,
+    fail,
+    pricewatch,
+    print_json,
+    print_result,
+    settings,
+    user_errors,
+)
 from surfaces.options import (
     AboveOpt,
     AtOpt,
@@ -77,99 +85,11 @@ from surfaces.options import (
     UserAgentOpt,
     WebhookOpt,
     calendar_of,
-    parse_since,
     parse_start_at,
     target_config,
 )
 
-
-def _flag_type(option: TyperOption, ctx: Any) -> str | None:
-    """A flag takes no value: no `<bool>` beside it in `--help` (typer's rich help prints the
-    type of every option, flags too, where its plain help prints none for them)."""
-    return None if option.is_flag or option.count else _option_type(option, ctx)
-
-
-_option_type = TyperOption.display_type_rich
-TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign, assignment]
-
-app = typer.Typer(
-    help="Watch pages on a schedule; record one result per due slot; say when they change.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-)
-
-P = ParamSpec("P")
-
-
-def print_version(asked: bool) -> None:
-    if asked:
-        typer.echo(f"pricewatch {version('pricewatch')}")
-        raise typer.Exit()
-
-
-@app.callback()
-def main_options(
-    show_version: Annotated[
-        bool,
-        typer.Option("--version", callback=print_version, is_eager=True, help="Print the version."),
-    ] = False,
-) -> None:
-    """Watch pages on a schedule; record one result per due slot; say when they change."""
-
-
-BAD_INPUT = 2
-DASHBOARD_PORT = 8090
-UNAVAILABLE = 1
-
-
-@contextlib.contextmanager
-def user_errors() -> Iterator[None]:
-    """Turn expected failures into one line on stderr: bad input exits 2, an unreachable
-    or failing service, or a check not final in time, exits 1."""
-    try:
-        yield
-    except BrokenPipeError:
-        # The reader left (`pricewatch failures | head`): click ends quietly (status 1).
-        raise
-    except Exception as err:
-        said = failure(err)
-        if said is None:
-            raise
-        fail(said.line, BAD_INPUT if said.fault in (Fault.INPUT, Fault.UNKNOWN) else UNAVAILABLE)
-
-
-def command(fn: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
-    """Run an async command with `user_errors`."""
-
-    @wraps(fn)
-    def run(*args: P.args, **kwargs: P.kwargs) -> None:
-        with user_errors():
-            asyncio.run(fn(*args, **kwargs))
-
-    return run
-
-
-def fail(message: str, code: int) -> None:
-    typer.echo(render.inert(f"pricewatch: {message}"), err=True)
-    raise typer.Exit(code)
-
-
-def settings() -> Settings:
-    return Settings()
-
-
-@contextlib.asynccontextmanager
-async def pricewatch() -> AsyncIterator[Pricewatch]:
-    async with Pricewatch(settings()) as client:
-        yield client
-
-
-def print_result(result: CheckResult) -> None:
-    typer.echo(render.check(result))
-
-
-def print_json(command: str, value: object) -> None:
-    typer.echo(views.dump(command, value))
+__all__ = ["app", "main"]  # the app with every command, and the entry point
 
 
 def first_check(config: TargetConfig, start_at: datetime) -> str:
@@ -335,81 +255,6 @@ def add_command(config: TargetConfig, suggested: Suggested) -> str:
     return f"{shlex.join(words)} {suggested.options}"
 
 
-@app.command("list")
-@command
-async def list_targets(
-    as_json: JsonOpt = False,
-    tag: Annotated[
-        str | None, typer.Option("--tag", metavar="<tag>", help="Only the targets with this tag.")
-    ] = None,
-) -> None:
-    """List targets with their state, next slot and last result."""
-    async with pricewatch() as client:
-        rows = (await client.targets(tag=tag)).targets
-    if as_json:
-        return print_json("list", rows)
-    if not rows:
-        typer.echo(
-            f"no target has the tag {tag!r}"
-            if tag
-            else "no targets: add one with `pricewatch add <id> <url> --every 24h`"
-        )
-        return
-    render.targets(rows)
-
-
-@app.command()
-@command
-async def status(target_id: IdArg, as_json: JsonOpt = False) -> None:
-    """Show paused/active, the next slot, the last result and the Temporal UI link."""
-    async with pricewatch() as client:
-        view = await client.status_view(target_id)
-    if as_json:
-        return print_json("status", view)
-    typer.echo("\n".join(render.status(view.status, view.retrying, view.history_url)))
-
-
-@app.command()
-@command
-async def history(
-    target_id: IdArg,
-    limit: Annotated[int, typer.Option(min=1, max=10000, help="How many slots.")] = 20,
-    as_json: JsonOpt = False,
-) -> None:
-    """Recorded checks of a target, newest first: one row per due slot."""
-    async with pricewatch() as client:
-        results = await client.history(target_id, limit)
-    if as_json:
-        return print_json("history", results)
-    if not results:
-        raise BadInput(f"no recorded checks for {target_id!r}")
-    render.checks(results)
-
-
-@app.command()
-@command
-async def channels(
-    target_id: IdArg,
-    reveal: Annotated[
-        bool, typer.Option(help="Print webhook secrets and Apprise URLs in full.")
-    ] = False,
-    as_json: JsonOpt = False,
-) -> None:
-    """A target's notification channels; secrets masked unless --reveal.
-
-    Masked: webhook signing keys, and the credentials inside an Apprise URL (shown as Apprise
-    masks them)."""
-    async with pricewatch() as client:
-        rows = await client.channels(target_id)
-    shown = rows if reveal else [render.masked(row) for row in rows]
-    if as_json:
-        return print_json("channels", shown)
-    if not rows:
-        typer.echo(f"no channels for {target_id!r}: add them with --notify, --webhook, --email")
-    else:
-        render.channels(shown)
-
-
 @app.command("notify-test")
 @command
 async def notify_test(
@@ -429,132 +274,6 @@ async def notify_test(
         said = "sent" if error is None else f"failed: {error}"
         typer.echo(render.inert(f"{where}{disabled}: {said}"))
     if any(error is not None for _, error in answers):
-        raise typer.Exit(UNAVAILABLE)
-
-
-@app.command()
-@command
-async def deliveries(
-    target_id: IdArg,
-    limit: Annotated[int, typer.Option(min=1, max=10000, help="How many deliveries.")] = 50,
-    as_json: JsonOpt = False,
-) -> None:
-    """Each notice per channel, newest first: sent, or failed with the last error."""
-    async with pricewatch() as client:
-        rows = await client.deliveries(target_id, limit)
-    if as_json:
-        return print_json("deliveries", rows)
-    if not rows:
-        typer.echo("no deliveries yet")
-    else:
-        render.deliveries(rows)
-
-
-@app.command("prices")
-@command
-async def price_history(
-    target_id: IdArg,
-    since: Annotated[
-        str, typer.Option(help="From this long ago (7d, 12h) or this date (ISO-8601).")
-    ] = "30d",
-    limit: Annotated[int, typer.Option(min=1, max=100000, help="At most this many slots.")] = 1000,
-    plot: Annotated[
-        Path | None, typer.Option(help="Also draw the price history to this PNG file.")
-    ] = None,
-    per: Annotated[
-        views.Per | None,
-        typer.Option(
-            help="Each amount whose period is known as an amount a month (100 EUR/year is "
-            "8.33 EUR/month); one-time prices and those without a period as read."
-        ),
-    ] = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """The prices each check read (price mode), one row per slot, oldest first."""
-    start = parse_since(since)
-    async with pricewatch() as client:
-        rows = await client.prices(target_id, start, limit)
-    if per is views.Per.MONTH:
-        rows = [row.per_month() for row in rows]
-    if plot is not None:
-        render.plot_prices(target_id, rows, plot)
-    if as_json:
-        return print_json("prices", rows)
-    render.prices(rows)
-    if plot is not None:
-        typer.echo(f"plot: {plot}", err=True)
-
-
-@app.command()
-@command
-async def diff(
-    target_id: IdArg,
-    work_id: Annotated[
-        str | None, typer.Argument(help="A `changed` check (default: the newest).")
-    ] = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """What changed: a unified diff of a change against the snapshot before it."""
-    async with pricewatch() as client:
-        change = await client.change(target_id, work_id)
-    if as_json:
-        return print_json("diff", change)
-    typer.echo(render.inert(change.diff))
-
-
-@app.command()
-@command
-async def screenshot(
-    work_id: Annotated[str, typer.Argument(help="A rendered check's work id.")],
-) -> None:
-    """A rendered page's screenshot (PNG) on stdout: `pricewatch screenshot ID:SLOT > shot.png`."""
-    if sys.stdout.isatty():
-        raise BadInput("the screenshot is a PNG: redirect it to a file (> shot.png)")
-    async with pricewatch() as client:
-        shot = await client.screenshot(work_id)
-    sys.stdout.buffer.write(shot)
-    sys.stdout.flush()
-
-
-@app.command()
-@command
-async def failures(
-    target_id: Annotated[str | None, typer.Argument(help="Only this target.")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=10000, help="How many slots.")] = 50,
-    as_json: JsonOpt = False,
-) -> None:
-    """Failed slots (dead letters) and slots still being retried, newest first."""
-    async with pricewatch() as client:
-        results = await client.failures(target_id, limit)
-    if as_json:
-        return print_json("failures", results)
-    if not results:
-        typer.echo("no failed slots")
-    else:
-        render.checks(results, when=True)
-
-
-@app.command()
-@command
-async def health(
-    window: Annotated[
-        str, typer.Option(help="How far back: 1h, 1d, 7d, or any duration from 1m to 7d.")
-    ] = DEFAULT_WINDOW,
-    as_json: JsonOpt = False,
-) -> None:
-    """Is every slot checked on time: the window's slots, the workers, Temporal and Postgres.
-
-    The window's due slots (on time, late, skipped by cause, failed), targets unchecked for 3
-    slots, the workers polling each task queue, and whether Temporal and Postgres answer (each
-    asked within 5 s). Exit 0 healthy, 1 when something is unwell (each problem one line), 2
-    bad input."""
-    async with pricewatch() as client:
-        report = await client.health(window)
-    if as_json:
-        print_json("health", report)
-    else:
-        render.health(report)
-    if not report.healthy:
         raise typer.Exit(UNAVAILABLE)
 
 
