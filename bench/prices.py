@@ -40,6 +40,7 @@ from activities.normalise import ExtractionError
 from activities.price_reader import observe
 from bench.report import commit_name
 from pricewatch.models import PriceSettings
+from pricewatch.periods import unit
 from pricewatch.prices import Price
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +52,7 @@ VERDICTS = ("agree", "wrong", "error", "nothing")
 KINDS = (
     "user-named-element", "from-price", "screen-reader-price", "split-parts",
     "repeated-structured-data", "attribute-only", "compound-price-specification",
+    "billing-period",
 )  # fmt: skip
 # The classes of issue 29, then issue 43's kinds: each has a case of its own (tests/test_corpus.py).
 CLASSES = (
@@ -75,6 +77,8 @@ class Expected:
     regular: Decimal | None = None
     availability: str | None = None
     name: str | None = None
+    period: str | None = None
+    per: str | None = None
 
     def matches(self, price: Price) -> bool:
         return (
@@ -83,10 +87,15 @@ class Expected:
             and (self.regular is None or price.regular == self.regular)
             and (self.availability is None or price.availability == self.availability)
             and (self.name is None or price.name == self.name)
+            and (self.period is None or price.period == _said(self.period))
+            and (self.per is None or price.per == _said(self.per))
         )
 
     def line(self) -> str:
-        return _line(self.amount, self.currency, self.regular, self.availability, self.name)
+        return _line(
+            self.amount, self.currency, self.regular, self.availability, self.name,
+            self.period, self.per,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -122,14 +131,22 @@ class CaseResult:
         return f"{self.id} [{', '.join(self.classes)}] {self.verdict}{flag}: {shown} <- {got}"
 
 
+def _said(expected: str) -> str | None:
+    """An expected period or per as the reader gives it: `none` is the page saying none."""
+    return None if expected == "none" else expected
+
+
 def _line(
     amount: Decimal,
     currency: str | None,
     regular: Decimal | None,
     availability: str | None,
     name: str | None,
+    period: str | None = None,
+    per: str | None = None,
 ) -> str:
     text = f"{amount} {currency}" if currency else str(amount)
+    text += unit(period, per)
     if regular is not None:
         text += f" (was {regular})"
     if availability:
@@ -140,7 +157,10 @@ def _line(
 
 
 def read_line(price: Price) -> str:
-    return _line(price.amount, price.currency, price.regular, price.availability, price.name)
+    return _line(
+        price.amount, price.currency, price.regular, price.availability, price.name,
+        price.period, price.per,
+    )  # fmt: skip
 
 
 def load_sources() -> dict[str, dict[str, str]]:
@@ -161,7 +181,7 @@ def _expected(entry: dict[str, Any]) -> Expected:
     assert value is not None
     return Expected(
         value, entry.get("currency"), amount(entry.get("regular")), entry.get("availability"),
-        entry.get("name"),
+        entry.get("name"), entry.get("period"), entry.get("per"),
     )  # fmt: skip
 
 
