@@ -262,14 +262,19 @@ def run_corpus(repeats: int = 3, reader: Reader = observe) -> list[CaseResult]:
 
 
 def reader_at(rev: str) -> Reader:
-    """The price reader of an earlier commit (`activities/prices.py` before 1.3), loaded from
-    git beside this one; it imports the modules of this checkout."""
-    source = subprocess.run(
-        ["git", "show", f"{rev}:activities/prices.py"], cwd=ROOT, capture_output=True,
-        text=True, check=True, timeout=30,
-    ).stdout  # fmt: skip
+    """The price reader of an earlier commit (`activities/prices.py` before 1.3, then
+    `activities/price_reader.py` until 1.13 split it), loaded from git beside this one; it
+    imports the modules of this checkout."""
+    for path in ("activities/prices.py", "activities/price_reader.py"):
+        shown = subprocess.run(
+            ["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True, text=True,
+            timeout=30,
+        )  # fmt: skip
+        if shown.returncode == 0:
+            break
+    shown.check_returncode()
     module = types.ModuleType(f"reader_{rev}")
-    exec(compile(source, f"{rev}:activities/prices.py", "exec"), module.__dict__)
+    exec(compile(shown.stdout, f"{rev}:{path}", "exec"), module.__dict__)
     reader: Reader = module.observe
     return reader
 

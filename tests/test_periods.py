@@ -2,6 +2,7 @@
 several languages, schema.org's codes, properties of the reading, the reader carrying them,
 and stored prices of rows written before them still loading."""
 
+import re
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -298,3 +299,46 @@ def test_the_one_scan_shortcut_reads_as_asking_each_text(text: str, around: list
         for words in texts:
             slow = (slow[0] or periods.period_in(words), slow[1] or periods.per_in(words))
         assert periods.read(texts[0], texts[1:]) == slow
+
+
+# Everything `read` looks for, as one pattern: what `may_say`'s cheap test must never miss.
+SAYS = re.compile(
+    periods._ON + "|" + re.sub(r"\(\?P<\w+>", "(?:", periods._ALONE_PATTERN.pattern), re.I
+)
+SPOKEN = st.sampled_from(
+    ["/mo", " per month", " pro Monat", "monthly", "billed annually", "Jährlich", "one-time",
+     "ONE OFF", "onetime", "pay once", "Lifetime", "einmalig", "paiement unique", "pago único",
+     "una tantum", "por hora", "all'ora", "per uur", "Stündlich", "hourly", "a day", "each week",
+     "je Nutzer", "im Monat", "par an", "al mes", "Täglich", "QUOTIDIENNE", "/h", "per seat"]
+)  # fmt: skip
+
+
+@given(st.lists(st.one_of(SPOKEN, st.text(max_size=12)), max_size=6).map(" ".join))
+def test_may_say_misses_nothing_the_patterns_find(text: str) -> None:
+    if SAYS.search(text):
+        assert periods.may_say(text), text
+
+
+@given(WORDS)
+def test_a_text_that_may_say_nothing_reads_as_nothing(text: str) -> None:
+    if not periods.may_say(text):
+        assert periods.read("$12", [text]) == (None, None)
+        assert periods.period_in(text) is None and periods.per_in(text) is None
+
+
+# The unit pattern as 1.12 wrote it, each period's words behind `_ON` of their own: the one
+# that factors `_ON` out must find the same unit in every text.
+UNITS_AS_WRITTEN = re.compile(
+    "|".join(
+        rf"{periods._ON}\s*(?P<{period}>{words})(?![\w-])|(?P<{period}_short>{short})(?![\w-])"
+        for period, (words, short) in periods._UNITS.items()
+    ),
+    re.I,
+)
+
+
+@given(st.lists(st.one_of(SPOKEN, st.sampled_from(["/", " ", "per ", "/ h", "/d", "an", "mo"]),
+                          st.text(max_size=8)), max_size=8).map("".join))  # fmt: skip
+def test_the_unit_pattern_finds_what_it_found_before_it_was_factored(text: str) -> None:
+    before, now = UNITS_AS_WRITTEN.search(text), periods._UNIT_PATTERN.search(text)
+    assert (before and (before.start(), before.lastgroup)) == (now and (now.start(), now.lastgroup))
