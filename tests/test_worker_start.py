@@ -14,8 +14,10 @@ import os
 import signal
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import asyncpg
@@ -194,3 +196,44 @@ async def test_a_worker_started_while_temporal_is_frozen_starts_and_checks_once_
     assert f"waiting for Temporal at {address} (" in logged, logged
     assert "Traceback" not in logged, logged
     assert process.returncode == 0
+
+
+class NeverStarting:
+    """A worker whose start-up check never answers (the SDK's, against a frozen server)."""
+
+    is_running = False
+
+    async def run(self) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_a_start_up_check_on_a_starved_loop_is_said_by_the_clock(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each poll's sleep lasts 0.3 s where 0.05 s was asked (a loop starved beside a burner):
+    the wait is said after RPC_TIMEOUT of time, not after RPC_TIMEOUT's worth of polls (which
+    a fresh clone beside a burner saw take minutes)."""
+    monkeypatch.setattr("workers.worker.RPC_TIMEOUT", timedelta(seconds=1))
+    caplog.set_level(logging.WARNING, "pricewatch.worker")
+    stop = asyncio.Event()
+
+    async def starve() -> None:
+        while not stop.is_set():
+            time.sleep(0.3)  # noqa: ASYNC251  (the point: the loop is held)
+            await asyncio.sleep(0)
+
+    async def start() -> None:
+        async with polling(lambda: NeverStarting(), None, stop):  # type: ignore[arg-type, return-value]
+            raise AssertionError("it never starts")
+
+    starved, starting = asyncio.create_task(starve()), asyncio.create_task(start())
+    began = time.monotonic()
+    try:
+        said = await eventually(
+            lambda: asyncio.sleep(0, [r.getMessage() for r in caplog.records]), within=6
+        )
+    finally:
+        stop.set()
+        await asyncio.wait([starved, starting])
+    assert "no answer to the worker's start-up check" in said[0], said
+    assert time.monotonic() - began < 4, "said late: by the polls counted, not the clock"
