@@ -196,4 +196,11 @@ async def test_the_form_finds_the_prices_on_the_page_and_adds_the_one_chosen(
         await form.get_by_role("button", name="Find the prices on the page").click()
         shown = await page.locator(".error").inner_text()
         assert "pricewatch try URL --render" in shown, shown
+        # The fetch goes through the address guard, as a check's does.
+        await page.goto("/")
+        form = page.locator("form#add")
+        await form.get_by_label("URL", exact=True).fill("http://169.254.169.254/latest")
+        await form.get_by_role("button", name="Find the prices on the page").click()
+        shown = await page.locator(".error").inner_text()
+        assert "not a public address" in shown, shown
         assert seen.dialogs == []
