@@ -101,11 +101,19 @@ _FIRST_WORDS = frozenset({
     "una", "eenmalig",
 })  # fmt: skip
 _WORD = re.compile(r"[^\W\d_]+")
+# An ASCII text's words, three to seven times faster than `_WORD`: every byte that is no
+# letter becomes a space, and every letter lower case.
+_ASCII_WORDS = bytes(c | 0x20 if chr(c).isalpha() else 32 for c in range(128)) + b" " * 128
+_FIRST_ASCII = frozenset(word.encode() for word in _FIRST_WORDS if word.isascii())
 
 
 def may_say(text: str) -> bool:
     """Whether the text may say a period or a per: a slash, or a word one starts with."""
-    return "/" in text or not _FIRST_WORDS.isdisjoint(_WORD.findall(text.lower()))
+    if "/" in text:
+        return True
+    if text.isascii():
+        return not _FIRST_ASCII.isdisjoint(text.encode().translate(_ASCII_WORDS).split())
+    return not _FIRST_WORDS.isdisjoint(_WORD.findall(text.lower()))
 
 
 # UN/CEFACT common codes schema.org uses in unitCode, and ISO 8601 durations (billingDuration).
@@ -168,6 +176,8 @@ def read(
 ) -> tuple[str | None, str | None]:
     """`(period, per)` of a price: what its structured data says, else its own text, else the
     nearest neighbour's text that says one (`around`, nearest first)."""
+    if not spec and not around:  # a price alone in its element: the common case
+        return (period_in(text), per_in(text)) if may_say(text) else (None, None)
     period, per = from_structured(spec) if spec else (None, None)
     texts = [text, *around]
     widest = texts[-1]  # a neighbourhood's: the nearest holds the price's, the next the nearest

@@ -313,7 +313,12 @@ SPOKEN = st.sampled_from(
 )  # fmt: skip
 
 
-@given(st.lists(st.one_of(SPOKEN, st.text(max_size=12)), max_size=6).map(" ".join))
+@given(
+    st.lists(
+        st.one_of(SPOKEN, st.text(max_size=12), st.text(st.characters(max_codepoint=127))),
+        max_size=6,
+    ).map(" ".join)
+)
 def test_may_say_misses_nothing_the_patterns_find(text: str) -> None:
     if SAYS.search(text):
         assert periods.may_say(text), text
