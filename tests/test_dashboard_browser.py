@@ -83,10 +83,17 @@ async def test_the_chart_has_a_point_per_slot_and_the_diff_shows_the_change(
         page = seen.page
         await page.goto("/targets/plans")
         chart = page.locator("figure.price", has_text="Pro")
-        assert await chart.locator("circle.point").count() == len(rows) >= 3
-        titles = await chart.locator("circle.point title").all_text_contents()
-        amounts = [t.rsplit(": ", 1)[1] for t in titles]
+        # A dot per slot, drawn as one path of `h0` marks per run of one amount, titled once.
+        marks = await chart.locator("path.point").evaluate_all(
+            "paths => paths.map(p => p.getAttribute('d').split('h0').length - 1)"
+        )
+        titles = await chart.locator("path.point title").all_text_contents()
+        assert sum(marks) == len(rows) >= 3
+        amounts = [
+            t.rsplit(": ", 1)[1] for t, n in zip(titles, marks, strict=True) for _ in range(n)
+        ]
         assert amounts == [row["prices"][0]["amount"] for row in rows]  # slot by slot
+        assert all(f"{n} slots" in t for t, n in zip(titles, marks, strict=True) if n > 1)
         assert {"10.00", "12.00", "9.00"} <= set(amounts)
         diff = page.locator("table.diff")
         shown = (await http.get("/api/v1/targets/plans/diff")).json()["diff"]

@@ -12,6 +12,7 @@ import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from html import escape
 from pathlib import Path
 
 import asyncpg
@@ -120,6 +121,21 @@ def test_time_ticks_start_at_the_first_slot_and_never_repeat(first: float, span:
     assert ticks[0][0] == first and 1 <= len(ticks) <= 5
     labels = [label for _, label in ticks]
     assert len(set(labels)) == len(labels), labels
+
+
+@given(
+    st.lists(st.sampled_from([Decimal("9.00"), Decimal("12.50"), Decimal("12.5")]), max_size=60),
+    st.text(max_size=20),
+)
+def test_a_chart_has_a_dot_per_slot_and_each_run_says_its_amount(
+    amounts: list[Decimal], name: str
+) -> None:
+    points = [(NOW + timedelta(hours=i), amount) for i, amount in enumerate(amounts)]
+    svg = str(charts.price_chart(name, points))
+    runs = re.findall(r'<path class="point" d="([^"]*)"><title>([^<]*)</title></path>', svg)
+    said = [title.rsplit(": ", 1)[1] for marks, title in runs for _ in range(marks.count("h0"))]
+    assert said == [str(amount) for amount in amounts]  # slot by slot, 12.5 not 12.50
+    assert all(title.startswith(escape(name) + ": ") for _, title in runs)
 
 
 # Postgres-backed pages ----------------------------------------------------------------
