@@ -200,6 +200,7 @@ class Pricewatch:
         self._connecting = asyncio.Lock()  # each connection opened once, by one request
         self._pooling = asyncio.Lock()
         self._answered: dict[str, datetime] = {}  # service: when it last answered `health`
+        self._schedule = health.SharedSchedule()
 
     async def __aenter__(self) -> "Pricewatch":
         return self
@@ -207,6 +208,7 @@ class Pricewatch:
     async def __aexit__(
         self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self._schedule.close()
         if self._pool is not None:
             await self._pool.close()
 
@@ -821,13 +823,10 @@ class Pricewatch:
         answered = self._service("Postgres", address, None)
         try:
             async with asyncio.timeout(QUERY_BOUND.total_seconds()):
-                schedule = await health.schedule_health(pool, window)
+                schedule = await self._schedule.read(pool, window)
         except (*DATABASE_AWAY, ConnectionError) as err:
-            why = (
-                f"no answer within {QUERY_BOUND.seconds} s"
-                if isinstance(err, TimeoutError)
-                else err
-            )
+            late = isinstance(err, TimeoutError)
+            why = f"no answer within {QUERY_BOUND.seconds} s" if late else err
             said = f"Postgres at {address} answers, but the window's slots did not come: {why}"
             return None, beats, answered.model_copy(update={"error": said})
         return schedule, beats, answered

@@ -2,6 +2,7 @@
 Postgres (on time, late, skipped by cause, failed, pending; the window's edges; targets
 unchecked for N slots named), and the view on every surface."""
 
+import asyncio
 import itertools
 import os
 import signal
@@ -18,12 +19,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from markupsafe import escape
 
-from activities.health import schedule_health, worker_beat, worker_beats, worker_gone
+import activities.health
+from activities.health import (
+    SharedSchedule,
+    schedule_health,
+    worker_beat,
+    worker_beats,
+    worker_gone,
+)
 from pricewatch.health import (
     ANSWER_BOUND,
     HEARTBEAT_SILENT,
     ON_TIME_FLOOR,
     Health,
+    ScheduleHealth,
     ServiceHealth,
     parse_window,
     unwell,
@@ -34,6 +43,7 @@ from tests.helpers import cli, serve_process, worker_process
 from tests.waits import eventually, wait_for
 
 HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
 RAW = ["<script", "<img", "onerror=1>", "\"'&"]  # as tests/test_escaping.py marks fields
 
 
@@ -134,6 +144,51 @@ async def test_counts_each_slot_by_what_became_of_it(pool: asyncpg.Pool) -> None
     assert health.deployment.skip_causes == row.skip_causes
     assert health.deployment.due == 9
     assert health.unchecked == []
+
+
+async def test_a_server_reads_the_window_once_for_every_request_at_once(
+    pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Twenty requests at once run the query once; within its reuse time the reading is
+    reused; past it the last good reading is shown while one new reading runs, and a later
+    request sees that one."""
+    ran: list[timedelta] = []
+
+    async def counted(pool: asyncpg.Pool, window: timedelta) -> ScheduleHealth:
+        ran.append(window)
+        return await schedule_health(pool, window)
+
+    monkeypatch.setattr(activities.health, "schedule_health", counted)
+    await add_row(pool, await add_target(pool), 2 * HOUR, "unchanged")
+    shared = SharedSchedule(reuse_seconds=0.5)
+    first = await asyncio.gather(*(shared.read(pool, DAY) for _ in range(20)))
+    assert ran == [DAY] and all(reading is first[0] for reading in first)
+    assert first[0].deployment.on_time == 1
+    assert await shared.read(pool, DAY) is first[0] and ran == [DAY]  # reused
+    await shared.read(pool, HOUR)
+    assert ran == [DAY, HOUR]  # each window its own
+    await add_row(pool, await add_target(pool), 3 * HOUR, "failed")
+    await asyncio.sleep(0.6)
+    assert await shared.read(pool, DAY) is first[0]  # stale: shown while the next one reads
+
+    async def read_anew() -> bool:
+        return (await shared.read(pool, DAY)).deployment.failed == 1
+
+    await eventually(read_anew, what="the new reading shown")
+    assert ran[:3] == [DAY, HOUR, DAY]
+    shared.close()
+
+
+async def test_a_failed_reading_is_not_reused(pool: asyncpg.Pool) -> None:
+    shared = SharedSchedule(reuse_seconds=60)
+    await pool.execute("ALTER TABLE source_checks RENAME TO held_back")
+    try:
+        with pytest.raises(asyncpg.UndefinedTableError):
+            await shared.read(pool, DAY)
+    finally:
+        await pool.execute("ALTER TABLE held_back RENAME TO source_checks")
+    assert (await shared.read(pool, DAY)).deployment.due == 0  # asked again, not reused
+    shared.close()
 
 
 async def test_the_window_ends_at_postgres_now_and_starts_a_window_before(
