@@ -16,10 +16,11 @@ import httpx
 from temporalio import activity, workflow
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from activities.store import keep_session
 from bench.process import worker_process
 from pricewatch.slots import first_slot, next_slot, work_id
 from workers.payloads import skip_idle_payload_walks
-from workers.worker import InlineActivations, keep_session
+from workers.worker import InlineActivations
 
 WORKFLOW_NAME = "BenchBareLoop"
 CHECK_ACTIVITY = "bare_check"

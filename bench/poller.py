@@ -18,7 +18,7 @@ from pricewatch.models import CheckKind, CheckStatus
 from pricewatch.policy import CHECK_LEASE
 from pricewatch.settings import Settings
 from pricewatch.slots import work_id
-from workers.worker import WorkerTuning, address_policy, keep_session
+from workers.worker import WorkerTuning, address_policy
 
 # Lease the due rows (each with its own holder) and read each one's last good hash, in one
 # statement; rows another poller holds are skipped, not waited for.
@@ -80,7 +80,7 @@ async def main() -> None:
         settings.resolved_database_url(),
         min_size=1,
         max_size=tuning.pool_size,
-        reset=keep_session,  # the same pool as the worker's
+        reset=store.keep_session,  # the same pool as the worker's
     )
     in_flight: set[asyncio.Task[None]] = set()
     try:

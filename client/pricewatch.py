@@ -9,8 +9,8 @@ anything is contacted.
 import asyncio
 import contextlib
 import dataclasses
-import re
-from collections.abc import AsyncIterator, Callable, Iterator
+import functools
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any
@@ -24,11 +24,13 @@ from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
     WorkflowHandle,
+    WorkflowQueryRejectedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
     WorkflowUpdateStage,
 )
+from temporalio.common import QueryRejectCondition
 from temporalio.envconfig import ClientConfig
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from activities import health, services, store
 from activities.checks import Fetcher
@@ -41,8 +43,20 @@ from activities.price_reader import validate_price_settings
 from activities.retention import Expired, Retention, expired_summary, prune_pass
 from activities.snapshots import decompress, unified_diff
 from client import channels, manifest, trying
+from client.inputs import (
+    BadInput,
+    Unknown,
+    moment,
+    open_workflow,
+    storable,
+    texts,
+    unreachable_database,
+    valid_id,
+    valid_tag,
+)
 from client.manifest import Located, ManifestError
 from client.plans import Action, Added, Step, changes
+from client.recent import Recent
 from client.temporal import connect, start_monitor, workflow_id
 from pricewatch import placement
 from pricewatch.calendar import (
@@ -63,7 +77,6 @@ from pricewatch.health import (
     workers_health,
 )
 from pricewatch.models import (
-    TAG_PATTERN,
     Channel,
     ChannelKind,
     CheckResult,
@@ -73,7 +86,6 @@ from pricewatch.models import (
     PruneProgress,
     RetryRequest,
     TargetConfig,
-    in_range,
 )
 from pricewatch.names import WORKFLOW_TYPE, Query, Signal, Update, render_queue
 from pricewatch.placement import Sites
@@ -110,21 +122,6 @@ DATABASE_AWAY = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.Interface
 CONCURRENCY = 32
 
 
-def unreachable_database(url: str, err: OSError | TimeoutError) -> ConnectionError:
-    """One line for a Postgres that did not answer: where (host:port, or the socket
-    directory; never the password) and what the OS said."""
-    why = getattr(err, "strerror", None) or str(err) or "no answer in time"
-    return ConnectionError(f"cannot reach Postgres at {postgres_address(url)}: {why}")
-
-
-class BadInput(Exception):
-    """The caller asked for something invalid or unknown: nothing was changed."""
-
-
-class Unknown(BadInput):
-    """No such target, work id or recorded check (the API's 404)."""
-
-
 class StillChecking(Exception):
     """A check-now or retry a worker took and did not finish within CHECK_WAIT: it goes on
     in the workflow (a page failing transiently is retried for minutes), and `history`
@@ -133,56 +130,6 @@ class StillChecking(Exception):
 
 class NotTaken(TimeoutError):
     """No worker took a check-now or retry within UPDATE_TAKEN_BOUND (a service fault)."""
-
-
-# What Postgres' text and jsonb refuse: NUL, and a lone UTF-16 surrogate (JSON's `\ud800`).
-UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-
-
-def storable(name: str, text: str) -> str:
-    """`text`, or BadInput naming `name` if Postgres cannot hold or compare it (a search or
-    a setting that would otherwise come back as "Postgres: invalid byte sequence", an
-    outage, or stop a target's workflow at its registration)."""
-    if found := UNSTORABLE.search(text):
-        what = "a NUL character" if found[0] == "\x00" else "a lone surrogate (half a character)"
-        raise BadInput(f"{name}: holds {what}, which no text here may")
-    return text
-
-
-def moment(name: str, value: datetime) -> datetime:
-    """`value` in UTC, or BadInput naming `name` if it is outside the times pricewatch
-    reads and writes (`pricewatch.models.in_range`)."""
-    try:
-        return in_range(value)
-    except ValueError as err:
-        raise BadInput(f"{name}: {err}") from err
-
-
-def texts(value: object, name: str = "") -> Iterator[tuple[str, str]]:
-    """Every string in a dumped model, with where it is (`channels.0.title`)."""
-    if isinstance(value, str):
-        yield name, value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from texts(item, f"{name}.{key}" if name else str(key))
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            yield from texts(item, f"{name}.{index}")
-
-
-def valid_tag(tag: str) -> str:
-    if not TAG_PATTERN.fullmatch(tag):
-        raise BadInput(
-            f"tag: {tag[:40]!r} is not a tag (lowercase letters, digits and inner hyphens, "
-            "1-32 chars)"
-        )
-    return tag
-
-
-def valid_id(target_id: str) -> str:
-    """The id if it is a slug (the rule `TargetConfig` enforces), else a ValidationError."""
-    TargetConfig(target_id=target_id, url="http://example.com", interval_seconds=1)
-    return target_id
 
 
 class Pricewatch:
@@ -201,6 +148,7 @@ class Pricewatch:
         self._pooling = asyncio.Lock()
         self._answered: dict[str, datetime] = {}  # service: when it last answered `health`
         self._schedule = health.SharedSchedule()
+        self._recent = Recent()
 
     async def __aenter__(self) -> "Pricewatch":
         return self
@@ -239,17 +187,14 @@ class Pricewatch:
         return self._pool
 
     async def workflow(self, target_id: str) -> WorkflowHandle[Any, Any]:
-        """The target's open workflow, or BadInput if there is none."""
-        valid_id(target_id)
-        handle = (await self.temporal()).get_workflow_handle(workflow_id(target_id))
-        try:
-            description = await handle.describe()
-        except RPCError as err:
-            if err.status is RPCStatusCode.NOT_FOUND:
-                raise Unknown(f"unknown target {target_id!r}") from err
-            raise
-        if description.status is not WorkflowExecutionStatus.RUNNING:
-            raise Unknown(f"unknown target {target_id!r} (its workflow is no longer running)")
+        """The target's open workflow, or BadInput if there is none. Asked before every
+        action on it, so what this server last read of the target is read anew."""
+        self._recent.forget(target_id)
+        handle = (await self.temporal()).get_workflow_handle(workflow_id(valid_id(target_id)))
+        with open_workflow(target_id):
+            status = (await handle.describe()).status
+            if status is not WorkflowExecutionStatus.RUNNING:  # as a query would be refused
+                raise WorkflowQueryRejectedError(status)
         return handle
 
     def ui_link(self, target_id: str) -> str:
@@ -496,15 +441,27 @@ class Pricewatch:
             await self.remove(step.target_id)
 
     async def status(self, target_id: str) -> MonitorStatus:
-        handle = await self.workflow(target_id)
-        status: MonitorStatus = await handle.query(Query.STATUS, result_type=MonitorStatus)
+        """The workflow's view in one call: Temporal refuses the query of a workflow no longer
+        running (a describe first was a second round trip for every target page)."""
+        handle = (await self.temporal()).get_workflow_handle(workflow_id(valid_id(target_id)))
+        with open_workflow(target_id):
+            status: MonitorStatus = await handle.query(
+                Query.STATUS,
+                result_type=MonitorStatus,
+                reject_condition=QueryRejectCondition.NOT_OPEN,
+            )
         return status
 
     async def status_view(self, target_id: str) -> StatusView:
-        """`status`: the workflow's view, the slots being retried, its Temporal UI link."""
-        status = await self.status(target_id)
-        retrying = await self.retrying(target_id)
-        return StatusView(status=status, retrying=retrying, history_url=self.ui_link(target_id))
+        """`status`: the workflow's view, the slots being retried, its Temporal UI link;
+        reused for a second (`client.recent`)."""
+
+        async def read() -> StatusView:
+            status = await self.status(target_id)
+            retrying = await self.retrying(target_id)
+            return StatusView(status=status, retrying=retrying, history_url=self.ui_link(target_id))
+
+        return await self._recent.get(target_id, "status", read)
 
     async def put(self, entry: manifest.Entry, where: str) -> list[Step]:
         """One targets-file entry made true, as `apply` does for it (never a removal): what
@@ -650,8 +607,9 @@ class Pricewatch:
     async def known(self, target_id: str) -> None:
         """BadInput (`unknown target`, as every command words it) unless the target exists:
         asked when a read of the record came back empty. Postgres first; a target added but
-        not yet registered by a worker is known to Temporal only."""
-        if await store.target_exists(await self.pool(), target_id):
+        not yet registered by a worker is known to Temporal only; or its page just read its
+        workflow (`status_view`)."""
+        if self._recent.knows(target_id) or await store.target_exists(await self.pool(), target_id):
             return
         try:
             await self.workflow(target_id)
@@ -685,7 +643,8 @@ class Pricewatch:
         return results
 
     async def retrying(self, target_id: str) -> list[CheckResult]:
-        unsettled = await self.failures(target_id, limit=10)
+        """Its slots being retried: asked once its workflow answered, so no `known`."""
+        unsettled = await store.failed_checks(await self.pool(), target_id, 10)
         return [r for r in unsettled if r.status is CheckStatus.RETRYING]
 
     async def channels(self, target_id: str) -> list[ChannelView]:
@@ -736,8 +695,11 @@ class Pricewatch:
         return [PricesRow(**row) for row in rows]
 
     async def price_lines(self, target_id: str, limit: int) -> list[store.PriceLine]:
-        """The target page's charts: each named price over the newest `limit` price slots."""
-        return await store.price_lines(await self.pool(), limit, target_id=valid_id(target_id))
+        """The target page's charts: each named price over the newest `limit` price slots;
+        reused for a second (`client.recent`: they are most of the page's Postgres time)."""
+        pool, valid = await self.pool(), valid_id(target_id)
+        read = functools.partial(store.price_lines, pool, limit, target_id=valid)
+        return await self._recent.get(target_id, ("price_lines", limit), read)
 
     async def group_lines(self, tag: str, limit: int, targets: int) -> list[store.PriceLine]:
         """A group's chart: each named price of the first `targets` price-mode targets

@@ -14,8 +14,8 @@ from fastapi.responses import RedirectResponse
 from pydantic import BaseModel, Field, ValidationError
 
 from activities.fetch import FetchError
+from client.inputs import BadInput
 from client.manifest import Entry, field_error
-from client.pricewatch import BadInput
 from client.trying import id_for
 from surfaces import api
 from surfaces.auth import check_csrf

@@ -16,8 +16,9 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
+from client.inputs import BadInput
 from client.manifest import Entry
-from client.pricewatch import BadInput, Pricewatch, StillChecking
+from client.pricewatch import Pricewatch, StillChecking
 from pricewatch import views
 from pricewatch.health import DEFAULT_WINDOW
 from pricewatch.views import TargetState

@@ -20,12 +20,9 @@ from temporalio.envconfig import ClientConfig
 
 from activities.fetch import FetchError
 from client import manifest
+from client.inputs import BadInput, unreachable_database
 from client.plans import Action, Added
-from client.pricewatch import (
-    BadInput,
-    Pricewatch,
-    unreachable_database,
-)
+from client.pricewatch import Pricewatch
 from client.trying import Unreadable, id_for
 from pricewatch import calendar, views
 from pricewatch.durations import format_duration

@@ -16,7 +16,8 @@ from starlette.exceptions import HTTPException
 
 from activities.store import PriceLine
 from client import manifest
-from client.pricewatch import BadInput, StillChecking, Unknown
+from client.inputs import BadInput, Unknown
+from client.pricewatch import StillChecking
 from pricewatch.health import DEFAULT_WINDOW
 from pricewatch.models import TAG_PATTERN, TARGET_ID_PATTERN, CheckStatus
 from pricewatch.settings import Settings

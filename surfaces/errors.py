@@ -15,7 +15,8 @@ from temporalio.exceptions import FailureError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.guard import BlockedAddress
-from client.pricewatch import BadInput, StillChecking, Unknown
+from client.inputs import BadInput, Unknown
+from client.pricewatch import StillChecking
 from client.temporal import TIMED_OUT, QueryUnanswered, address
 from workers.chromium import ChromiumMissing
 

@@ -14,7 +14,7 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from client.pricewatch import BadInput
+from client.inputs import BadInput
 from pricewatch.models import TARGET_ID_PATTERN, CheckResult, CheckStatus
 from surfaces import api
 from surfaces.auth import check_csrf

@@ -8,10 +8,7 @@ from typing import Annotated
 import typer
 
 from client.channels import apprise_channel
-from client.pricewatch import (
-    BadInput,
-    valid_id,
-)
+from client.inputs import BadInput, valid_id
 from pricewatch import calendar
 from pricewatch.calendar import Calendar
 from pricewatch.durations import parse_duration

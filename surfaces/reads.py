@@ -7,9 +7,7 @@ from typing import Annotated
 
 import typer
 
-from client.pricewatch import (
-    BadInput,
-)
+from client.inputs import BadInput
 from pricewatch import views
 from pricewatch.health import DEFAULT_WINDOW
 from surfaces import render

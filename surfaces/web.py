@@ -30,7 +30,8 @@ from starlette.middleware.sessions import SessionMiddleware
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from client.pricewatch import BadInput, Pricewatch
+from client.inputs import BadInput
+from client.pricewatch import Pricewatch
 from pricewatch.settings import Settings, long_enough
 from surfaces import add, api, auth, dashboard, failures
 from surfaces.errors import EXPECTED, Fault, failure

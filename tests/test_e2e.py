@@ -18,8 +18,9 @@ from temporalio.client import Client, ScheduleActionStartWorkflow
 from temporalio.worker import Replayer
 
 from activities.notify import SmtpSettings
+from client.inputs import BadInput, Unknown
 from client.plans import Added
-from client.pricewatch import BadInput, Pricewatch
+from client.pricewatch import Pricewatch
 from client.temporal import DATA_CONVERTER, workflow_id
 from pricewatch import views
 from pricewatch.models import TargetConfig
@@ -216,14 +217,18 @@ async def test_the_python_client_drives_a_target_like_the_cli(
         assert (await client.status("e2e-client")).config == slower
         manual = await client.check_now("e2e-client")
         assert manual.work_id.startswith("e2e-client:manual:")
+        assert not (await client.status_view("e2e-client")).status.paused  # kept a second
         await client.pause("e2e-client")
         assert (await client.status("e2e-client")).paused
+        assert (await client.status_view("e2e-client")).status.paused  # read anew at once
         await client.resume("e2e-client")
         history = await client.history("e2e-client", limit=50)
         assert history and all(r.work_id.startswith("e2e-client:") for r in history)
         await client.remove("e2e-client")
-        with pytest.raises(BadInput, match="unknown target"):
-            await client.status("e2e-client")
+        with pytest.raises(Unknown, match=r"'e2e-client' \(its workflow is no longer running\)"):
+            await client.status("e2e-client")  # one query, refused by Temporal
+        with pytest.raises(Unknown, match=r"^unknown target 'never-added'$"):
+            await client.status("never-added")
 
 
 async def test_killed_worker_resumes_on_the_grid_without_a_burst(

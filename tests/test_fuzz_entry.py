@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from client.inputs import BadInput, storable, texts
 from client.manifest import Entry, ManifestError, dump, field_error, load
-from client.pricewatch import BadInput, storable, texts
 from pricewatch import calendar
 from pricewatch.models import ChannelKind, TargetConfig
 

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from temporalio.service import RPCError, RPCStatusCode
 
 import client.pricewatch as client_module
+from client.inputs import BadInput, Unknown, moment, storable
 from client.manifest import Entry
-from client.pricewatch import BadInput, Pricewatch, Unknown, moment, storable
+from client.pricewatch import Pricewatch
 from pricewatch.models import EARLIEST, LATEST, TargetConfig
 from pricewatch.settings import Settings
 from tests.conftest import PageServer

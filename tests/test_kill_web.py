@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from starlette.types import Message, Receive, Scope, Send
 from temporalio.service import RPCError, RPCStatusCode
 
-from client.pricewatch import BadInput, Unknown
+from client.inputs import BadInput, Unknown
 from client.temporal import address as temporal_address
 from pricewatch.settings import Settings
 from pricewatch.views import ChannelView

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import SecretStr, ValidationError
 
-from client.pricewatch import BadInput
+from client.inputs import BadInput
 from pricewatch.settings import TOKEN_FLOOR, Settings
 from surfaces import web
 from tests.helpers import cli

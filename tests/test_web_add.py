@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from playwright.async_api import Browser
 from pydantic import ValidationError
 
+from client.inputs import BadInput
 from client.manifest import Entry, field_error
-from client.pricewatch import BadInput
 from surfaces.add import AddForm
 from tests.browser import watched
 from tests.conftest import PageServer

@@ -11,7 +11,7 @@ import httpx
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.pricewatch import Unknown
+from client.inputs import Unknown
 from pricewatch.models import CheckResult, CheckStatus
 from pricewatch.settings import Settings
 from surfaces import failures, web

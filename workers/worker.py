@@ -150,12 +150,6 @@ def address_policy(settings: Settings) -> AddressPolicy:
     return AddressPolicy.allowing(settings.resolved_allow_networks().split(","))
 
 
-async def keep_session(connection: asyncpg.Connection) -> None:
-    """Skip asyncpg's reset query on every release to the pool: a round trip per statement
-    (half the hot path's). Activities leave no session state behind (no LISTEN, SET,
-    cursors or session-level advisory locks); asyncpg still rolls back an open transaction."""
-
-
 @contextlib.asynccontextmanager
 async def worker_activities(
     database_url: str,
@@ -171,7 +165,7 @@ async def worker_activities(
     Applies pending migrations first unless told not to (a one-shot job does it)."""
     POSTGRES.address = postgres_address(database_url)  # what its outage line names
     SMTP.address = f"{smtp.host}:{smtp.port}"
-    pool = await store.create_pool(database_url, max_size=pool_size, reset=keep_session)
+    pool = await store.create_pool(database_url, max_size=pool_size)
     try:
         if migrate_schema:
             async with pool.acquire() as conn:
