@@ -334,7 +334,7 @@ def health(report: Health) -> None:
             ["TARGET", "DUE", "ON TIME", "LATE", "SKIPPED", "FAILED", "RETRYING", "PENDING",
              "ON-TIME RATE", "LATENESS P50", "P99", "UNCHECKED"],
             [["(all)", *_counts(schedule.deployment), "-"]]
-            + [[t.target_id, *_counts(t), str(t.unchecked_slots)] for t in schedule.troubled()],
+            + [[t.target_id, *_counts(t), str(t.unchecked_slots)] for t in schedule.troubled],
         )  # fmt: skip
         causes = schedule.deployment.causes()
         if causes:
