@@ -190,7 +190,8 @@ class Pricewatch:
         """The target's open workflow, or BadInput if there is none. Asked before every
         action on it, so what this server last read of the target is read anew."""
         self._recent.forget(target_id)
-        handle = (await self.temporal()).get_workflow_handle(workflow_id(valid_id(target_id)))
+        name = workflow_id(valid_id(target_id))  # refused before connecting
+        handle = (await self.temporal()).get_workflow_handle(name)
         with open_workflow(target_id):
             status = (await handle.describe()).status
             if status is not WorkflowExecutionStatus.RUNNING:  # as a query would be refused
@@ -443,7 +444,8 @@ class Pricewatch:
     async def status(self, target_id: str) -> MonitorStatus:
         """The workflow's view in one call: Temporal refuses the query of a workflow no longer
         running (a describe first was a second round trip for every target page)."""
-        handle = (await self.temporal()).get_workflow_handle(workflow_id(valid_id(target_id)))
+        name = workflow_id(valid_id(target_id))  # refused before connecting
+        handle = (await self.temporal()).get_workflow_handle(name)
         with open_workflow(target_id):
             status: MonitorStatus = await handle.query(
                 Query.STATUS,

@@ -402,16 +402,29 @@ SELECT target_id FROM source_checks WHERE work_id = :work_id;
 -- next, checked, changed, streak; :direction 1 or -1, id breaking ties); `total` counts every
 -- match. The page is chosen before the lateral reads, so they run for its rows only (a sort
 -- by checked or changed reads each match's newest check: the CASE asks only for the one
--- sorted by); it is chosen, and counted, by id alone (the count's window holds every match:
--- whole rows spilled it to disk), and only its rows are read whole. `overdue`: enabled, and
+-- sorted by); it is chosen by a bounded sort of the matches' ids and counted apart (an
+-- index-only count: a window over every match took half the page's time), and only its
+-- rows are read whole. `overdue`: enabled, and
 -- its next slot is further in the past (by Postgres's clock) than the on-time bound
 -- (max(:on_time_floor s, :on_time_share of the interval)), so its check can no longer be on
 -- time: what `health` counts as late. `error`: the newest check's, when it failed or is
 -- being retried.
-WITH page AS (
-    SELECT id, total, place FROM (
-        SELECT t.id, count(*) OVER () AS total, row_number() OVER (ORDER BY
-                   CASE :sort::text
+WITH matched AS NOT MATERIALIZED (
+    SELECT t.id, t.next_slot, t.failure_streak FROM monitor_targets t
+     WHERE (:search::text IS NULL
+            OR strpos(t.id, lower(:search)) > 0 OR strpos(lower(t.url), lower(:search)) > 0)
+       AND (:tag::text IS NULL OR t.config -> 'tags' @> to_jsonb(:tag::text))
+       AND CASE :state::text
+             WHEN 'unhealthy' THEN t.failure_streak >= t.unhealthy_after
+             WHEN 'paused' THEN NOT t.enabled
+             WHEN 'retrying' THEN t.id IN (
+                 SELECT target_id FROM source_checks WHERE status = 'retrying')
+             WHEN 'prices' THEN jsonb_typeof(t.config -> 'prices') = 'object'
+             ELSE true END
+), page AS (
+    SELECT id, (SELECT count(*) FROM matched) AS total, :offset::integer + row_number()
+               OVER (ORDER BY sorted NULLS LAST, up, down DESC) AS place
+      FROM (SELECT t.id, CASE :sort::text
                      WHEN 'next' THEN extract(epoch FROM t.next_slot)
                      WHEN 'streak' THEN t.failure_streak
                      WHEN 'checked' THEN extract(epoch FROM (
@@ -421,22 +434,11 @@ WITH page AS (
                          SELECT checked_at FROM source_checks
                           WHERE target_id = t.id AND status = 'changed'
                           ORDER BY checked_at DESC LIMIT 1))
-                   END * :direction::integer NULLS LAST,
-                   CASE WHEN :direction::integer > 0 THEN t.id END,
-                   CASE WHEN :direction::integer < 0 THEN t.id END DESC) AS place
-          FROM monitor_targets t
-         WHERE (:search::text IS NULL
-                OR strpos(t.id, lower(:search)) > 0 OR strpos(lower(t.url), lower(:search)) > 0)
-           AND (:tag::text IS NULL OR t.config -> 'tags' @> to_jsonb(:tag::text))
-           AND CASE :state::text
-                 WHEN 'unhealthy' THEN t.failure_streak >= t.unhealthy_after
-                 WHEN 'paused' THEN NOT t.enabled
-                 WHEN 'retrying' THEN t.id IN (
-                     SELECT target_id FROM source_checks WHERE status = 'retrying')
-                 WHEN 'prices' THEN jsonb_typeof(t.config -> 'prices') = 'object'
-                 ELSE true END
-    ) ranked
-     WHERE place > :offset::integer ORDER BY place LIMIT :limit::integer
+                   END * :direction::integer AS sorted,
+                   CASE WHEN :direction::integer > 0 THEN t.id END AS up,
+                   CASE WHEN :direction::integer < 0 THEN t.id END AS down
+              FROM matched t ORDER BY sorted NULLS LAST, up, down DESC
+             LIMIT :limit::integer OFFSET :offset::integer) ordered
 ), chosen AS (
     SELECT t.*, page.total, page.place FROM page JOIN monitor_targets t USING (id)
 )
