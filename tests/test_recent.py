@@ -54,3 +54,17 @@ async def test_a_failed_reading_is_not_kept() -> None:
         await recent.get("a", "status", fails)
     assert not recent.knows("a")
     assert await recent.get("a", "status", answers) == 7
+
+
+async def test_requests_that_arrive_together_share_one_reading() -> None:
+    reads = 0
+
+    async def read() -> int:
+        nonlocal reads
+        reads += 1
+        await asyncio.sleep(0.05)
+        return reads
+
+    recent = Recent(seconds=60)
+    assert await asyncio.gather(*(recent.get("a", "status", read) for _ in range(20))) == [1] * 20
+    assert reads == 1
