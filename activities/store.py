@@ -6,6 +6,7 @@ Storage only moves rows in and out; every statement is a named query in
 
 import base64
 import json
+import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -35,6 +36,9 @@ STATEMENT_TIMEOUT = timedelta(seconds=5)
 CONNECT_TIMEOUT = timedelta(seconds=5)
 # The CLI's statements also summarise (`prune --dry-run` counts every expired row).
 CLI_STATEMENT_TIMEOUT = timedelta(seconds=60)
+# An amount a chart can draw: what price_points asks in SQL. 1.8 stored some no price has
+# (`1E+999999`); 1.9's reader skips any of more than 15 digits.
+DRAWABLE = re.compile(r"[-+]?[0-9]{0,40}[.]?[0-9]{0,40}([eE][-+]?[0-9]{1,2})?")
 
 SKIPPED_EARLY = "not checked: was due before the workflow could take it (late start or pause)"
 
@@ -465,6 +469,11 @@ async def list_targets(
     listed = [_decoded(row, "prices", "trends", "calendar", "tags") for row in rows]
     for row in listed:
         prices, trends = row["prices"], row["trends"]
+        if isinstance(trends, dict):
+            row["trends"] = trends = {
+                name: [a for a in amounts if isinstance(a, str) and DRAWABLE.fullmatch(a)]
+                for name, amounts in trends.items()
+            }
         first = prices[0].get("name") if isinstance(prices, list) and prices else None
         row["trend"] = trends.get(first, []) if isinstance(trends, dict) else []
     return listed
