@@ -21,8 +21,10 @@ from pricewatch.health import (
 )
 
 HEALTH_QUERIES = parse((resources.files("activities") / "sql" / "health.sql").read_text())
-# How long a server shows one reading of a window's slots before it reads them again.
+# How long a server shows one reading of a window's slots before it reads them again, and
+# of how many windows (`?window=` takes any duration up to a week: each is its own reading).
 REUSE_SECONDS = 10.0
+WINDOWS_KEPT = 8
 
 
 @dataclass
@@ -49,6 +51,8 @@ class SharedSchedule:
         reading = self._readings.get(window)
         if reading is None or _stale(reading, now, self.reuse_seconds):
             before = _good(reading) if reading is not None else None
+            if len(self._readings) >= WINDOWS_KEPT:  # the finished ones go, the rest run on
+                self._readings = {w: r for w, r in self._readings.items() if not r.task.done()}
             task = asyncio.ensure_future(schedule_health(pool, window))
             task.add_done_callback(_retrieved)
             reading = self._readings[window] = _Reading(now, task, before)

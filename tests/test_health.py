@@ -179,6 +179,14 @@ async def test_a_server_reads_the_window_once_for_every_request_at_once(
     shared.close()
 
 
+async def test_a_server_keeps_few_windows_however_many_are_asked(pool: asyncpg.Pool) -> None:
+    shared = SharedSchedule(reuse_seconds=60)
+    for minutes in range(1, 40):  # `?window=` is the user's: any duration up to a week
+        await shared.read(pool, timedelta(minutes=minutes))
+    assert len(shared._readings) <= activities.health.WINDOWS_KEPT
+    shared.close()
+
+
 async def test_a_failed_reading_is_not_reused(pool: asyncpg.Pool) -> None:
     shared = SharedSchedule(reuse_seconds=60)
     await pool.execute("ALTER TABLE source_checks RENAME TO held_back")
