@@ -170,8 +170,10 @@ async def test_a_group_charts_two_targets_plans_side_by_side(
             "acme · Basic", "acme · Pro", "bolt · Basic", "bolt · Pro",
         ]  # fmt: skip
         assert await lines.count() == 4
-        marks = await lines.nth(1).locator("path.dot").evaluate_all(
-            "paths => paths.map(p => p.getAttribute('d').split('h0').length - 1)"
+        marks = (
+            await lines.nth(1)
+            .locator("path.dot")
+            .evaluate_all("paths => paths.map(p => p.getAttribute('d').split('h0').length - 1)")
         )
         assert sum(marks) == 2  # acme's two slots, a dot each
         times = await chart.locator("text.time").all_text_contents()  # seconds apart here
