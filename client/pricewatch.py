@@ -28,7 +28,6 @@ from temporalio.client import (
     WorkflowUpdateRPCTimeoutOrCancelledError,
     WorkflowUpdateStage,
 )
-from temporalio.common import QueryRejectCondition
 from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError
 
@@ -187,9 +186,7 @@ class Pricewatch:
         return self._pool
 
     async def workflow(self, target_id: str) -> WorkflowHandle[Any, Any]:
-        """The target's open workflow, or BadInput if there is none. Asked before every
-        action on it, so what this server last read of the target is read anew."""
-        self._recent.forget(target_id)
+        """The target's open workflow, or BadInput if there is none."""
         name = workflow_id(valid_id(target_id))  # refused before connecting
         handle = (await self.temporal()).get_workflow_handle(name)
         with open_workflow(target_id):
@@ -197,6 +194,12 @@ class Pricewatch:
             if status is not WorkflowExecutionStatus.RUNNING:  # as a query would be refused
                 raise WorkflowQueryRejectedError(status)
         return handle
+
+    async def _acted_on(self, target_id: str) -> WorkflowHandle[Any, Any]:
+        """The workflow an action goes to: what this server last read of the target (its
+        status, its charts: `client.recent`) is read anew after it."""
+        self._recent.forget(target_id)
+        return await self.workflow(target_id)
 
     def ui_link(self, target_id: str) -> str:
         namespace = self._temporal.namespace if self._temporal else "default"
@@ -215,7 +218,7 @@ class Pricewatch:
         await self.validate(config)
         async with self._stored(config) as config:
             try:
-                handle = await self.workflow(config.target_id)
+                handle = await self._acted_on(config.target_id)
             except BadInput:
                 config, anchor = self.placed(config, await self.site_slots())
                 await self._start(config, start_at or anchor, paused=False)
@@ -432,7 +435,7 @@ class Pricewatch:
                 await self._start(config, step.start_at, located.entry.paused)
         elif step.action is Action.RECONFIGURE and located is not None:
             async with self._stored(located.config) as config:
-                handle = await self.workflow(step.target_id)
+                handle = await self._acted_on(step.target_id)
                 await handle.execute_update(Update.RECONFIGURE, config, result_type=MonitorStatus)
         elif step.action is Action.PAUSE:
             await self.pause(step.target_id)
@@ -442,16 +445,8 @@ class Pricewatch:
             await self.remove(step.target_id)
 
     async def status(self, target_id: str) -> MonitorStatus:
-        """The workflow's view in one call: Temporal refuses the query of a workflow no longer
-        running (a describe first was a second round trip for every target page)."""
-        name = workflow_id(valid_id(target_id))  # refused before connecting
-        handle = (await self.temporal()).get_workflow_handle(name)
-        with open_workflow(target_id):
-            status: MonitorStatus = await handle.query(
-                Query.STATUS,
-                result_type=MonitorStatus,
-                reject_condition=QueryRejectCondition.NOT_OPEN,
-            )
+        handle = await self.workflow(target_id)  # describe first: a frozen Temporal is said
+        status: MonitorStatus = await handle.query(Query.STATUS, result_type=MonitorStatus)
         return status
 
     async def status_view(self, target_id: str) -> StatusView:
@@ -482,13 +477,13 @@ class Pricewatch:
         return steps
 
     async def pause(self, target_id: str) -> None:
-        await (await self.workflow(target_id)).signal(Signal.PAUSE)
+        await (await self._acted_on(target_id)).signal(Signal.PAUSE)
 
     async def resume(self, target_id: str) -> None:
-        await (await self.workflow(target_id)).signal(Signal.RESUME)
+        await (await self._acted_on(target_id)).signal(Signal.RESUME)
 
     async def check_now(self, target_id: str) -> CheckResult:
-        handle = await self.workflow(target_id)
+        handle = await self._acted_on(target_id)
         what = f"the check of {target_id}"
         return await self._checked(handle, Update.CHECK_NOW, None, what, target_id)
 
@@ -499,7 +494,7 @@ class Pricewatch:
         target_id = await store.check_target(pool, work_id)
         if stored is None or target_id is None:
             raise Unknown(f"unknown work id {work_id!r}")
-        handle = await self.workflow(target_id)
+        handle = await self._acted_on(target_id)
         request = RetryRequest(slot=stored.slot, kind=stored.kind)
         what = f"the retry of {work_id}"
         return await self._checked(handle, Update.RETRY_SLOT, request, what, target_id)
@@ -559,7 +554,7 @@ class Pricewatch:
 
     async def remove(self, target_id: str, wait: timedelta = REMOVE_WAIT) -> None:
         """Stop watching and delete the target's rows; waits for the workflow to finish."""
-        handle = await self.workflow(target_id)
+        handle = await self._acted_on(target_id)
         await handle.signal(Signal.REMOVE)
         try:
             await asyncio.wait_for(handle.result(), timeout=wait.total_seconds())

@@ -226,7 +226,7 @@ async def test_the_python_client_drives_a_target_like_the_cli(
         assert history and all(r.work_id.startswith("e2e-client:") for r in history)
         await client.remove("e2e-client")
         with pytest.raises(Unknown, match=r"'e2e-client' \(its workflow is no longer running\)"):
-            await client.status("e2e-client")  # one query, refused by Temporal
+            await client.status("e2e-client")
         with pytest.raises(Unknown, match=r"^unknown target 'never-added'$"):
             await client.status("never-added")
 
