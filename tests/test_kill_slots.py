@@ -79,6 +79,36 @@ def test_a_taken_start_moves_just_past_its_neighbour() -> None:
     assert SiteSpread(60 * S, 2 * S, [T0 + 10 * S]).place(T0 + 10 * S) == T0 + 12 * S
 
 
+def test_a_blocked_start_waits_for_the_nearest_clear_place_not_an_interval() -> None:
+    """Blocked by a neighbour 1 s later, the start goes just past that neighbour (12 s),
+    not just past the site's first target (2 s, which is an hour less 7 s from 9 s)."""
+    assert SiteSpread(3600 * S, 2 * S, [T0, T0 + 10 * S]).place(T0 + 9 * S) == T0 + 12 * S
+
+
+@given(
+    interval=st.integers(min_value=2, max_value=120).map(lambda s: s * S),
+    gap=st.integers(min_value=1, max_value=10).map(lambda s: s * S),
+    taken=st.lists(st.integers(min_value=0, max_value=119), min_size=1, max_size=12),
+    preferred=st.integers(min_value=0, max_value=1_000),
+)
+def test_the_place_is_the_first_clear_second_from_the_start(
+    interval: timedelta, gap: timedelta, taken: list[int], preferred: int
+) -> None:
+    """Whole seconds everywhere, so the first clear place is a whole second: found by
+    walking every second of the interval from the start."""
+    others = [T0 + s * S for s in taken]
+    start = T0 + preferred * S
+    first = next(
+        (
+            start + k * S
+            for k in range(int(interval / S))
+            if all(distance(start + k * S, other, interval) >= gap for other in others)
+        ),
+        start,
+    )
+    assert SiteSpread(interval, gap, others).place(start) == first
+
+
 def test_targets_added_together_follow_the_last_one_placed() -> None:
     """The second of two targets preferring 40 s goes 2 s after the first (the last one
     placed), not 2 s after an older target of the site at 10 s, which is also clear."""
