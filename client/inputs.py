@@ -1,13 +1,9 @@
 """What every client call checks of its input before it asks Temporal or Postgres, and the
 errors a surface turns into one line (BadInput: exit 2, the API's 400; Unknown: its 404)."""
 
-import contextlib
 import re
 from collections.abc import Iterator
 from datetime import datetime
-
-from temporalio.client import WorkflowQueryRejectedError
-from temporalio.service import RPCError, RPCStatusCode
 
 from activities.outages import postgres_address
 from pricewatch.models import TAG_PATTERN, TargetConfig, in_range
@@ -76,16 +72,3 @@ def valid_id(target_id: str) -> str:
     """The id if it is a slug (the rule `TargetConfig` enforces), else a ValidationError."""
     TargetConfig(target_id=target_id, url="http://example.com", interval_seconds=1)
     return target_id
-
-
-@contextlib.contextmanager
-def open_workflow(target_id: str) -> Iterator[None]:
-    """A call to the target's workflow: Unknown if there is none, or it no longer runs."""
-    try:
-        yield
-    except WorkflowQueryRejectedError:
-        raise Unknown(f"unknown target {target_id!r} (its workflow is no longer running)") from None
-    except RPCError as err:
-        if err.status is RPCStatusCode.NOT_FOUND:
-            raise Unknown(f"unknown target {target_id!r}") from err
-        raise

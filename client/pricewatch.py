@@ -24,12 +24,11 @@ from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
     WorkflowHandle,
-    WorkflowQueryRejectedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
     WorkflowUpdateStage,
 )
 from temporalio.envconfig import ClientConfig
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities import health, services, store
 from activities.checks import Fetcher
@@ -46,7 +45,6 @@ from client.inputs import (
     BadInput,
     Unknown,
     moment,
-    open_workflow,
     storable,
     texts,
     unreachable_database,
@@ -189,10 +187,14 @@ class Pricewatch:
         """The target's open workflow, or BadInput if there is none."""
         name = workflow_id(valid_id(target_id))  # refused before connecting
         handle = (await self.temporal()).get_workflow_handle(name)
-        with open_workflow(target_id):
-            status = (await handle.describe()).status
-            if status is not WorkflowExecutionStatus.RUNNING:  # as a query would be refused
-                raise WorkflowQueryRejectedError(status)
+        try:
+            description = await handle.describe()
+        except RPCError as err:
+            if err.status is RPCStatusCode.NOT_FOUND:
+                raise Unknown(f"unknown target {target_id!r}") from err
+            raise
+        if description.status is not WorkflowExecutionStatus.RUNNING:
+            raise Unknown(f"unknown target {target_id!r} (its workflow is no longer running)")
         return handle
 
     async def _acted_on(self, target_id: str) -> WorkflowHandle[Any, Any]:
