@@ -50,6 +50,7 @@ from bench.designs import PRICEWATCH
 from bench.procs import cpu_seconds
 from bench.report import commit_name
 from bench.stack import REPO, TASK_QUEUE, Stack, open_stack, spawn
+from client import manifest, plans
 from client.pricewatch import Pricewatch
 from client.temporal import DATA_CONVERTER
 from pricewatch.models import PriceSettings, TargetConfig
@@ -224,7 +225,8 @@ async def add_real_target(
     registered it and recorded its first check (the baseline)."""
     temporal = await Client.connect(address, data_converter=DATA_CONVERTER)
     async with Pricewatch(settings, temporal=temporal) as pricewatch:
-        await pricewatch.add(real_target(stack))
+        entry = manifest.Entry.model_validate(manifest.entry(real_target(stack)))
+        await plans.put(pricewatch, entry)
     deadline = time.monotonic() + READY_TIMEOUT
     while not await pool.fetchval(
         "SELECT count(*) FROM source_checks WHERE target_id = $1 "

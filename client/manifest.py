@@ -31,6 +31,7 @@ the line of the entry (or of its bad field) and changes nothing.
 """
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -198,30 +199,35 @@ class Entry(BaseModel):
     def _one_or_more(cls, value: object) -> object:
         return [value] if isinstance(value, str) else value
 
-    def _price_mode(self) -> PriceSettings | None:
+    def _price_mode(self, said: Callable[[str], str]) -> PriceSettings | None:
         if self.prices is None:
             return None
         try:
             return PriceSettings(**dict(self.prices))
         except ValidationError as err:
-            raise ValueError(f"prices: {field_error(err)}") from err
+            raise ValueError(f"{said('prices')}: {field_error(err)}") from err
 
-    def config(self) -> TargetConfig:
+    def config(self, said: Callable[[str], str] = str) -> TargetConfig:
         """The target this entry asks for; ValueError (or ValidationError) naming the field
-        it cannot take, as written: the well-formed entry asking for what cannot be."""
+        it cannot take, as written (`said`: a field's name as the user wrote it, `add`'s
+        flags): the well-formed entry asking for what cannot be."""
         if self.steps and not self.render:
-            raise ValueError("steps run in the browser: they need render: true")
+            raise ValueError(f"{said('steps')} run in the browser: they need {said('render')}")
         if self.every is not None and self.every < timedelta(seconds=1):
-            raise ValueError("every: must be at least 1s (`0s` is not unset)")
+            raise ValueError(f"{said('every')}: must be at least 1s (`0s` is not unset)")
         if self.start_at is not None:
             try:
                 in_range(self.start_at)
             except ValueError as err:
-                raise ValueError(f"start_at: {err}") from err
+                raise ValueError(f"{said('start_at')}: {err}") from err
         jitter = None if self.jitter is None else int(self.jitter.total_seconds())
-        grid = calendar.written(self.cron, self.at, self.on, self.tz, jitter, flag="")
+        flag = said("cron").removesuffix("cron")  # `--` on the command line
+        grid = calendar.written(self.cron, self.at, self.on, self.tz, jitter, flag=flag)
         if grid is not None and self.every is not None:
-            raise ValueError("every and a calendar (cron, at) are two schedules: pick one")
+            raise ValueError(
+                f"{said('every')} and a calendar ({said('cron')}, {said('at')}) are two "
+                "schedules: pick one"
+            )
         every = timedelta(hours=24) if self.every is None else self.every
         schedule = (
             {"calendar": grid}
@@ -234,8 +240,8 @@ class Entry(BaseModel):
             **schedule,
             max_attempts=self.max_attempts,
             unhealthy_after=self.unhealthy_after,
-            channels=[_channel("webhooks", ChannelKind.WEBHOOK, u) for u in self.webhooks]
-            + [_channel("emails", ChannelKind.EMAIL, a) for a in self.emails]
+            channels=[_channel(said("webhooks"), ChannelKind.WEBHOOK, u) for u in self.webhooks]
+            + [_channel(said("emails"), ChannelKind.EMAIL, a) for a in self.emails]
             + [
                 apprise_channel(n)
                 if isinstance(n, str)
@@ -246,7 +252,7 @@ class Entry(BaseModel):
             ignore=self.ignore,
             json_pointer=self.json_pointer,
             user_agent=self.user_agent,
-            price_mode=self._price_mode(),
+            price_mode=self._price_mode(said),
             timeout_seconds=None if self.timeout is None else int(self.timeout.total_seconds()),
             render=RenderSettings(steps=self.steps) if self.render else None,
             tags=self.tags,
@@ -345,14 +351,14 @@ def entry_field(err: ValidationError) -> str | None:
     return ENTRY_FIELDS.get(field or "", field)
 
 
-def field_error(err: ValidationError) -> str:
+def field_error(err: ValidationError, said: Callable[[str], str] = str) -> str:
     """The first problem as one line, `field: why` in the file's words (`prices.below: ...`):
-    what `apply` and the API say of an entry."""
+    what `apply` and the API say of an entry (`said`: in other words, `add`'s flags)."""
     first = err.errors()[0]
     field = entry_field(err)
     message = " ".join(first["msg"].removeprefix("Value error, ").split())
     inner = "".join(f".{_said(part)}" for part in first["loc"][1:])  # e.g. prices.below
-    return f"{_said(field)}{inner}: {message}" if field is not None else message
+    return f"{said(_said(field) + inner)}: {message}" if field is not None else message
 
 
 def _said(name: str | int) -> str:

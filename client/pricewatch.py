@@ -8,18 +8,12 @@ anything is contacted.
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
-from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any
 
 import asyncpg
-from pydantic import ValidationError
-from temporalio.api.enums.v1 import TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -27,20 +21,19 @@ from temporalio.client import (
     WorkflowUpdateRPCTimeoutOrCancelledError,
     WorkflowUpdateStage,
 )
-from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities import health, services, store
 from activities.checks import Fetcher
 from activities.fetch import new_client
-from activities.guard import AddressPolicy, BlockedAddress, check_host, check_url
+from activities.guard import AddressPolicy, check_host, check_url
 from activities.normalise import Extraction, validate_extraction
 from activities.notify import NotifyActivities, SmtpSettings
-from activities.outages import postgres_address
 from activities.price_reader import validate_price_settings
 from activities.retention import Expired, Retention, expired_summary, prune_pass
 from activities.snapshots import decompress, unified_diff
-from client import channels, manifest, trying
+from client import channels, trying
+from client.health import checkup, temporal_pollers
 from client.inputs import (
     BadInput,
     Unknown,
@@ -51,43 +44,29 @@ from client.inputs import (
     valid_id,
     valid_tag,
 )
-from client.manifest import Located, ManifestError
-from client.plans import Action, Added, Step, changes
 from client.recent import Recent
-from client.temporal import connect, start_monitor, workflow_id
-from pricewatch import placement
+from client.temporal import connect, workflow_id
 from pricewatch.calendar import (
     Calendar,
     describe,
 )
 from pricewatch.durations import format_duration
 from pricewatch.health import (
-    ANSWER_BOUND,
     DEFAULT_WINDOW,
-    QUERY_BOUND,
     Health,
-    Pollers,
-    ScheduleHealth,
-    ServiceHealth,
-    parse_window,
-    unwell,
-    workers_health,
 )
 from pricewatch.models import (
     Channel,
     ChannelKind,
     CheckResult,
     CheckStatus,
-    MonitorState,
     MonitorStatus,
     PruneProgress,
     RetryRequest,
     TargetConfig,
 )
-from pricewatch.names import WORKFLOW_TYPE, Query, Signal, Update, render_queue
-from pricewatch.placement import Sites
+from pricewatch.names import Query, Signal, Update
 from pricewatch.settings import Settings
-from pricewatch.slots import spread_anchor
 from pricewatch.urls import as_typed
 from pricewatch.views import (
     ChangeView,
@@ -109,14 +88,6 @@ UPDATE_TAKEN_BOUND = timedelta(seconds=10)
 CHECK_WAIT = timedelta(seconds=30)
 # A worker that polled this recently is polling.
 POLLED_LATELY = timedelta(minutes=2)
-# A task queue's partitions (Temporal's default, `matching.numTaskqueueReadPartitions`): a
-# worker polls any of them, and each lists only its own pollers, so health asks every one.
-PARTITIONS = 4
-DATABASE_AWAY = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
-
-
-# Starts, updates and queries in flight at once when many targets are applied or read.
-CONCURRENCY = 32
 
 
 class StillChecking(Exception):
@@ -130,7 +101,8 @@ class NotTaken(TimeoutError):
 
 
 class Pricewatch:
-    """`async with Pricewatch() as pw: await pw.add(config)`. Settings come from the
+    """`async with Pricewatch() as pw: await pw.pause(target_id)` (a target comes in
+    through `client.plans`). Settings come from the
     environment unless given; the Temporal client from Temporal's own convention unless
     given (`temporalio.envconfig`, with pricewatch's data converter)."""
 
@@ -197,7 +169,7 @@ class Pricewatch:
             raise Unknown(f"unknown target {target_id!r} (its workflow is no longer running)")
         return handle
 
-    async def _acted_on(self, target_id: str) -> WorkflowHandle[Any, Any]:
+    async def acted_on(self, target_id: str) -> WorkflowHandle[Any, Any]:
         """The workflow an action goes to: what this server last read of the target (its
         status, its charts: `client.recent`) is read anew after it."""
         self._recent.forget(target_id)
@@ -209,48 +181,6 @@ class Pricewatch:
         return f"{workflows}/{workflow_id(target_id)}"
 
     # Steering (Temporal) -------------------------------------------------------------------
-
-    async def add(self, config: TargetConfig, start_at: datetime | None = None) -> Added:
-        """Start watching a target; the same settings again change nothing, other settings
-        reconfigure the running workflow. The grid's anchor is decided here, once: the
-        first registration records it and every later start or reset adopts the recorded
-        one."""
-        if start_at is not None:
-            start_at = moment("start_at", start_at)
-        await self.validate(config)
-        async with self._stored(config) as config:
-            try:
-                handle = await self._acted_on(config.target_id)
-            except BadInput:
-                config, anchor = self.placed(config, await self.site_slots())
-                await self._start(config, start_at or anchor, paused=False)
-                return Added.ADDED
-            status = await handle.query(Query.STATUS, result_type=MonitorStatus)
-            if config.calendar is not None:
-                config = self.kept(status.config, config, await self.site_slots())
-            if status.config == config:
-                return Added.UNCHANGED
-            await handle.execute_update(Update.RECONFIGURE, config, result_type=MonitorStatus)
-            return Added.RECONFIGURED
-
-    @contextlib.asynccontextmanager
-    async def _stored(self, config: TargetConfig) -> AsyncIterator[TargetConfig]:
-        """The config with its Apprise URLs stored (`channels.with_refs`) for what follows
-        to start or reconfigure with; if that fails, the URLs stored for it are deleted again
-        (unless a channel uses one by then): an add that failed leaves nothing behind. Not
-        one transaction: the worker copies a stored URL into its channel's row at once."""
-        pool = await self.pool()
-        new = {c.url for c in config.channels if c.url is not None}
-        new -= {url for url in new if await store.find_notify_url(pool, url) is not None}
-        stored = await channels.with_refs(pool, config, keep=True)
-        try:
-            yield stored
-        except Exception:
-            written = zip(config.channels, stored.channels, strict=True)
-            refs = [after.ref for before, after in written if before.url in new and after.ref]
-            if refs:
-                await store.forget_unused_notify_urls(pool, refs)
-            raise
 
     async def validate(self, config: TargetConfig) -> None:
         """BadInput (or BlockedAddress) for what the workflow or the fetch would refuse."""
@@ -302,150 +232,6 @@ class Pricewatch:
         policy = AddressPolicy.allowing(self.settings.resolved_allow_networks().split(","))
         return await trying.try_page(policy, config, fetcher, screenshot)
 
-    async def site_slots(self) -> Sites:
-        """Where the targets of each site fall due, by grid (pricewatch.placement)."""
-        rows = await store.list_targets(await self.pool(), trend=0)
-        return placement.sites_of(rows, self.settings.site_gap)
-
-    def placed(self, config: TargetConfig, sites: Sites) -> tuple[TargetConfig, datetime]:
-        return placement.placed(config, sites, self.settings.site_gap, datetime.now(UTC))
-
-    def kept(self, had: TargetConfig, config: TargetConfig, sites: Sites) -> TargetConfig:
-        return placement.kept(had, config, sites, self.settings.site_gap, datetime.now(UTC))
-
-    async def _start(self, config: TargetConfig, start_at: datetime | None, paused: bool) -> None:
-        anchor = start_at or spread_anchor(config.target_id, datetime.now(UTC))
-        minimum = int(self.settings.min_interval.total_seconds())
-        state = MonitorState(
-            config=config, start_at=anchor, paused=paused, min_interval_seconds=minimum
-        )
-        await start_monitor(await self.temporal(), state, self.settings.task_queue)
-
-    # Targets as a file ---------------------------------------------------------------------
-
-    async def running(self) -> set[str]:
-        """The targets whose workflow runs on this deployment's task queue (Temporal's
-        visibility: a second or so behind a start)."""
-        query = (
-            f"WorkflowType = '{WORKFLOW_TYPE}' AND ExecutionStatus = 'Running' "
-            f"AND TaskQueue = '{self.settings.task_queue}'"
-        )
-        temporal = await self.temporal()
-        return {
-            execution.id.removeprefix(workflow_id(""))
-            async for execution in temporal.list_workflows(query)
-        }
-
-    async def current(self) -> dict[str, tuple[TargetConfig, bool]]:
-        """Each running target's config and whether it is paused: the mirror's, or its
-        workflow's where the mirror has none yet."""
-        running = await self.running()
-        mirrored = await store.target_configs(await self.pool())
-        gate = asyncio.Semaphore(CONCURRENCY)
-
-        async def one(target_id: str) -> tuple[TargetConfig, bool]:
-            config, enabled = mirrored.get(target_id, (None, True))
-            if config is not None:
-                return config, not enabled
-            async with gate:
-                status = await self.status(target_id)
-            return status.config, status.paused
-
-        ids = sorted(running)
-        found = await asyncio.gather(*(one(target_id) for target_id in ids))
-        return dict(zip(ids, found, strict=True))
-
-    async def plan(self, entries: list[Located], prune: bool) -> list[Step]:
-        """What `apply` would do, target by target, without doing it. Every entry is
-        validated first (URLs resolved CONCURRENCY at a time): the first bad one, in file
-        order, is a ManifestError naming its line."""
-        gate = asyncio.Semaphore(CONCURRENCY)
-
-        async def problem(located: Located) -> ManifestError | None:
-            async with gate:
-                try:
-                    await self.validate(located.config)
-                except (BadInput, BlockedAddress, ValueError) as err:
-                    return located.error(str(err).splitlines()[0])
-            return None
-
-        problems = await asyncio.gather(*(problem(located) for located in entries))
-        if first := next((p for p in problems if p is not None), None):
-            raise first
-        current = await self.current()
-        taken = await self.site_slots()
-        steps = []
-        for located in entries:
-            # An Apprise URL already stored compares by its ref; a new one is a change.
-            config = await channels.with_refs(await self.pool(), located.config, keep=False)
-            paused = located.entry.paused
-            if config.target_id not in current:
-                config, anchor = self.placed(config, taken)
-                located = dataclasses.replace(located, config=config)
-                start_at = located.entry.start_at or anchor
-                steps.append(Step(Action.ADD, config.target_id, located, start_at=start_at))
-                continue
-            had, was_paused = current[config.target_id]
-            config = self.kept(had, config, taken)
-            located = dataclasses.replace(located, config=config)
-            changed = changes(had, config)
-            if changed:
-                steps.append(Step(Action.RECONFIGURE, config.target_id, located, changed))
-            if paused != was_paused:
-                action = Action.PAUSE if paused else Action.RESUME
-                steps.append(Step(action, config.target_id, located))
-            if not changed and paused == was_paused:
-                steps.append(Step(Action.UNCHANGED, config.target_id, located))
-        if prune:
-            wanted = {located.config.target_id for located in entries}
-            steps += [Step(Action.REMOVE, t) for t in sorted(set(current) - wanted)]
-        return steps
-
-    async def apply(self, steps: list[Step], done: Callable[[Step], None]) -> None:
-        """Carry the plan out, CONCURRENCY targets at a time; `done` after each step. New
-        `--every` targets are spread again, from now (the plan is minutes old); calendar
-        offsets do not age, so the plan's stand (placed with every other step of it)."""
-        gate = asyncio.Semaphore(CONCURRENCY)
-        taken = await self.site_slots()
-        steps = [
-            self._placed_again(step, taken)
-            if step.action is Action.ADD
-            and step.located
-            and step.located.config.calendar is None
-            and not step.located.entry.start_at
-            else step
-            for step in steps
-        ]
-
-        async def one(step: Step) -> None:
-            async with gate:
-                await self._apply(step)
-            done(step)
-
-        await asyncio.gather(*(one(step) for step in steps))
-
-    def _placed_again(self, step: Step, sites: Sites) -> Step:
-        assert step.located is not None
-        config, anchor = self.placed(step.located.config, sites)
-        located = dataclasses.replace(step.located, config=config)
-        return dataclasses.replace(step, located=located, start_at=anchor)
-
-    async def _apply(self, step: Step) -> None:
-        located = step.located
-        if step.action is Action.ADD and located is not None:
-            async with self._stored(located.config) as config:
-                await self._start(config, step.start_at, located.entry.paused)
-        elif step.action is Action.RECONFIGURE and located is not None:
-            async with self._stored(located.config) as config:
-                handle = await self._acted_on(step.target_id)
-                await handle.execute_update(Update.RECONFIGURE, config, result_type=MonitorStatus)
-        elif step.action is Action.PAUSE:
-            await self.pause(step.target_id)
-        elif step.action is Action.RESUME:
-            await self.resume(step.target_id)
-        elif step.action is Action.REMOVE:
-            await self.remove(step.target_id)
-
     async def status(self, target_id: str) -> MonitorStatus:
         handle = await self.workflow(target_id)  # describe first: a frozen Temporal is said
         status: MonitorStatus = await handle.query(Query.STATUS, result_type=MonitorStatus)
@@ -462,30 +248,14 @@ class Pricewatch:
 
         return await self._recent.get(target_id, "status", read)
 
-    async def put(self, entry: manifest.Entry, where: str) -> list[Step]:
-        """One targets-file entry made true, as `apply` does for it (never a removal): what
-        was done, or `unchanged`. `where` names the entry in errors (a form's: nothing)."""
-        try:
-            # Off the loop: a channel's template is tried on the largest notice (up to 1 s
-            # in a child process), and a server's loop answers other requests meanwhile.
-            located = Located(entry, await asyncio.to_thread(entry.config), where)
-        except ValidationError as err:  # `url: ...`, as `apply` names the field
-            raise BadInput(manifest.field_error(err)) from err
-        except ValueError as err:
-            raise BadInput(str(err).splitlines()[0]) from err
-        steps = await self.plan([located], prune=False)
-        todo = [step for step in steps if step.action is not Action.UNCHANGED]
-        await self.apply(todo, lambda _: None)
-        return steps
-
     async def pause(self, target_id: str) -> None:
-        await (await self._acted_on(target_id)).signal(Signal.PAUSE)
+        await (await self.acted_on(target_id)).signal(Signal.PAUSE)
 
     async def resume(self, target_id: str) -> None:
-        await (await self._acted_on(target_id)).signal(Signal.RESUME)
+        await (await self.acted_on(target_id)).signal(Signal.RESUME)
 
     async def check_now(self, target_id: str) -> CheckResult:
-        handle = await self._acted_on(target_id)
+        handle = await self.acted_on(target_id)
         what = f"the check of {target_id}"
         return await self._checked(handle, Update.CHECK_NOW, None, what, target_id)
 
@@ -496,7 +266,7 @@ class Pricewatch:
         target_id = await store.check_target(pool, work_id)
         if stored is None or target_id is None:
             raise Unknown(f"unknown work id {work_id!r}")
-        handle = await self._acted_on(target_id)
+        handle = await self.acted_on(target_id)
         request = RetryRequest(slot=stored.slot, kind=stored.kind)
         what = f"the retry of {work_id}"
         return await self._checked(handle, Update.RETRY_SLOT, request, what, target_id)
@@ -538,7 +308,7 @@ class Pricewatch:
     async def _not_taken(self, what: str) -> Exception:
         """Why no worker took an update in time, as Temporal tells it: none polls the task
         queue, or those that poll are busy; or Temporal itself did not answer."""
-        pollers, temporal = await self._temporal_health()
+        pollers, temporal = await temporal_pollers(self)
         if pollers is None:
             return ConnectionError(temporal.error or "cannot reach Temporal")
         queue = self.settings.task_queue
@@ -556,7 +326,7 @@ class Pricewatch:
 
     async def remove(self, target_id: str, wait: timedelta = REMOVE_WAIT) -> None:
         """Stop watching and delete the target's rows; waits for the workflow to finish."""
-        handle = await self._acted_on(target_id)
+        handle = await self.acted_on(target_id)
         await handle.signal(Signal.REMOVE)
         try:
             await asyncio.wait_for(handle.result(), timeout=wait.total_seconds())
@@ -747,93 +517,8 @@ class Pricewatch:
         )
 
     async def health(self, window: str = DEFAULT_WINDOW) -> Health:
-        """Schedule health over the window (`1h`, `1d`, `7d`, up to a week) ending at
-        Postgres's now(), the workers polling the deployment's task queues, and whether
-        Temporal and Postgres answered: each asked with ANSWER_BOUND, so one that does not
-        answer is said as such beside the other's part."""
-        try:
-            span = parse_window(window)
-        except ValueError as err:
-            raise BadInput(str(err)) from None
-        (schedule, beats, postgres), (pollers, temporal) = await asyncio.gather(
-            self._postgres_health(span), self._temporal_health()
-        )
-        now = schedule.at if schedule else datetime.now(UTC)
-        workers = workers_health(pollers, beats, now)
-        return Health(
-            healthy=not (problems := unwell(
-                schedule, workers, self.settings.task_queue, [postgres, temporal]
-            )),
-            problems=problems, schedule=schedule, workers=workers, services=[postgres, temporal],
-        )  # fmt: skip
-
-    async def _postgres_health(
-        self, window: timedelta
-    ) -> tuple[ScheduleHealth | None, list[asyncpg.Record], ServiceHealth]:
-        """Postgres reached within ANSWER_BOUND, then the window's query within
-        QUERY_BOUND: a week of a big deployment's rows takes seconds, which is not an
-        outage."""
-        address = postgres_address(self.settings.resolved_database_url())
-        try:
-            async with asyncio.timeout(ANSWER_BOUND.total_seconds()):
-                pool = await self.pool()
-                beats = await health.worker_beats(pool)
-        except (*DATABASE_AWAY, ConnectionError) as err:
-            said = _unanswered(err, "Postgres", address)
-            return None, [], self._service("Postgres", address, said)
-        answered = self._service("Postgres", address, None)
-        try:
-            async with asyncio.timeout(QUERY_BOUND.total_seconds()):
-                schedule = await self._schedule.read(pool, window)
-        except (*DATABASE_AWAY, ConnectionError) as err:
-            late = isinstance(err, TimeoutError)
-            why = f"no answer within {QUERY_BOUND.seconds} s" if late else err
-            said = f"Postgres at {address} answers, but the window's slots did not come: {why}"
-            return None, beats, answered.model_copy(update={"error": said})
-        return schedule, beats, answered
-
-    async def _temporal_health(self) -> tuple[Pollers | None, ServiceHealth]:
-        """The pollers of the deployment's task queue and its render queue, each for
-        workflow and activity tasks on each partition, as Temporal lists them; None if it
-        did not answer."""
-        address = ClientConfig.load_client_connect_config().get("target_host", "localhost:7233")
-        queues = [self.settings.task_queue, render_queue(self.settings.task_queue)]
-        kinds = {"workflow": TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-                 "activity": TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY}  # fmt: skip
-        try:
-            async with asyncio.timeout(ANSWER_BOUND.total_seconds()):
-                client = await self.temporal()
-                address = client.service_client.config.target_host
-                asked = [(q, kind, n) for q in queues for kind in kinds for n in range(PARTITIONS)]
-                answers = await asyncio.gather(*(
-                    client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-                        namespace=client.namespace,
-                        task_queue=TaskQueue(name=f"/_sys/{queue}/{n}" if n else queue),
-                        task_queue_type=kinds[kind],
-                    ), timeout=ANSWER_BOUND)
-                    for queue, kind, n in asked
-                ))  # fmt: skip
-        except (ConnectionError, RPCError, TimeoutError) as err:
-            said = _unanswered(err, "Temporal", address)
-            return None, self._service("Temporal", address, said)
-        pollers: Pollers = {}
-        for (queue, kind, _), answer in zip(asked, answers, strict=True):
-            for poller in answer.pollers:
-                kinds_seen, last = pollers.get((poller.identity, queue), ([], None))
-                at = poller.last_access_time.ToDatetime(UTC)
-                seen = kinds_seen if kind in kinds_seen else [*kinds_seen, kind]
-                pollers[poller.identity, queue] = seen, max(at, last or at)
-        return pollers, self._service("Temporal", address, None)
-
-    def _service(self, name: str, address: str, error: str | None) -> ServiceHealth:
-        """What this process knows of a service: whether it answered now, and when it
-        last did (this process's clock)."""
-        if error is None:
-            self._answered[name] = datetime.now(UTC)
-        return ServiceHealth(
-            name=name, address=address, reachable=error is None,
-            answered_at=self._answered.get(name), error=error,
-        )  # fmt: skip
+        """Schedule health, workers and services (client.health)."""
+        return await checkup(self, window)
 
     def retention(self) -> Retention:
         return Retention(self.settings.check_retention, self.settings.change_retention)
@@ -847,14 +532,6 @@ class Pricewatch:
         pool = await self.pool()
         done = await prune_pass(pool, self.retention(), PruneProgress())
         return done.deleted
-
-
-def _unanswered(err: BaseException, name: str, address: str) -> str:
-    """One line for a service that did not answer a health call in time, or failed it."""
-    if isinstance(err, TimeoutError):
-        return f"cannot reach {name} at {address}: no answer within {ANSWER_BOUND.seconds} s"
-    said = str(err).splitlines()[0] if str(err) else type(err).__name__
-    return said if said.startswith("cannot reach") else f"{name} at {address}: {said}"
 
 
 def schedule(row: dict[str, Any]) -> str:

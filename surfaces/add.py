@@ -14,6 +14,7 @@ from fastapi.responses import RedirectResponse
 from pydantic import BaseModel, Field, ValidationError
 
 from activities.fetch import FetchError
+from client import plans
 from client.inputs import BadInput
 from client.manifest import Entry, field_error
 from client.trying import id_for
@@ -120,7 +121,7 @@ def words(text: str) -> list[str]:
 async def add(request: Request, form: Annotated[AddForm, Form()]) -> Response:
     check_csrf(request, form.csrf)
     entry = form.entry()
-    done = await api.client(request).put(entry, where="")
+    done = await plans.put(api.client(request), entry)
     request.session["said"] = f"{', '.join(s.action.value for s in done)} {entry.id}"
     return RedirectResponse(f"/targets/{entry.id}", status_code=303)
 

@@ -16,6 +16,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
+from client import plans
 from client.inputs import BadInput
 from client.manifest import Entry
 from client.pricewatch import Pricewatch, StillChecking
@@ -141,7 +142,7 @@ async def put_target(
     nothing (`unchanged`)."""
     if entry.id != target_id:
         raise BadInput(f"the entry's id {entry.id!r} is not the path's {target_id!r}")
-    steps = await pricewatch.put(entry, where="")
+    steps = await plans.put(pricewatch, entry)
     return AppliedView(
         target_id=target_id,
         actions=[step.action.value for step in steps],

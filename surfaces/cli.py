@@ -19,9 +19,9 @@ from rich.progress import Progress
 from temporalio.envconfig import ClientConfig
 
 from activities.fetch import FetchError
-from client import manifest
+from client import manifest, plans
 from client.inputs import BadInput, unreachable_database
-from client.plans import Action, Added
+from client.plans import Action
 from client.pricewatch import Pricewatch
 from client.trying import Unreadable, id_for
 from pricewatch import calendar, views
@@ -68,6 +68,7 @@ from surfaces.options import (
     NotifyOpt,
     NotifyTitleOpt,
     OnOpt,
+    PausedOpt,
     PriceAttrOpt,
     PriceNameOpt,
     PriceSelectorOpt,
@@ -81,9 +82,9 @@ from surfaces.options import (
     UnhealthyAfterOpt,
     UserAgentOpt,
     WebhookOpt,
-    calendar_of,
-    parse_start_at,
-    target_config,
+    config_of,
+    entry_of,
+    flag,
 )
 
 __all__ = ["app", "main"]  # the app with every command, and the entry point
@@ -138,31 +139,35 @@ async def add(
     tz: TzOpt = None,
     jitter: JitterOpt = None,
     tag: TagOpt = None,
+    paused: PausedOpt = False,
 ) -> None:
     """Start watching a page (same settings again: no-op; different: reconfigure).
 
     Any price option turns price mode on: the prices are compared, and the rules say which
-    moves are told."""
-    config = target_config(
-        target_id, url, every, max_attempts, unhealthy_after, webhook, email, selector, ignore,
-        json_pointer, user_agent, fetch_timeout, prices, price_selector, price_name,
-        price_attr, notify_on, below, above, min_change_percent, rendered, step,
-        calendar_of(cron, at, on, tz, jitter), notify, notify_title, notify_body, tag,
-    )  # fmt: skip
+    moves are told. The same as `apply` of a file with this one entry."""
+    entry = entry_of(target_id, url, dict(locals()))  # the parameters above, nothing else
     async with pricewatch() as client:
-        outcome = await client.add(config, parse_start_at(start_at))
-        watched = f"{target_id}: {config.url} {config.schedule}"
-        if config.timeout_seconds is not None:
-            watched += f", timeout {config.timeout_seconds}s"
-        typer.echo(
-            {
-                Added.ADDED: f"added {watched}",
-                Added.UNCHANGED: f"{target_id} already watched with these settings: "
-                "nothing changed",
-                Added.RECONFIGURED: f"reconfigured {watched}",
-            }[outcome]
-        )
+        for done in await plans.put(client, entry, said=flag):
+            typer.echo(added(done))
         typer.echo(f"history: {client.ui_link(target_id)}")
+
+
+def added(step: plans.Step) -> str:
+    """What `add` did, a line: the target as it is now watched, or that nothing changed."""
+    assert step.located is not None
+    config = step.located.config
+    watched = f"{step.target_id}: {config.url} {config.schedule}"
+    if config.timeout_seconds is not None:
+        watched += f", timeout {config.timeout_seconds}s"
+    if step.action is Action.ADD and step.start_at is not None:
+        first = first_check(config, step.start_at).removeprefix(config.schedule)
+        return f"added {watched}{first}" + (" (paused)" if step.located.entry.paused else "")
+    return {
+        Action.UNCHANGED: f"{step.target_id} already watched with these settings: nothing changed",
+        Action.RECONFIGURE: f"reconfigured {watched} ({'; '.join(step.changes)})",
+        Action.PAUSE: f"paused {step.target_id}",
+        Action.RESUME: f"resumed {step.target_id}",
+    }[step.action]
 
 
 @app.command("try")
@@ -206,11 +211,7 @@ async def try_page(
     Prints what the check would record: the prices and where each was read, what was skipped
     and why, the hash (no Temporal or Postgres needed). With no price selector, also the
     prices the page shows and the options that read each set."""
-    config = target_config(
-        "try", url, every, max_attempts, unhealthy_after, webhook, email, selector, ignore,
-        json_pointer, user_agent, fetch_timeout, prices, price_selector, price_name,
-        price_attr, notify_on, below, above, min_change_percent, rendered, step,
-    )  # fmt: skip
+    config = config_of(entry_of("try", url, dict(locals())))  # the options a target takes
     async with Pricewatch(Settings()) as client, contextlib.AsyncExitStack() as stack:
         fetcher = None
         if config.render is not None:
@@ -392,7 +393,7 @@ async def apply(
     Every entry is validated before anything changes."""
     entries = manifest.load(path)
     async with pricewatch() as client:
-        steps = await client.plan(entries, prune)
+        steps = await plans.plan(client, entries, prune)
         for step in steps:
             if step.action is not Action.UNCHANGED:
                 detail = "; ".join(step.changes)
@@ -412,7 +413,7 @@ async def apply(
         started = time.monotonic()
         with Progress(console=render.console(stderr=True), transient=True) as progress:
             bar = progress.add_task("applying", total=len(todo))
-            await client.apply(todo, lambda _: progress.advance(bar))
+            await plans.apply(client, todo, lambda _: progress.advance(bar))
     changes = f"{len(todo)} change{'' if len(todo) == 1 else 's'}"
     typer.echo(f"applied {changes} in {time.monotonic() - started:.1f} s")
 
@@ -422,7 +423,7 @@ async def apply(
 async def export() -> None:
     """Every target as a targets file: `pricewatch export > targets.yaml` round-trips."""
     async with pricewatch() as client:
-        current = await client.current()
+        current = await plans.current(client)
     typer.echo(manifest.dump([current[t] for t in sorted(current)]), nl=False)
 
 

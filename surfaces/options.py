@@ -1,27 +1,17 @@
 """The options `add` and `try` share (and the other commands' few), written once, and the
-target settings they make: any price option turns price mode on."""
+targets-file entry they make (`entry_of`): `add` applies it, `try` reads its page."""
 
 import contextlib
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 
-from client.channels import apprise_channel
-from client.inputs import BadInput, valid_id
-from pricewatch import calendar
-from pricewatch.calendar import Calendar
+from client.inputs import BadInput
+from client.manifest import Entry, field_error
 from pricewatch.durations import parse_duration
-from pricewatch.models import (
-    FETCH_TIMEOUT_RANGE,
-    Channel,
-    ChannelKind,
-    NotifyOn,
-    PriceSettings,
-    RenderSettings,
-    TargetConfig,
-)
-from pricewatch.policy import MAX_FETCH_TIMEOUT, MIN_FETCH_TIMEOUT
+from pricewatch.models import FETCH_TIMEOUT_RANGE, NotifyOn, TargetConfig
 
 
 def parse_start_at(text: str | None) -> datetime | None:
@@ -34,21 +24,6 @@ def parse_start_at(text: str | None) -> datetime | None:
             f"invalid --start-at {text!r}: use ISO-8601, e.g. 2026-08-07T08:00Z"
         ) from err
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-def parse_timeout(text: str | None) -> int | None:
-    """`--timeout 30s`: whole seconds within the bounds, else one line naming the option."""
-    if text is None:
-        return None
-    try:
-        seconds = parse_duration(text).total_seconds()
-    except ValueError:
-        seconds = None
-    if seconds is None or not (
-        MIN_FETCH_TIMEOUT.total_seconds() <= seconds <= MAX_FETCH_TIMEOUT.total_seconds()
-    ):
-        raise BadInput(f"invalid --timeout {text!r}: use {FETCH_TIMEOUT_RANGE}, e.g. 30s")
-    return int(seconds)
 
 
 def parse_since(text: str) -> datetime:
@@ -201,62 +176,73 @@ MinChangeOpt = Annotated[
 ]
 
 
-def calendar_of(
-    cron: str | None, at: list[str] | None, on: str | None, tz: str | None, jitter: str | None
-) -> Calendar | None:
-    """The calendar `--cron` or `--at`/`--on` asks for, in `--tz`, with `--jitter`."""
-    spread = None if jitter is None else int(parse_duration(jitter).total_seconds())
-    return calendar.written(cron, at, on, tz, spread)
+PausedOpt = Annotated[
+    bool, typer.Option("--paused", help="Watch it paused: no checks until `resume`.")
+]
+
+# An entry's field as `add` takes it, where that is not `--` and the field's name.
+FLAGS = {
+    "id": "target id", "url": "url", "webhooks": "--webhook", "emails": "--email",
+    "steps": "--step", "tags": "--tag", "prices": "--prices",
+    "prices.selector": "--price-selector", "prices.name": "--price-name",
+    "prices.attribute": "--price-attr", "notify.title": "--notify-title",
+    "notify.body": "--notify-body", "notify.url": "--notify",
+}  # fmt: skip
 
 
-def target_config(
-    target_id: str, url: str, every: str | None, max_attempts: int, unhealthy_after: int,
-    webhook: list[str] | None, email: list[str] | None, selector: str | None,
-    ignore: str | None, json_pointer: str | None, user_agent: str | None,
-    fetch_timeout: str | None, prices: bool, price_selector: str | None,
-    price_name: str | None, price_attr: str | None, notify_on: list[NotifyOn] | None,
-    below: str | None, above: str | None, min_change_percent: str | None,
-    rendered: bool = False, step: list[str] | None = None, grid: Calendar | None = None,
-    notify: list[str] | None = None, notify_title: str | None = None,
-    notify_body: str | None = None, tags: list[str] | None = None,
-) -> TargetConfig:  # fmt: skip
-    """A target's settings from `add`'s options: any price option turns price mode on."""
-    if (notify_title or notify_body) and not notify:
+def flag(field: str) -> str:
+    """An entry's field as `add`'s option: `webhooks.0` is --webhook, `prices.below` --below."""
+    name = ".".join(part for part in field.split(".") if not part.isdigit())
+    return FLAGS.get(name) or "--" + name.split(".")[-1].replace("_", "-")
+
+
+# `add`'s and `try`'s options that are a target's settings, by the entry's key they fill
+# (the others are the price options, --notify's templates and the command's own).
+AS_ENTRY = {
+    "every": "every", "start_at": "start_at", "max_attempts": "max_attempts",
+    "unhealthy_after": "unhealthy_after", "webhook": "webhooks", "email": "emails",
+    "selector": "selector", "ignore": "ignore", "json_pointer": "json_pointer",
+    "user_agent": "user_agent", "fetch_timeout": "timeout", "rendered": "render",
+    "step": "steps", "cron": "cron", "at": "at", "on": "on", "tz": "tz", "jitter": "jitter",
+    "tag": "tags", "paused": "paused",
+}  # fmt: skip
+PRICE_OPTIONS = {
+    "price_selector": "selector", "price_name": "name", "price_attr": "attribute",
+    "notify_on": "notify_on", "below": "below", "above": "above",
+    "min_change_percent": "min_change_percent",
+}  # fmt: skip
+
+
+def entry_of(target_id: str, url: str, options: dict[str, Any]) -> Entry:
+    """The targets-file entry `add`'s (or `try`'s) options ask for: what `apply` would read
+    of the same settings. Any price option turns price mode on; a bad option is BadInput
+    naming its flag."""
+    if (options.get("notify_title") or options.get("notify_body")) and not options.get("notify"):
         raise BadInput("--notify-title and --notify-body shape the --notify channels: give one")
-    price_options = {
-        "selector": price_selector, "name": price_name, "attribute": price_attr,
-        "notify_on": notify_on or None, "below": below, "above": above,
-        "min_change_percent": min_change_percent,
-    }  # fmt: skip
-    given = {key: value for key, value in price_options.items() if value is not None}
-    if step and not rendered:
-        raise BadInput("--step needs --render (steps run in the browser)")
-    if grid is not None and every is not None:
-        raise BadInput("--every and a calendar (--cron, --at) are two schedules: pick one")
-    schedule: dict[str, object] = (
-        {"calendar": grid}
-        if grid is not None
-        else {
-            "interval_seconds": int(
-                parse_duration("24h" if every is None else every).total_seconds()
-            )
-        }
-    )
-    return TargetConfig(
-        target_id=valid_id(target_id),
-        url=url,
-        **schedule,
-        max_attempts=max_attempts,
-        unhealthy_after=unhealthy_after,
-        channels=[Channel(kind=ChannelKind.WEBHOOK, destination=url) for url in webhook or []]
-        + [Channel(kind=ChannelKind.EMAIL, destination=address) for address in email or []]
-        + [apprise_channel(url, notify_title, notify_body) for url in notify or []],
-        selector=selector,
-        ignore=ignore,
-        json_pointer=json_pointer,
-        user_agent=user_agent,
-        price_mode=PriceSettings.model_validate(given) if prices or given else None,
-        timeout_seconds=parse_timeout(fetch_timeout),
-        render=RenderSettings(steps=step or []) if rendered else None,
-        tags=tags or [],
-    )
+    given = {k: v for k, v in options.items() if v is not None and v is not False and v != []}
+    data: dict[str, Any] = {AS_ENTRY[key]: value for key, value in given.items() if key in AS_ENTRY}
+    for key in ("every", "timeout", "jitter"):  # the command line's spaces are not the value
+        if isinstance(data.get(key), str):
+            data[key] = data[key].strip()
+    if "start_at" in data:
+        data["start_at"] = parse_start_at(data["start_at"])
+    prices = {PRICE_OPTIONS[key]: value for key, value in given.items() if key in PRICE_OPTIONS}
+    if prices or given.get("prices"):
+        data["prices"] = prices
+    templates = {"title": given.get("notify_title"), "body": given.get("notify_body")}
+    if "notify" in given:
+        data["notify"] = [{"url": url, **templates} for url in given["notify"]]
+    try:
+        return Entry.model_validate({"id": target_id, "url": url, **data})
+    except ValidationError as err:
+        raise BadInput(field_error(err, flag)) from err
+
+
+def config_of(entry: Entry) -> TargetConfig:
+    """The settings `entry_of`'s entry asks for; BadInput naming the flag that cannot be."""
+    try:
+        return entry.config(flag)
+    except ValidationError as err:
+        raise BadInput(field_error(err, flag)) from err
+    except ValueError as err:
+        raise BadInput(str(err).splitlines()[0]) from err

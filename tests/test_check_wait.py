@@ -10,10 +10,11 @@ import httpx
 import pytest
 from temporalio.client import Client
 
+from client import plans
 from client import pricewatch as client_module
+from client.manifest import Entry
 from client.pricewatch import Pricewatch, StillChecking
 from client.temporal import DATA_CONVERTER
-from pricewatch.models import TargetConfig
 from pricewatch.settings import Settings
 from tests.conftest import PageServer
 from tests.helpers import cli, serve_process, worker_process
@@ -56,9 +57,9 @@ async def test_a_check_not_final_in_time_is_left_to_go_on(
         min_interval=timedelta(seconds=1), allow_networks="127.0.0.1/32",
     )  # fmt: skip
     temporal = await Client.connect(temporal_address, data_converter=DATA_CONVERTER)
-    config = TargetConfig(target_id="busy", url=page_server.url("/busy"), interval_seconds=3600)
+    entry = Entry(id="busy", url=page_server.url("/busy"), every="1h")
     async with worker_process(env), Pricewatch(settings, temporal) as pricewatch:
-        await pricewatch.add(config)
+        await plans.put(pricewatch, entry)
         with pytest.raises(StillChecking) as going_on:
             await pricewatch.check_now("busy")
     assert str(going_on.value) == (

@@ -76,12 +76,20 @@ def assert_one_error_line(result: subprocess.CompletedProcess[str], code: int) -
         (["add", "acme", "https://example.com", "--start-at", "0001-01-01T00:00:00Z"], "start"),
         (["add", "acme", "https://example.com", "--start-at", "tomorrow"], "--start-at"),
         *(
-            (
-                ["add", "acme", "https://example.com", "--timeout", value],
-                f"invalid --timeout {value!r}: use 5s to 120s, e.g. 30s",
-            )
-            for value in ("3s", "200s", "garbage", "0s", "2m1s")
+            (["add", "acme", "https://example.com", "--timeout", value], said)
+            for value, said in [
+                ("3s", "--timeout: must be from 5s to 120s, not 3s"),
+                ("200s", "--timeout: must be from 5s to 120s, not 200s"),
+                ("garbage", "--timeout: invalid duration 'garbage'"),
+                ("0s", "--timeout: must be from 5s to 120s, not 0s"),
+                ("2m1s", "--timeout: must be from 5s to 120s, not 121s"),
+            ]
         ),
+        (["add", "a", "https://example.com", "--max-attempts", "0"], "--max-attempts:"),
+        (["add", "a", "https://example.com", "--below", "x"], "--below: write an amount"),
+        (["add", "a", "https://example.com", "--webhook", "ftp://h/"], "--webhook: "),
+        (["add", "a", "https://example.com", "--step", "click a"], "--step run in the browser"),
+        (["add", "a", "https://example.com", "--cron", "@daily", "--at", "08:00"], "--cron and"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args: list[str], mentions: str, tmp_path: Path) -> None:

@@ -51,13 +51,13 @@ def test_any_options_are_a_target_or_one_line(
     jitter: str | None, start_at: str | None, step: list[str] | None, rendered: bool,
 ) -> None:  # fmt: skip
     try:
-        options.parse_start_at(start_at)
-        grid = options.calendar_of(cron, at, on, tz, jitter)
-        options.target_config(
-            target_id, url, every, max_attempts, unhealthy_after, None, None, selector,
-            ignore, None, None, timeout, False, None, None, None, None, below, None, None,
-            rendered=rendered, step=step, grid=grid,
-        )  # fmt: skip
+        given = {
+            "every": every, "max_attempts": max_attempts, "unhealthy_after": unhealthy_after,
+            "selector": selector, "ignore": ignore, "fetch_timeout": timeout, "below": below,
+            "cron": cron, "at": at, "on": on, "tz": tz, "jitter": jitter,
+            "start_at": start_at, "step": step, "rendered": rendered,
+        }  # fmt: skip
+        options.config_of(options.entry_of(target_id, url, given))
     except Exception as err:  # each kind `add` says in one line; anything else fails here
         bad_input_line(err)
 

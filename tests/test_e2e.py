@@ -18,12 +18,13 @@ from temporalio.client import Client, ScheduleActionStartWorkflow
 from temporalio.worker import Replayer
 
 from activities.notify import SmtpSettings
-from client.inputs import BadInput, Unknown
-from client.plans import Added
+from client import plans
+from client.inputs import Unknown
+from client.manifest import Entry, ManifestError
+from client.plans import Action
 from client.pricewatch import Pricewatch
 from client.temporal import DATA_CONVERTER, workflow_id
 from pricewatch import views
-from pricewatch.models import TargetConfig
 from pricewatch.names import RETENTION_SCHEDULE_ID, RETENTION_WORKFLOW_TYPE
 from pricewatch.settings import Settings
 from tests.chaos.proxy import Proxy, postgres_upstream, through
@@ -203,18 +204,22 @@ async def test_the_python_client_drives_a_target_like_the_cli(
         min_interval=timedelta(seconds=2), allow_networks="127.0.0.1/32",
     )  # fmt: skip
     temporal = await Client.connect(temporal_address, data_converter=DATA_CONVERTER)
-    config = TargetConfig(
-        target_id="e2e-client", url=page_server.url("/client"), interval_seconds=2
-    )
+    entry = Entry(id="e2e-client", url=page_server.url("/client"), every="2s")
     async with worker_process(env), Pricewatch(settings, temporal) as client:
-        assert await client.add(config) is Added.ADDED
-        assert await client.add(config) is Added.UNCHANGED
-        slower = config.model_copy(update={"interval_seconds": 3})
-        assert await client.add(slower) is Added.RECONFIGURED
-        with pytest.raises(BadInput, match="below the minimum"):
-            await client.add(config.model_copy(update={"interval_seconds": 1}))
+
+        async def put(entry: Entry) -> list[Action]:
+            return [step.action for step in await plans.put(client, entry)]
+
+        assert await put(entry) == [Action.ADD]
+        assert await put(entry) == [Action.UNCHANGED]  # seen at once: not a second start
+        slower = entry.model_copy(update={"every": timedelta(seconds=3)})
+        assert await put(slower) == [Action.RECONFIGURE]
+        assert await put(slower.model_copy(update={"paused": True})) == [Action.PAUSE]
+        assert await put(slower) == [Action.RESUME]
+        with pytest.raises(ManifestError, match="below the minimum"):
+            await put(entry.model_copy(update={"every": timedelta(seconds=1)}))
         await wait_for(pool, "SELECT count(*) FROM source_checks WHERE target_id = 'e2e-client'")
-        assert (await client.status("e2e-client")).config == slower
+        assert (await client.status("e2e-client")).config == slower.config()
         manual = await client.check_now("e2e-client")
         assert manual.work_id.startswith("e2e-client:manual:")
         assert not (await client.status_view("e2e-client")).status.paused  # kept a second

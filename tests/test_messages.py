@@ -272,7 +272,7 @@ async def test_add_list_and_export_show_the_url_typed_and_the_page_is_asked_enco
         typed = f"{base}/preis/größe?q=ü"
         code, out, err = await cli(env, "add", "c6", typed, "--every", "1h")
         assert code == 0, err
-        assert out.splitlines()[0] == f"added c6: {typed} every 1h"
+        assert out.splitlines()[0] == f"added c6: {typed} every 1h, first check now"
         await wait_for(pool, "SELECT count(*) FROM source_checks WHERE status = 'unchanged'")
         assert received == ["/preis/gr%C3%B6%C3%9Fe?q=%C3%BC"]
 
