@@ -19,6 +19,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -164,6 +165,50 @@ def notice_body(
     return body
 
 
+Send = Callable[
+    ["NotifyActivities", DeliveryInput, dict[str, object], asyncpg.Record, datetime],
+    Awaitable[None],
+]
+"""`(notifier, delivery, notice JSON, the channel's row, the send's time)`: one notice out."""
+
+
+@dataclass(frozen=True)
+class Sender:
+    """How one channel kind sends a notice (`send`, from `deliver_notice`) and a marked test
+    notice (`test`, from `notify-test`: nothing disabled on a refusal)."""
+
+    send: Send
+    test: Send
+
+
+# One sender per channel kind: a new kind is one sender and one line here. Each looks up the
+# notifier's method when it sends, so the seams the chaos run wraps on the class stay seams.
+SENDERS: dict[ChannelKind, Sender] = {
+    ChannelKind.WEBHOOK: Sender(
+        send=lambda n, d, notice, row, now: n._post_webhook(
+            d, notice, row["destination"], row["secret"], now
+        ),
+        test=lambda n, d, notice, row, now: n._post_webhook(
+            d, notice, row["destination"], row["secret"], now, disable=False
+        ),
+    ),
+    ChannelKind.EMAIL: Sender(
+        send=lambda n, d, notice, row, now: n._send_email(d, notice, row["destination"]),
+        test=lambda n, d, notice, row, now: n._send_email(
+            d, notice, row["destination"], test_notice=True
+        ),
+    ),
+    ChannelKind.APPRISE: Sender(
+        send=lambda n, d, notice, row, now: n._notify_service(
+            d.target_id, d.channel_id, notice, row
+        ),
+        test=lambda n, d, notice, row, now: n._notify_service(
+            d.target_id, d.channel_id, notice, row, test=True
+        ),
+    ),
+}
+
+
 class NotifyActivities:
     def __init__(
         self,
@@ -218,14 +263,7 @@ class NotifyActivities:
         try:
             moves = json.loads(row["price_moves"]) if row["price_moves"] else None
             body = notice_body(delivery, row["excerpt"], moves)
-            if row["kind"] == ChannelKind.WEBHOOK.value:
-                await self._post_webhook(
-                    delivery, body, row["destination"], row["secret"], row["now"]
-                )
-            elif row["kind"] == ChannelKind.EMAIL.value:
-                await self._send_email(delivery, body, row["destination"])
-            else:
-                await self._notify_service(delivery.target_id, delivery.channel_id, body, row)
+            await SENDERS[ChannelKind(row["kind"])].send(self, delivery, body, row, row["now"])
         except LeaseLost as err:
             # Nothing recorded: the row is another attempt's now (or `sent`). The next
             # attempt reads which.
@@ -423,16 +461,7 @@ class NotifyActivities:
             ),
         )  # fmt: skip
         try:
-            if channel["kind"] == ChannelKind.WEBHOOK.value:
-                await self._post_webhook(
-                    test, notice, channel["destination"], channel["secret"], now, disable=False,
-                )  # fmt: skip
-            elif channel["kind"] == ChannelKind.EMAIL.value:
-                await self._send_email(test, notice, channel["destination"], test_notice=True)
-            else:
-                await self._notify_service(
-                    target_id, channel["channel_id"], notice, channel, test=True
-                )
+            await SENDERS[ChannelKind(channel["kind"])].test(self, test, notice, channel, now)
         except DeliveryError as err:
             return str(err)
         return None

@@ -5,7 +5,8 @@ mail by an aiosmtpd server) and real Postgres."""
 import asyncio
 import dataclasses
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 import asyncpg
 import httpx
@@ -14,9 +15,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from activities.notify import NotifyActivities, SmtpSettings
+from activities.notify import SENDERS, NotifyActivities, SmtpSettings
 from pricewatch import policy
-from pricewatch.deliveries import DeliveryInput, DeliveryResult
+from pricewatch.deliveries import DeliveryInput, DeliveryResult, Notice
 from pricewatch.models import Channel, ChannelKind
 from pricewatch.names import Activity
 from pricewatch.policy import PERMANENT_DELIVERY_ERROR
@@ -32,6 +33,52 @@ from tests.helpers import (
     running_worker,
     watched,
 )
+
+
+async def test_every_channel_kind_has_a_sender_that_calls_its_method_as_it_did(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The table covers every kind, and each kind's send and test send reach the one method
+    with the arguments the old if/elif gave it (a test send disables nothing)."""
+    assert set(SENDERS) == set(ChannelKind)
+    notify = NotifyActivities(
+        cast(asyncpg.Pool, None), cast(httpx.AsyncClient, None), SmtpSettings("h", 25, "s")
+    )
+    Call = tuple[str, tuple[object, ...], dict[str, object]]
+    calls: list[Call] = []
+    for method in ("_post_webhook", "_send_email", "_notify_service"):
+
+        async def called(*args: object, _name: str = method, **kwargs: object) -> None:
+            calls.append((_name, args, kwargs))
+
+        monkeypatch.setattr(notify, method, called)
+    d = DeliveryInput(
+        notice=Notice.CHANGED, channel_id="c1", target_id="t1", url="https://e.test/",
+        result=CHANGED,
+    )  # fmt: skip
+    notice: dict[str, object] = {"type": "page.changed"}
+    row: Any = {"destination": "dest", "secret": "whsec_x"}
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    expected: dict[ChannelKind, tuple[Call, Call]] = {
+        ChannelKind.WEBHOOK: (
+            ("_post_webhook", (d, notice, "dest", "whsec_x", now), {}),
+            ("_post_webhook", (d, notice, "dest", "whsec_x", now), {"disable": False}),
+        ),
+        ChannelKind.EMAIL: (
+            ("_send_email", (d, notice, "dest"), {}),
+            ("_send_email", (d, notice, "dest"), {"test_notice": True}),
+        ),
+        ChannelKind.APPRISE: (
+            ("_notify_service", ("t1", "c1", notice, row), {}),
+            ("_notify_service", ("t1", "c1", notice, row), {"test": True}),
+        ),
+    }
+    assert set(expected) == set(ChannelKind)
+    for kind, (send, test) in expected.items():
+        calls.clear()
+        await SENDERS[kind].send(notify, d, notice, row, now)
+        await SENDERS[kind].test(notify, d, notice, row, now)
+        assert calls == [send, test], kind
 
 
 async def test_a_webhook_is_signed_sent_once_and_never_again(
