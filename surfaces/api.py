@@ -23,7 +23,7 @@ from client.pricewatch import Pricewatch, StillChecking
 from pricewatch import views
 from pricewatch.health import DEFAULT_WINDOW
 from pricewatch.views import TargetState
-from surfaces.render import masked
+from surfaces.terminal import masked
 
 REF = "#/components/schemas/{model}"
 ID_PATTERN = "^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"

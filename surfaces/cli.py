@@ -35,7 +35,7 @@ from pricewatch.slots import format_slot, work_id
 from pricewatch.views import Suggested
 from surfaces import (
     reads,  # noqa: F401  (its commands, which only read, join `app`)
-    render,
+    terminal,
 )
 from surfaces.command import (
     DASHBOARD_PORT,
@@ -224,7 +224,7 @@ async def try_page(
             view, shot = await client.try_page(config, fetcher, screenshot is not None)
         except FetchError as err:
             if isinstance(err, Unreadable) and not as_json:
-                render.suggested(err.suggestions)
+                terminal.suggested(err.suggestions)
             if suggest and isinstance(err, Unreadable) and err.suggestions:
                 return typer.echo(add_command(config, err.suggestions[0]))
             fail(f"a check would fail ({'transient' if err.transient else 'permanent'}): {err}",
@@ -238,7 +238,7 @@ async def try_page(
     elif as_json:
         print_json("try", view)
     else:
-        render.tried(view)
+        terminal.tried(view)
         if screenshot is not None:
             typer.echo(f"screenshot: {screenshot} ({len(shot or b'')} bytes)")
 
@@ -270,7 +270,7 @@ async def notify_test(
         where = f"{view.channel_id} ({view.kind}, {view.destination})"
         disabled = f" [disabled: {view.disabled_reason}]" if view.disabled_reason else ""
         said = "sent" if error is None else f"failed: {error}"
-        typer.echo(render.inert(f"{where}{disabled}: {said}"))
+        typer.echo(terminal.inert(f"{where}{disabled}: {said}"))
     if any(error is not None for _, error in answers):
         raise typer.Exit(UNAVAILABLE)
 
@@ -411,7 +411,7 @@ async def apply(
         if dry_run or not todo:
             return
         started = time.monotonic()
-        with Progress(console=render.console(stderr=True), transient=True) as progress:
+        with Progress(console=terminal.console(stderr=True), transient=True) as progress:
             bar = progress.add_task("applying", total=len(todo))
             await plans.apply(client, todo, lambda _: progress.advance(bar))
     changes = f"{len(todo)} change{'' if len(todo) == 1 else 's'}"

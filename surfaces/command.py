@@ -19,7 +19,7 @@ from pricewatch.models import (
     CheckResult,
 )
 from pricewatch.settings import Settings
-from surfaces import render
+from surfaces import terminal
 from surfaces.errors import Fault, failure
 
 
@@ -90,7 +90,7 @@ def command(fn: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
 
 
 def fail(message: str, code: int) -> None:
-    typer.echo(render.inert(f"pricewatch: {message}"), err=True)
+    typer.echo(terminal.inert(f"pricewatch: {message}"), err=True)
     raise typer.Exit(code)
 
 
@@ -105,7 +105,7 @@ async def pricewatch() -> AsyncIterator[Pricewatch]:
 
 
 def print_result(result: CheckResult) -> None:
-    typer.echo(render.check(result))
+    typer.echo(terminal.check(result))
 
 
 def print_json(command: str, value: object) -> None:

@@ -26,7 +26,7 @@ from pricewatch.views import ChangeView, TargetSort, TargetState
 from surfaces import api, charts
 from surfaces.auth import check_csrf, csrf_token, local, sign_in
 from surfaces.errors import EXPECTED, failure, one_line
-from surfaces.render import masked
+from surfaces.terminal import masked
 
 PAGE_SIZE = 50
 CHART_POINTS = 500

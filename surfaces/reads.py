@@ -10,7 +10,7 @@ import typer
 from client.inputs import BadInput
 from pricewatch import views
 from pricewatch.health import DEFAULT_WINDOW
-from surfaces import render
+from surfaces import terminal
 from surfaces.command import (
     UNAVAILABLE,
     app,
@@ -47,7 +47,7 @@ async def list_targets(
             else "no targets: add one with `pricewatch add <id> <url> --every 24h`"
         )
         return
-    render.targets(rows)
+    terminal.targets(rows)
 
 
 @app.command(rich_help_panel=PANEL)
@@ -58,7 +58,7 @@ async def status(target_id: IdArg, as_json: JsonOpt = False) -> None:
         view = await client.status_view(target_id)
     if as_json:
         return print_json("status", view)
-    typer.echo("\n".join(render.status(view.status, view.retrying, view.history_url)))
+    typer.echo("\n".join(terminal.status(view.status, view.retrying, view.history_url)))
 
 
 @app.command(rich_help_panel=PANEL)
@@ -75,7 +75,7 @@ async def history(
         return print_json("history", results)
     if not results:
         raise BadInput(f"no recorded checks for {target_id!r}")
-    render.checks(results)
+    terminal.checks(results)
 
 
 @app.command(rich_help_panel=PANEL)
@@ -93,13 +93,13 @@ async def channels(
     masks them)."""
     async with pricewatch() as client:
         rows = await client.channels(target_id)
-    shown = rows if reveal else [render.masked(row) for row in rows]
+    shown = rows if reveal else [terminal.masked(row) for row in rows]
     if as_json:
         return print_json("channels", shown)
     if not rows:
         typer.echo(f"no channels for {target_id!r}: add them with --notify, --webhook, --email")
     else:
-        render.channels(shown)
+        terminal.channels(shown)
 
 
 @app.command(rich_help_panel=PANEL)
@@ -117,7 +117,7 @@ async def deliveries(
     if not rows:
         typer.echo("no deliveries yet")
     else:
-        render.deliveries(rows)
+        terminal.deliveries(rows)
 
 
 @app.command("prices", rich_help_panel=PANEL)
@@ -147,10 +147,10 @@ async def price_history(
     if per is views.Per.MONTH:
         rows = [row.per_month() for row in rows]
     if plot is not None:
-        render.plot_prices(target_id, rows, plot)
+        terminal.plot_prices(target_id, rows, plot)
     if as_json:
         return print_json("prices", rows)
-    render.prices(rows)
+    terminal.prices(rows)
     if plot is not None:
         typer.echo(f"plot: {plot}", err=True)
 
@@ -169,7 +169,7 @@ async def diff(
         change = await client.change(target_id, work_id)
     if as_json:
         return print_json("diff", change)
-    typer.echo(render.inert(change.diff))
+    typer.echo(terminal.inert(change.diff))
 
 
 @app.command(rich_help_panel=PANEL)
@@ -201,7 +201,7 @@ async def failures(
     if not results:
         typer.echo("no failed slots")
     else:
-        render.checks(results, when=True)
+        terminal.checks(results, when=True)
 
 
 @app.command(rich_help_panel=PANEL)
@@ -223,6 +223,6 @@ async def health(
     if as_json:
         print_json("health", report)
     else:
-        render.health(report)
+        terminal.health(report)
     if not report.healthy:
         raise typer.Exit(UNAVAILABLE)

@@ -12,7 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pricewatch.views import ChannelView, PriceView, TargetSummary
-from surfaces import render
+from surfaces import terminal
 
 SLOT = datetime(2026, 12, 1, 8, tzinfo=UTC)
 HOSTILE = [
@@ -45,7 +45,7 @@ def printed(capsys: pytest.CaptureFixture[str]) -> str:
 def test_markup_in_page_text_is_printed_as_written(
     text: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    render.targets([summary(text, f"https://acme.example/{text}")])
+    terminal.targets([summary(text, f"https://acme.example/{text}")])
     out = printed(capsys)
     assert f"{text} 9.90 EUR" in out
     assert f"https://acme.example/{text}" in out
@@ -59,19 +59,19 @@ def test_any_text_in_any_table_is_shown_whole_and_inert(
     name: str, destination: str, reason: str
 ) -> None:
     with contextlib.redirect_stdout(io.StringIO()) as written:
-        render.targets([summary(name, "https://acme.example/")])
-        render.channels([ChannelView(channel_id="c1", kind="json", destination=destination,
+        terminal.targets([summary(name, "https://acme.example/")])
+        terminal.channels([ChannelView(channel_id="c1", kind="json", destination=destination,
                                      secret=None, disabled_reason=reason)])  # fmt: skip
     out = written.getvalue()
     for text in (name, destination, reason):
-        assert render.inert(text, cell=True).strip() in out
+        assert terminal.inert(text, cell=True).strip() in out
     assert len(out.splitlines()) == 4  # two tables, a header and a row each
     assert "\x1b" not in out  # no page text drives the terminal
 
 
 @given(TEXT)
 def test_inert_leaves_no_control_character_and_keeps_the_rest(text: str) -> None:
-    shown = render.inert(text)
+    shown = terminal.inert(text)
     assert not any((ord(c) < 32 and c not in "\t\n") or 0x7F <= ord(c) <= 0x9F for c in shown)
     if text.isprintable():
         assert shown == text
@@ -80,7 +80,7 @@ def test_inert_leaves_no_control_character_and_keeps_the_rest(text: str) -> None
 def test_an_escape_sequence_from_a_page_is_shown_not_obeyed(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    render.targets([summary("\x1b[2J\x1b[31mPro\u202e", "https://acme.example/")])
+    terminal.targets([summary("\x1b[2J\x1b[31mPro\u202e", "https://acme.example/")])
     out = printed(capsys)
     assert "\\x1b[2J\\x1b[31mPro\\u202e" in out
     assert "\x1b" not in out

@@ -14,7 +14,7 @@ from activities.price_reader import read_prices
 from pricewatch import periods, views
 from pricewatch.models import NotifyOn, PriceSettings
 from pricewatch.prices import Price, listing, move_line, moves, tells
-from surfaces import render
+from surfaces import terminal
 
 
 @pytest.mark.parametrize(
@@ -281,11 +281,11 @@ def test_prices_per_month_converts_each_amount_whose_period_is_known(
         (Decimal("10"), "month", None), (Decimal("8.33"), "month", "user"),
         (Decimal("49"), "one-time", None), (Decimal("5"), None, None),
     ]  # fmt: skip
-    render.prices([monthly])
+    terminal.prices([monthly])
     out = capsys.readouterr().out
     for shown in ("10 EUR/month", "8.33 EUR/user/month", "49 EUR one-time", "5 EUR"):
         assert shown in out, out
-    render.prices([row])
+    terminal.prices([row])
     assert "100 EUR/user/year" in capsys.readouterr().out
 
 

@@ -20,7 +20,7 @@ from activities.price_words import (
 )
 from pricewatch.models import PriceSettings
 from pricewatch.views import PriceView
-from surfaces import render
+from surfaces import terminal
 
 SLOT = datetime(2026, 12, 1, 8, tzinfo=UTC)
 
@@ -77,7 +77,7 @@ def test_every_plausible_amount_is_read_as_written(amount: Decimal) -> None:
 
 
 def test_a_stored_amount_no_price_has_prints_short() -> None:
-    shown = render.amount(PriceView(name="Pro", amount=Decimal("1E+999999"), currency="EUR"))
+    shown = terminal.amount(PriceView(name="Pro", amount=Decimal("1E+999999"), currency="EUR"))
     assert shown == "1.000e+999999 EUR"
 
 

@@ -1,4 +1,4 @@
-"""What the CLI prints, line by line (issue 49's mutation run over surfaces/render.py,
+"""What the CLI prints, line by line (issue 49's mutation run over surfaces/terminal.py,
 docs/testing.md#mutation-testing): a channel's secret masked by kind, text made inert in
 lines and cells, and each command's lines and tables exactly as a script reads them when
 piped, and as a terminal folds and emboldens them."""
@@ -32,7 +32,7 @@ from pricewatch.views import (
     TriedPrice,
     TryView,
 )
-from surfaces import render
+from surfaces import terminal
 
 SLOT = datetime(2026, 12, 1, 8, tzinfo=UTC)
 LATER = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
@@ -54,7 +54,7 @@ def channel(kind: str, secret: str | None) -> ChannelView:
 
 @given(secret=st.text(min_size=1), kind=st.sampled_from(["webhook", "json", "email"]))
 def test_a_secret_is_shown_as_its_kind_s_prefix_only(secret: str, kind: str) -> None:
-    shown = render.masked(channel(kind, secret))
+    shown = terminal.masked(channel(kind, secret))
     assert shown.secret == "whsec_********"
     assert shown.model_dump(exclude={"secret"}) == channel(kind, secret).model_dump(
         exclude={"secret"}
@@ -63,23 +63,25 @@ def test_a_secret_is_shown_as_its_kind_s_prefix_only(secret: str, kind: str) -> 
 
 @given(secret=st.text(min_size=1))
 def test_an_apprise_url_is_masked_whole(secret: str) -> None:
-    assert render.masked(channel("apprise", secret)).secret == "********"
+    assert terminal.masked(channel("apprise", secret)).secret == "********"
 
 
 def test_a_channel_without_a_secret_is_shown_as_it_is() -> None:
     plain = channel("webhook", None)
-    assert render.masked(plain) is plain
+    assert terminal.masked(plain) is plain
 
 
 def test_inert_writes_each_control_as_its_escape() -> None:
-    assert render.inert("a\tb\nc\x1b\x7f\x9f\u202e\u2069") == "a\tb\nc\\x1b\\x7f\\x9f\\u202e\\u2069"
-    assert render.inert("a\tb\nc\x1b", cell=True) == "a\\tb\\nc\\x1b"
-    assert render.inert(" \x20~\xa0é") == " \x20~\xa0é"
+    assert (
+        terminal.inert("a\tb\nc\x1b\x7f\x9f\u202e\u2069") == "a\tb\nc\\x1b\\x7f\\x9f\\u202e\\u2069"
+    )
+    assert terminal.inert("a\tb\nc\x1b", cell=True) == "a\\tb\\nc\\x1b"
+    assert terminal.inert(" \x20~\xa0é") == " \x20~\xa0é"
 
 
 def test_the_console_shows_text_as_given_even_on_a_terminal() -> None:
     file = io.StringIO()
-    shown = render.console(file=file, force_terminal=True, color_system="truecolor", width=80)
+    shown = terminal.console(file=file, force_terminal=True, color_system="truecolor", width=80)
     shown.print("[bold]x[/bold] :smile: 123 https://a.example")
     assert file.getvalue() == "[bold]x[/bold] :smile: 123 https://a.example\n"
 
@@ -94,12 +96,12 @@ def result(**fields: object) -> CheckResult:
 
 
 def test_a_check_is_one_line_with_what_it_has() -> None:
-    assert render.check(result()) == f"{WORK}  changed   attempts=2"
+    assert terminal.check(result()) == f"{WORK}  changed   attempts=2"
     full = result(
         status=CheckStatus.RETRYING, result_hash="0123456789abcdef", next_attempt_at=LATER,
         error_message="HTTP 503\x1b[2J",
     )  # fmt: skip
-    assert render.check(full) == (
+    assert terminal.check(full) == (
         f"{WORK}  retrying  attempts=2  sha256=0123456789ab  next attempt not before "
         "2026-12-01T09:30:00Z  error=HTTP 503\\x1b[2J"
     )
@@ -118,7 +120,7 @@ def test_a_status_says_everything_in_order() -> None:
         paused=True, next_slot=LATER, last_result=result(), checks_completed=7,
         failure_streak=3, unhealthy=True, checking=SLOT,
     )  # fmt: skip
-    lines = render.status(status, [result(status=CheckStatus.RETRYING)], "http://ui/acme")
+    lines = terminal.status(status, [result(status=CheckStatus.RETRYING)], "http://ui/acme")
     schedule = status.config.schedule
     assert lines == [
         "target:     acme",
@@ -141,7 +143,7 @@ def test_a_status_says_everything_in_order() -> None:
 def test_a_new_target_s_status_says_what_it_lacks() -> None:
     status = MonitorStatus(config=config(render=RenderSettings()), paused=False, next_slot=None,
                            last_result=None, checks_completed=0)  # fmt: skip
-    lines = render.status(status, [], "link")
+    lines = terminal.status(status, [], "link")
     assert lines[3:] == [
         "timeout:    default (10s per read, 30s in all)",
         "rendered:   no steps",
@@ -165,7 +167,7 @@ def test_a_new_target_s_status_says_what_it_lacks() -> None:
     ],
 )  # fmt: skip
 def test_price_rules_read_as_add_set_them(rules: PriceSettings, said: str) -> None:
-    assert render.price_rules(rules) == said
+    assert terminal.price_rules(rules) == said
 
 
 # Tables -----------------------------------------------------------------------------------
@@ -184,7 +186,7 @@ def price(name: str, amount: str, currency: str | None = "EUR") -> PriceView:
 
 
 def test_the_targets_table_when_piped(capsys: pytest.CaptureFixture[str]) -> None:
-    render.targets([summary(), summary(id="b", enabled=False, unhealthy=True, last_status=None)])
+    terminal.targets([summary(), summary(id="b", enabled=False, unhealthy=True, last_status=None)])
     assert out(capsys) == [
         "ID    STATE             SCHEDULE  NEXT SLOT             LAST     URL",
         "acme  active            every 1m  2026-12-01T08:00:00Z  changed  https://acme.example/",
@@ -195,7 +197,7 @@ def test_the_targets_table_when_piped(capsys: pytest.CaptureFixture[str]) -> Non
 def test_a_prices_column_once_any_target_has_prices(capsys: pytest.CaptureFixture[str]) -> None:
     trend = [Decimal(n) for n in "123"]
     many = [price("Basic", "9.90"), price("Pro", "20"), price("Team", "30")]
-    render.targets([summary(many, trend=trend), summary(id="b")])
+    terminal.targets([summary(many, trend=trend), summary(id="b")])
     assert out(capsys) == [
         "ID    STATE   SCHEDULE  NEXT SLOT             LAST     PRICES                        URL",
         "acme  active  every 1m  2026-12-01T08:00:00Z  changed  Basic 9.90 EUR ▁▅█ (+2 more)  "
@@ -213,13 +215,13 @@ def test_a_prices_column_once_any_target_has_prices(capsys: pytest.CaptureFixtur
 def test_an_amount_is_plain_below_a_quadrillion(
     amount: str, currency: str | None, shown: str
 ) -> None:
-    assert render.amount(price("x", amount, currency)) == shown
+    assert terminal.amount(price("x", amount, currency)) == shown
 
 
 def test_a_summary_without_prices_or_a_trend() -> None:
-    assert render.price_summary(summary([])) == "-"
-    assert render.price_summary(summary([price("Pro", "5", None)])) == "Pro 5"
-    assert render.price_summary(summary([price("Pro", "5"), price("B", "1")])) == (
+    assert terminal.price_summary(summary([])) == "-"
+    assert terminal.price_summary(summary([price("Pro", "5", None)])) == "Pro 5"
+    assert terminal.price_summary(summary([price("Pro", "5"), price("B", "1")])) == (
         "Pro 5 EUR (+1 more)"
     )
 
@@ -230,7 +232,7 @@ def test_a_summary_without_prices_or_a_trend() -> None:
      ([10, 0], "█▁")],
 )  # fmt: skip
 def test_a_sparkline_scales_between_lowest_and_highest(values: list[int], line: str) -> None:
-    assert render.sparkline([Decimal(v) for v in values]) == line
+    assert terminal.sparkline([Decimal(v) for v in values]) == line
 
 
 def test_the_prices_table_has_a_column_per_name(capsys: pytest.CaptureFixture[str]) -> None:
@@ -239,7 +241,7 @@ def test_the_prices_table_has_a_column_per_name(capsys: pytest.CaptureFixture[st
         PricesRow(work_id=WORK, slot=LATER, status="unchanged",
                   prices=[price("Team", "30", None), price("Pro", "11")]),
     ]  # fmt: skip
-    render.prices(rows)
+    terminal.prices(rows)
     assert out(capsys) == [
         "SLOT                  STATUS     Pro     Team",
         "2026-12-01T08:00:00Z  changed    10 EUR  -",
@@ -250,8 +252,8 @@ def test_the_prices_table_has_a_column_per_name(capsys: pytest.CaptureFixture[st
 def test_checks_history_and_failures(capsys: pytest.CaptureFixture[str]) -> None:
     failed = result(status=CheckStatus.RETRYING, result_hash="0123456789abcdef",
                     next_attempt_at=LATER, error_message="HTTP 503")  # fmt: skip
-    render.checks([result(), failed])
-    render.checks([result()], when=True)
+    terminal.checks([result(), failed])
+    terminal.checks([result()], when=True)
     assert out(capsys) == [
         "WORK ID                    STATUS    ATTEMPTS  SHA256        NEXT ATTEMPT          ERROR",
         f"{WORK}  changed   2         -             -                     -",
@@ -262,7 +264,7 @@ def test_checks_history_and_failures(capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_channels_and_deliveries(capsys: pytest.CaptureFixture[str]) -> None:
-    render.channels(
+    terminal.channels(
         [
             channel("webhook", "whsec_********"),
             channel("json", None).model_copy(update={"disabled_reason": "HTTP 410"}),
@@ -280,7 +282,7 @@ def test_channels_and_deliveries(capsys: pytest.CaptureFixture[str]) -> None:
             sent_at=None,
         )
 
-    render.deliveries([delivery("sent", "old"), delivery("failed", "HTTP 500"),
+    terminal.deliveries([delivery("sent", "old"), delivery("failed", "HTTP 500"),
                        delivery("pending", None)])  # fmt: skip
     assert out(capsys) == [
         "CHANNEL  KIND     DESTINATION  SECRET          DISABLED",
@@ -300,7 +302,7 @@ def test_a_terminal_gets_bold_headers_and_folded_cells(
     monkeypatch.setenv("COLUMNS", "30")
     monkeypatch.setenv("TERM", "xterm")
     monkeypatch.delenv("NO_COLOR", raising=False)
-    render.table(["A", "B"], [["x" * 40, "y"]])
+    terminal.table(["A", "B"], [["x" * 40, "y"]])
     printed = capsys.readouterr().out
     assert printed.startswith("\x1b[1mA")  # the header, bold
     lines = re.sub("\x1b\\[[0-9;]*m", "", printed).splitlines()
@@ -323,7 +325,7 @@ def tried_view(**fields: object) -> TryView:
 
 def test_try_shows_the_text_that_is_hashed(capsys: pytest.CaptureFixture[str]) -> None:
     text = "\n".join(f"line {n}\x1b" for n in range(22))
-    render.tried(
+    terminal.tried(
         tried_view(text=text, skipped_values=["1e9999"], refused_requests=["http://10.0.0.1/"])
     )
     lines = out(capsys)
@@ -338,7 +340,7 @@ def test_try_shows_the_text_that_is_hashed(capsys: pytest.CaptureFixture[str]) -
         "refused request: http://10.0.0.1/",
         f"sha256: {'ab' * 32}  (nothing was written)",
     ]
-    render.tried(tried_view(text="one"))
+    terminal.tried(tried_view(text="one"))
     assert out(capsys)[1:3] == ["text that is hashed (1 lines):", "  one"]
 
 
@@ -349,7 +351,7 @@ def test_try_shows_each_price_and_where_it_was_read(capsys: pytest.CaptureFixtur
         TriedPrice(name="Free", amount=Decimal("0"), currency=None, regular=None,
                    availability=None, source=None),
     ]  # fmt: skip
-    render.tried(tried_view(prices=read))
+    terminal.tried(tried_view(prices=read))
     assert out(capsys)[1:4] == [
         "PRICE  AMOUNT    WAS  STOCK         READ FROM",
         "Pro    10.5 EUR  12   out of stock  json-ld",
@@ -365,7 +367,7 @@ def test_a_plot_is_a_png_of_its_size(tmp_path: Path) -> None:
                   prices=[price("Pro", "11"), price("Team", "3", None)]),
     ]  # fmt: skip
     path = tmp_path / "acme.png"
-    render.plot_prices("acme", rows, path)
+    terminal.plot_prices("acme", rows, path)
     png = path.read_bytes()
     assert png.startswith(b"\x89PNG")
     width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
@@ -379,24 +381,24 @@ def test_a_plot_without_matplotlib_says_what_to_install(
     with pytest.raises(
         ValueError, match=r"^--plot needs matplotlib: pip install 'pricewatch\[plot\]'$"
     ):
-        render.plot_prices("acme", [], tmp_path / "x.png")
+        terminal.plot_prices("acme", [], tmp_path / "x.png")
 
 
 def test_a_status_without_rendering_or_with_several_steps() -> None:
     plain = MonitorStatus(config=config(), paused=False, next_slot=None, last_result=None,
                           checks_completed=0)  # fmt: skip
-    assert not any(line.startswith("rendered:") for line in render.status(plain, [], "link"))
+    assert not any(line.startswith("rendered:") for line in terminal.status(plain, [], "link"))
     steps = plain.model_copy(
         update={"config": config(render=RenderSettings(steps=["click #a", "wait 1s"]))}
     )
-    assert "rendered:   click #a; wait 1s" in render.status(steps, [], "link")
+    assert "rendered:   click #a; wait 1s" in terminal.status(steps, [], "link")
 
 
 @pytest.mark.parametrize(("count", "said"), [(20, "20 lines"), (21, "21 lines, first 20")])
 def test_try_says_when_it_shows_the_first_20_lines_only(
     count: int, said: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    render.tried(tried_view(text="\n".join(["x"] * count)))
+    terminal.tried(tried_view(text="\n".join(["x"] * count)))
     lines = out(capsys)
     assert lines[1] == f"text that is hashed ({said}):"
     assert lines[2:-1] == ["  x"] * 20
@@ -406,7 +408,7 @@ def test_an_amount_without_a_currency_takes_no_space(capsys: pytest.CaptureFixtu
     """Wider than its header, so that a trailing space would widen the column."""
     free = TriedPrice(name="Free", amount=Decimal("1234567"), currency=None, regular=None,
                       availability=None, source=None)  # fmt: skip
-    render.tried(tried_view(prices=[free]))
+    terminal.tried(tried_view(prices=[free]))
     assert out(capsys)[1:3] == [
         "PRICE  AMOUNT   WAS  STOCK  READ FROM",
         "Free   1234567  -    -      -",
@@ -433,7 +435,7 @@ def test_a_plot_draws_each_name_as_its_own_step_line(
         PricesRow(work_id=WORK, slot=LATER, status="changed",
                   prices=[price("Pro", "11"), price("Team", "3", None)]),
     ]  # fmt: skip
-    render.plot_prices("acme", rows, tmp_path / "acme.png")
+    terminal.plot_prices("acme", rows, tmp_path / "acme.png")
     [figure] = closed
     assert isinstance(figure.get_layout_engine(), ConstrainedLayoutEngine)  # type: ignore[attr-defined]
     [axes] = figure.axes  # type: ignore[attr-defined]
@@ -452,7 +454,7 @@ def test_a_line_separator_in_a_cell_keeps_the_record_on_one_line(
 ) -> None:
     """Found by test_console_text's generated text during the mutation run: Rich broke the
     row at U+2028, so that grep saw half a record."""
-    render.channels(
+    terminal.channels(
         [channel("json", None).model_copy(update={"disabled_reason": f"a{separator}b"})]
     )
     lines = capsys.readouterr().out.split("\n")
