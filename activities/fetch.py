@@ -30,13 +30,13 @@ from email.utils import parsedate_to_datetime
 import httpx
 
 from activities.guard import AddressPolicy, BlockedAddress, GuardedTransport, ResolveTimeout
-from activities.normalise import Extraction, ExtractionError, normalise
-from activities.price_reader import observe
 from pricewatch import isolated
 from pricewatch.models import CheckInput, RenderSettings
 from pricewatch.policy import MAX_FETCH_TIMEOUT
 from pricewatch.prices import Price, listing
 from pricewatch.urls import as_sent
+from readers.normalise import Extraction, ExtractionError, normalise
+from readers.price_reader import observe
 
 MAX_BODY_BYTES = 5 * 1024 * 1024
 # Work on a page this small (parse, hash, compress, diff) takes well under a millisecond:

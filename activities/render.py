@@ -52,10 +52,10 @@ from activities.fetch import (
     timed_out,
 )
 from activities.guard import AddressPolicy
-from activities.normalise import ExtractionError
 from pricewatch import isolated
 from pricewatch.steps import Action, Step, parse_steps
 from pricewatch.urls import as_sent
+from readers.normalise import ExtractionError
 
 log = logging.getLogger(__name__)
 

@@ -34,12 +34,9 @@ from activities import health, services, store
 from activities.checks import Fetcher
 from activities.fetch import new_client
 from activities.guard import AddressPolicy, BlockedAddress, check_host, check_url
-from activities.normalise import Extraction, validate_extraction
 from activities.notify import NotifyActivities, SmtpSettings
 from activities.outages import postgres_address
-from activities.price_reader import validate_price_settings
 from activities.retention import Expired, Retention, expired_summary, prune_pass
-from activities.snapshots import decompress, unified_diff
 from client import channels, manifest, trying
 from client.inputs import (
     BadInput,
@@ -101,6 +98,9 @@ from pricewatch.views import (
     TargetSummary,
     TryView,
 )
+from readers.normalise import Extraction, validate_extraction
+from readers.price_reader import validate_price_settings
+from readers.snapshots import decompress, unified_diff
 
 REMOVE_WAIT = timedelta(seconds=120)
 # A check-now or retry: a worker takes it within UPDATE_TAKEN_BOUND or none is there to;

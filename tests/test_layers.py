@@ -6,6 +6,7 @@ the ground floor every layer stands on.
     workers/      the processes: a worker, the dev stack
     client/       the typed client, its Temporal connection, targets files
     activities/   all I/O of a check          workflows/   deterministic workflow code
+    readers/      what a check makes of a body (prices, normalised text, snapshots): no I/O
     pricewatch/   the core: models, names, policy, pure decisions, settings, views
 """
 
@@ -16,7 +17,14 @@ import pytest
 
 REPO = Path(__file__).parent.parent
 # Bottom to top; packages on one floor do not import each other.
-FLOORS = [{"pricewatch"}, {"activities", "workflows"}, {"client"}, {"workers"}, {"surfaces"}]
+FLOORS = [
+    {"pricewatch"},
+    {"readers"},
+    {"activities", "workflows"},
+    {"client"},
+    {"workers"},
+    {"surfaces"},
+]
 FLOOR = {package: level for level, packages in enumerate(FLOORS) for package in packages}
 
 
