@@ -4,7 +4,7 @@ a new state (the baseline, a change) a compressed snapshot and an excerpt of the
 import asyncio
 
 from activities import store
-from activities.fetch import INLINE_WORK_BYTES, FetchError, Page
+from fetchers.http import INLINE_WORK_BYTES, FetchError, Page
 from pricewatch import prices
 from pricewatch.decisions import compare
 from pricewatch.models import CheckStatus, PriceSettings

@@ -31,9 +31,6 @@ from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities import health, services, store
-from activities.checks import Fetcher
-from activities.fetch import new_client
-from activities.guard import AddressPolicy, BlockedAddress, check_host, check_url
 from activities.notify import NotifyActivities, SmtpSettings
 from activities.outages import postgres_address
 from activities.retention import Expired, Retention, expired_summary, prune_pass
@@ -52,6 +49,9 @@ from client.manifest import Located, ManifestError
 from client.plans import Action, Added, Step, changes
 from client.recent import Recent
 from client.temporal import connect, start_monitor, workflow_id
+from fetchers import Fetcher
+from fetchers.guard import AddressPolicy, BlockedAddress, check_host, check_url
+from fetchers.http import new_client
 from pricewatch import placement
 from pricewatch.calendar import (
     Calendar,

@@ -9,9 +9,9 @@ import shlex
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-from activities.checks import Fetcher
-from activities.fetch import FetchError, Page, fetch_page, new_client, read_body, request_of
-from activities.guard import AddressPolicy
+from fetchers import Fetcher
+from fetchers.guard import AddressPolicy
+from fetchers.http import FetchError, Page, fetch_page, new_client, read_body, request_of
 from pricewatch import isolated
 from pricewatch.models import CheckInput, TargetConfig
 from pricewatch.views import Suggested, TriedPrice, TryView

@@ -5,7 +5,8 @@ the ground floor every layer stands on.
     surfaces/     the CLI and its text views: parse, call the client, print
     workers/      the processes: a worker, the dev stack
     client/       the typed client, its Temporal connection, targets files
-    activities/   all I/O of a check          workflows/   deterministic workflow code
+    activities/   the rest of a check's I/O        workflows/   deterministic workflow code
+    fetchers/     getting a page: HTTP, a browser, the guard every connection goes through
     readers/      what a check makes of a body (prices, normalised text, snapshots): no I/O
     pricewatch/   the core: models, names, policy, pure decisions, settings, views
 """
@@ -20,6 +21,7 @@ REPO = Path(__file__).parent.parent
 FLOORS = [
     {"pricewatch"},
     {"readers"},
+    {"fetchers"},
     {"activities", "workflows"},
     {"client"},
     {"workers"},

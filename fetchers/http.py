@@ -29,7 +29,7 @@ from email.utils import parsedate_to_datetime
 
 import httpx
 
-from activities.guard import AddressPolicy, BlockedAddress, GuardedTransport, ResolveTimeout
+from fetchers.guard import AddressPolicy, BlockedAddress, GuardedTransport, ResolveTimeout
 from pricewatch import isolated
 from pricewatch.models import CheckInput, RenderSettings
 from pricewatch.policy import MAX_FETCH_TIMEOUT
