@@ -11,6 +11,8 @@ RUN pip install --no-deps -r requirements.lock
 COPY pyproject.toml README.md ./
 COPY pricewatch ./pricewatch
 COPY workflows ./workflows
+COPY readers ./readers
+COPY fetchers ./fetchers
 COPY activities ./activities
 COPY workers ./workers
 RUN pip install --no-deps .

@@ -12,9 +12,8 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import asyncpg
 import httpx
@@ -22,12 +21,13 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import store
-from activities.fetch import FetchError, Page, Request, fetch_page, request_of
 from activities.freezes import STALLS
 from activities.metrics import count, observe_seconds
 from activities.outages import POSTGRES
 from activities.outcomes import outcome_of
 from activities.tracing import span
+from fetchers import Fetcher
+from fetchers.http import FetchError, Page, fetch_page, request_of
 from pricewatch.decisions import (
     UNSETTLED,
     comparable,
@@ -72,10 +72,6 @@ CHECK_LOG = logging.getLogger("pricewatch.checks")
 HEARTBEAT_EVERY = timedelta(seconds=5)
 
 EPSILON = timedelta(microseconds=1)  # turns the store's open interval into a closed one
-
-# How a check gets its page: httpx (`fetch_page`) unless the worker hands `CheckActivities`
-# another way (the seam for a rendering browser, say).
-Fetcher = Callable[[Request], Coroutine[Any, Any, Page]]
 
 
 def temporal_now(check: CheckInput) -> datetime | None:

@@ -32,12 +32,12 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import services
-from activities.fetch import TRANSIENT_STATUSES
 from activities.freezes import STALLS
-from activities.guard import AddressPolicy, BlockedAddress
 from activities.metrics import count
 from activities.outages import SMTP
 from activities.queries import QUERIES, parse
+from fetchers.guard import AddressPolicy, BlockedAddress
+from fetchers.http import TRANSIENT_STATUSES
 from pricewatch import isolated, notices
 from pricewatch.deliveries import DeliveryFailureInput, DeliveryInput, DeliveryResult, Notice
 from pricewatch.models import ChannelKind, CheckResult, CheckStatus

@@ -3,11 +3,12 @@ a new state (the baseline, a change) a compressed snapshot and an excerpt of the
 
 import asyncio
 
-from activities import snapshots, store
-from activities.fetch import INLINE_WORK_BYTES, FetchError, Page
+from activities import store
+from fetchers.http import INLINE_WORK_BYTES, FetchError, Page
 from pricewatch import prices
 from pricewatch.decisions import compare
 from pricewatch.models import CheckStatus, PriceSettings
+from readers import snapshots
 
 MAX_SKIPPED_VALUES = 20  # a listing page of 500 "Call for price" rows names the first 20
 

@@ -22,9 +22,9 @@ import asyncpg
 from temporalio import activity
 
 from activities import services
-from activities.guard import AddressPolicy
 from activities.health import schedule_health
 from activities.notify import SEND_DEADLINE, SENDING_LEASE
+from fetchers.guard import AddressPolicy
 from pricewatch.durations import format_duration
 from pricewatch.names import Activity
 from pricewatch.policy import TRANSIENT_DELIVERY_ERROR, expected_failure

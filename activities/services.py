@@ -33,7 +33,7 @@ import apprise
 import requests.adapters
 import urllib3.util.connection
 
-from activities.guard import AddressPolicy
+from fetchers.guard import AddressPolicy
 
 # Apprise plugin modules that do not send over HTTP(S), so the guard cannot see them.
 NOT_HTTP = {

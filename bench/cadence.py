@@ -30,11 +30,11 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 
-from activities.guard import AddressPolicy
 from bench import procs
 from bench.report import commit_name
 from bench.stack import PAGE
 from client.temporal import DATA_CONVERTER, start_monitor, workflow_id
+from fetchers.guard import AddressPolicy
 from pricewatch.models import MonitorState, TargetConfig
 from pricewatch.settings import Settings
 from workers.embedded import (

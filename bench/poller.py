@@ -13,7 +13,7 @@ import asyncpg
 import httpx
 
 from activities import store
-from activities.fetch import FetchError, Request, fetch_page, new_client
+from fetchers.http import FetchError, Request, fetch_page, new_client
 from pricewatch.models import CheckKind, CheckStatus
 from pricewatch.policy import CHECK_LEASE
 from pricewatch.settings import Settings

@@ -2,7 +2,7 @@
 
 The corpus (tests/corpus/, docs/prices-corpus.md) is pages, structured-data samples and price
 strings from other projects' public test suites, each with the prices a person sees on it. Each
-case is read as a check reads it (`activities.price_reader.observe`, the case's content type,
+case is read as a check reads it (`readers.price_reader.observe`, the case's content type,
 default `text/html` without a charset) and gets one verdict:
 - agree: the amounts read, in order, are the expected ones (and the currency, struck-out regular
   price, availability and name where the case gives them); a page that shows no price is agree
@@ -21,6 +21,7 @@ import argparse
 import html
 import json
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -36,12 +37,12 @@ from typing import Any
 
 import yaml
 
-from activities.normalise import ExtractionError
-from activities.price_reader import observe
 from bench.report import commit_name
 from pricewatch.models import PriceSettings
 from pricewatch.periods import unit
 from pricewatch.prices import Price
+from readers.normalise import ExtractionError
+from readers.price_reader import observe
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "corpus"
@@ -263,9 +264,9 @@ def run_corpus(repeats: int = 3, reader: Reader = observe) -> list[CaseResult]:
 
 def reader_at(rev: str) -> Reader:
     """The price reader of an earlier commit (`activities/prices.py` before 1.3, then
-    `activities/price_reader.py` until 1.13 split it), loaded from git beside this one; it
-    imports the modules of this checkout."""
-    for path in ("activities/prices.py", "activities/price_reader.py"):
+    `activities/price_reader.py`, now `readers/price_reader.py`), loaded from git beside this
+    one; it imports the modules of this checkout (the readers by their new path)."""
+    for path in ("activities/prices.py", "activities/price_reader.py", "readers/price_reader.py"):
         shown = subprocess.run(
             ["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True, text=True,
             timeout=30,
@@ -274,7 +275,8 @@ def reader_at(rev: str) -> Reader:
             break
     shown.check_returncode()
     module = types.ModuleType(f"reader_{rev}")
-    exec(compile(shown.stdout, f"{rev}:{path}", "exec"), module.__dict__)
+    source = re.sub(r"\bactivities\.(normalise|price_\w+)\b", r"readers.\1", shown.stdout)
+    exec(compile(source, f"{rev}:{path}", "exec"), module.__dict__)
     reader: Reader = module.observe
     return reader
 

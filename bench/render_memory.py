@@ -4,7 +4,7 @@ overlap, so its peak is mostly the browser's fixed cost).
 
 For each count N, a fresh `BrowserFetcher` (the render worker's own, the product's launch
 flags and Chromium, `find_chromium`) renders bench/spa.py's page N at a time, each held open
-by a 2 s step, and the Chromium's proportional set size (`activities.browser_host.browser_memory`:
+by a 2 s step, and the Chromium's proportional set size (`fetchers.browser_host.browser_memory`:
 the browser process and everything below it, shared pages once) is read while all N are
 open and again once they are done. The marginal cost is the slope between counts. The
 Playwright driver and the worker's Python are fixed per process and not counted here (the
@@ -18,11 +18,11 @@ import sys
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
-from activities.browser_host import browser_memory
-from activities.fetch import request_of
-from activities.guard import AddressPolicy
-from activities.render import BrowserFetcher
 from bench.spa import PRICE_SELECTOR, serve_spa
+from fetchers.browser import BrowserFetcher
+from fetchers.browser_host import browser_memory
+from fetchers.guard import AddressPolicy
+from fetchers.http import request_of
 from pricewatch.models import CheckInput, PriceSettings, RenderSettings, TargetConfig
 from workers.chromium import chromium_args, find_chromium
 

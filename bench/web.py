@@ -45,7 +45,6 @@ import asyncpg
 import httpx
 from temporalio.client import Client
 
-from activities.snapshots import compress
 from bench.designs import PRICEWATCH
 from bench.procs import cpu_seconds
 from bench.report import commit_name
@@ -55,6 +54,7 @@ from client.pricewatch import Pricewatch
 from client.temporal import DATA_CONVERTER
 from pricewatch.models import PriceSettings, TargetConfig
 from pricewatch.settings import Settings
+from readers.snapshots import compress
 from workers.embedded import free_port, stop_process
 
 TARGET_ID = "bench-web"  # sorts before the seeded `site-NNNNN`: on the first page

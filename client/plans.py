@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from activities import store
-from activities.guard import BlockedAddress
 from client import channels, manifest
 from client.inputs import BadInput, Unknown
 from client.manifest import Located, ManifestError
 from client.temporal import start_monitor, workflow_id
+from fetchers.guard import BlockedAddress
 from pricewatch import placement
 from pricewatch.models import MonitorState, MonitorStatus, TargetConfig
 from pricewatch.names import WORKFLOW_TYPE, Update

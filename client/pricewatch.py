@@ -24,14 +24,8 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities import health, services, store
-from activities.checks import Fetcher
-from activities.fetch import new_client
-from activities.guard import AddressPolicy, check_host, check_url
-from activities.normalise import Extraction, validate_extraction
 from activities.notify import NotifyActivities, SmtpSettings
-from activities.price_reader import validate_price_settings
 from activities.retention import Expired, Retention, expired_summary, prune_pass
-from activities.snapshots import decompress, unified_diff
 from client import channels, trying
 from client.health import checkup, temporal_pollers
 from client.inputs import (
@@ -46,6 +40,9 @@ from client.inputs import (
 )
 from client.recent import Recent
 from client.temporal import connect, workflow_id
+from fetchers import Fetcher
+from fetchers.guard import AddressPolicy, check_host, check_url
+from fetchers.http import new_client
 from pricewatch.calendar import (
     Calendar,
     describe,
@@ -80,6 +77,9 @@ from pricewatch.views import (
     TargetSummary,
     TryView,
 )
+from readers.normalise import Extraction, validate_extraction
+from readers.price_reader import validate_price_settings
+from readers.snapshots import decompress, unified_diff
 
 REMOVE_WAIT = timedelta(seconds=120)
 # A check-now or retry: a worker takes it within UPDATE_TAKEN_BOUND or none is there to;

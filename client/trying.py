@@ -1,5 +1,5 @@
 """`try`: what one check of a target's settings would record now, nothing written, and with
-no price selector what else would read the page's prices (activities.price_suggest)."""
+no price selector what else would read the page's prices (readers.price_suggest)."""
 
 import asyncio
 import dataclasses
@@ -9,14 +9,14 @@ import shlex
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-from activities.checks import Fetcher
-from activities.fetch import FetchError, Page, fetch_page, new_client, read_body, request_of
-from activities.guard import AddressPolicy
-from activities.normalise import Extraction, ExtractionError
-from activities.price_suggest import Suggestion, suggest_body
+from fetchers import Fetcher
+from fetchers.guard import AddressPolicy
+from fetchers.http import FetchError, Page, fetch_page, new_client, read_body, request_of
 from pricewatch import isolated
 from pricewatch.models import CheckInput, TargetConfig
 from pricewatch.views import Suggested, TriedPrice, TryView
+from readers.normalise import Extraction, ExtractionError
+from readers.price_suggest import Suggestion, suggest_body
 
 
 class Unreadable(FetchError):

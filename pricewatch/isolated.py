@@ -37,7 +37,7 @@ START_SECONDS = 60.0
 WALL_SECONDS = 30.0
 # The forkserver imports these once. `__main__` among them, so that a child does not run
 # the main module again (multiprocessing does, for every child, unless its forkserver has).
-_PRELOAD = ["__main__", "pricewatch.notices", "activities.normalise"]
+_PRELOAD = ["__main__", "pricewatch.notices", "readers.normalise"]
 
 
 class Overrun(ValueError):

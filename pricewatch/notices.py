@@ -266,7 +266,7 @@ SAMPLE_MOVE: dict[str, object] = {
     "change_percent": "8.33", "rules": ["price-change"], "availability": None,
     "previous_availability": None,
 }  # fmt: skip
-# The largest a notice gets: the excerpt at its cap (activities.snapshots: 20 lines, 2000
+# The largest a notice gets: the excerpt at its cap (readers.snapshots: 20 lines, 2000
 # characters), a listing's worth of moves, a long error. A template that is cheap on the
 # small samples and slow on a page is refused at add, not found out at send.
 LARGEST_MOVES = 100

@@ -2,7 +2,7 @@
 user writes them (`click #yearly`, `wait .price`, `wait 2s`, `select #plan=pro`, `fill
 #zip=10115`, `press Enter`, `scroll`; `click frame=#pay #yearly` reaches into the iframe
 `#pay`). Parsed here, with no browser, so `add` refuses a
-malformed step before anything starts; activities/render.py runs them.
+malformed step before anything starts; fetchers/browser.py runs them.
 """
 
 import re

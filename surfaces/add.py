@@ -13,11 +13,11 @@ from fastapi import APIRouter, Form, Request, Response
 from fastapi.responses import RedirectResponse
 from pydantic import BaseModel, Field, ValidationError
 
-from activities.fetch import FetchError
 from client import plans
 from client.inputs import BadInput
 from client.manifest import Entry, field_error
 from client.trying import id_for
+from fetchers.http import FetchError
 from surfaces import api
 from surfaces.auth import check_csrf
 from surfaces.dashboard import page

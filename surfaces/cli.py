@@ -18,12 +18,12 @@ import typer
 from rich.progress import Progress
 from temporalio.envconfig import ClientConfig
 
-from activities.fetch import FetchError
 from client import manifest, plans
 from client.inputs import BadInput, unreachable_database
 from client.plans import Action
 from client.pricewatch import Pricewatch
 from client.trying import Unreadable, id_for
+from fetchers.http import FetchError
 from pricewatch import calendar, views
 from pricewatch.durations import format_duration
 from pricewatch.models import (

@@ -14,10 +14,10 @@ from temporalio.client import (
 from temporalio.exceptions import FailureError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.guard import BlockedAddress
 from client.inputs import BadInput, Unknown
 from client.pricewatch import StillChecking
 from client.temporal import TIMED_OUT, QueryUnanswered, address
+from fetchers.guard import BlockedAddress
 from workers.chromium import ChromiumMissing
 
 

@@ -35,11 +35,11 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from activities import checks, freezes, notify
-from activities.fetch import new_client
-from activities.guard import AddressPolicy
 from activities.migrate import migrate
 from activities.notify import SmtpSettings
 from client.temporal import DATA_CONVERTER, register_search_attributes, start_monitor
+from fetchers.guard import AddressPolicy
+from fetchers.http import new_client
 from pricewatch import notices
 from pricewatch.models import MonitorState, TargetConfig
 from tests.chaos import procs

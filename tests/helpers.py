@@ -22,9 +22,9 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from activities import store
 from activities.checks import CheckActivities
-from activities.fetch import new_client
 from activities.notify import NotifyActivities, SmtpSettings
 from activities.retention import Retention, RetentionActivities
+from fetchers.http import new_client
 from pricewatch.deliveries import DeliveryInput, Notice
 from pricewatch.models import (
     Channel,

@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
-from activities.browser_proxy import GuardedProxy, ProxySession
+from fetchers.browser_proxy import GuardedProxy, ProxySession
 
 Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter, "Origin"], Awaitable[None]]
 

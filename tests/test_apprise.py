@@ -23,10 +23,10 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from activities import services, store
-from activities.guard import AddressPolicy
 from activities.notify import NotifyActivities
 from client import channels
 from client.channels import apprise_channel
+from fetchers.guard import AddressPolicy
 from pricewatch import isolated, notices
 from pricewatch.models import ChannelKind, PriceSettings, TargetConfig
 from pricewatch.policy import PERMANENT_DELIVERY_ERROR, TRANSIENT_DELIVERY_ERROR

@@ -17,9 +17,9 @@ import httpx
 import pytest
 from aiohttp import web
 
-from activities import browser_proxy, guard
-from activities.browser_proxy import GuardedProxy, ProxySession
-from activities.guard import AddressPolicy
+from fetchers import browser_proxy, guard
+from fetchers.browser_proxy import GuardedProxy, ProxySession
+from fetchers.guard import AddressPolicy
 from tests.conftest import LOOPBACK
 from tests.origins import (
     Origin,

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from activities.fetch import FetchError, Request
-from activities.render import BrowserFetcher
+from fetchers.browser import BrowserFetcher
+from fetchers.http import FetchError, Request
 from pricewatch.models import RenderSettings
 from tests.chaos import procs
 from tests.chaos.stack import serve

@@ -15,8 +15,8 @@ import pytest
 import trustme
 from aiohttp import web
 
-from activities import fetch
-from activities.fetch import (
+from fetchers import http as fetch
+from fetchers.http import (
     FetchError,
     classify_connection_error,
     fetch_page,

@@ -21,8 +21,8 @@ from temporalio.exceptions import ApplicationError
 
 from activities import checks, freezes, store
 from activities.checks import WORKER_STALLED, CheckActivities
-from activities.fetch import FetchError, Page, Request
 from activities.freezes import STALL_AFTER, SUMMARY_AFTER, Stalls
+from fetchers.http import FetchError, Page, Request
 from pricewatch.models import CheckInput, TargetConfig
 from tests.conftest import PageServer
 from tests.helpers import SLOT, attempt, cli, worker_process

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from activities import guard
-from activities.fetch import FetchError, fetch_page, new_client
-from activities.guard import AddressPolicy, BlockedAddress, check_url
+from fetchers import guard
+from fetchers.guard import AddressPolicy, BlockedAddress, check_url
+from fetchers.http import FetchError, fetch_page, new_client
 from tests.conftest import LOOPBACK
 
 NO_PRIVATE = AddressPolicy()

@@ -1,4 +1,4 @@
-"""Tests that kill the mutants `make mutants` found surviving in activities/browser_proxy.py
+"""Tests that kill the mutants `make mutants` found surviving in fetchers/browser_proxy.py
 (docs/testing.md#mutation-testing): how the proxy reads the target of a browser's request.
 
 test_browser_proxy.py drives the proxy through real sockets, and no request of it carried
@@ -22,10 +22,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from activities import guard
-from activities.browser_proxy import MAX_REASONS, GuardedProxy, Session, note
-from activities.guard import AddressPolicy
-from activities.proxy_heads import (
+from fetchers import guard
+from fetchers.browser_proxy import MAX_REASONS, GuardedProxy, Session, note
+from fetchers.guard import AddressPolicy
+from fetchers.proxy_heads import (
     TOKEN_CHARS,
     Reply,
     Request,
@@ -528,7 +528,7 @@ async def test_an_origins_answer_is_relayed_closing_and_otherwise_as_sent(
 @pytest.fixture
 def errors(caplog: pytest.LogCaptureFixture) -> Callable[[], list[str]]:
     """What the proxy logged as its own failure (a bug: every expected end is quiet)."""
-    caplog.set_level(logging.ERROR, logger="activities.browser_proxy")
+    caplog.set_level(logging.ERROR, logger="fetchers.browser_proxy")
     return lambda: [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
 

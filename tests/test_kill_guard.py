@@ -1,4 +1,4 @@
-"""Tests that kill the mutants `make mutants` found surviving in activities/guard.py
+"""Tests that kill the mutants `make mutants` found surviving in fetchers/guard.py
 (docs/testing.md#mutation-testing).
 
 test_guard.py proves the refusals end to end, mostly through `pricewatch add` in a process of
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from activities import guard
-from activities.guard import AddressPolicy, BlockedAddress, GuardedBackend, check_url
+from fetchers import guard
+from fetchers.guard import AddressPolicy, BlockedAddress, GuardedBackend, check_url
 
 # Mostly addresses a rebinder would aim at (RFC 1918, loopback, link-local, CGNAT), some public.
 targets = st.one_of(

@@ -19,10 +19,10 @@ from temporalio.testing import ActivityEnvironment
 
 from activities import freezes, services, store
 from activities import notify as notify_module
-from activities.fetch import new_client
-from activities.guard import AddressPolicy
 from activities.notify import NotifyActivities, SmtpSettings, _subject, notice_body
 from activities.queries import QUERIES
+from fetchers.guard import AddressPolicy
+from fetchers.http import new_client
 from pricewatch import isolated
 from pricewatch.deliveries import DeliveryFailureInput, DeliveryInput, Notice
 from pricewatch.models import Channel, ChannelKind, TargetConfig

@@ -213,7 +213,7 @@ def test_the_time_a_thread_waits_for_a_busy_core_is_counted() -> None:
 def test_a_lag_is_a_block_unless_the_loop_spent_it_waiting_for_a_cpu(
     lag: float, waited: float, said: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """CI failed on `blocked for 346 ms in activities/render.py` (a weakref's callback): a
+    """CI failed on `blocked for 346 ms in fetchers/browser.py` (a weakref's callback): a
     lag that would have been under the line's 250 ms on an idle machine is the machine's,
     and the stack the watchdog read during it is chance, so the line names none."""
     caplog.set_level(logging.WARNING, "pricewatch.worker")

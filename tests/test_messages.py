@@ -25,9 +25,9 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 from typer.testing import CliRunner
 
-from activities import guard
-from activities.guard import AddressPolicy, BlockedAddress
 from client.temporal import DATA_CONVERTER
+from fetchers import guard
+from fetchers.guard import AddressPolicy, BlockedAddress
 from pricewatch.models import MonitorState, TargetConfig
 from pricewatch.urls import as_sent
 from surfaces.cli import app

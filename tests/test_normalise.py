@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from activities.normalise import Extraction, ExtractionError, normalise, validate_extraction
+from readers.normalise import Extraction, ExtractionError, normalise, validate_extraction
 
 HTML = "text/html; charset=utf-8"
 JSON = "application/json"

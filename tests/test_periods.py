@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from activities.price_reader import read_prices
 from pricewatch import periods, views
 from pricewatch.models import NotifyOn, PriceSettings
 from pricewatch.prices import Price, listing, move_line, moves, tells
+from readers.price_reader import read_prices
 from surfaces import terminal
 
 

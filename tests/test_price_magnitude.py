@@ -11,15 +11,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from activities import store
-from activities.price_reader import read_prices
-from activities.price_words import (
+from pricewatch.models import PriceSettings
+from pricewatch.views import PriceView
+from readers.price_reader import read_prices
+from readers.price_words import (
     MAX_DECIMAL_PLACES,
     MAX_INTEGER_DIGITS,
     Implausible,
     parse_amount,
 )
-from pricewatch.models import PriceSettings
-from pricewatch.views import PriceView
 from surfaces import terminal
 
 SLOT = datetime(2026, 12, 1, 8, tzinfo=UTC)

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from activities.price_reader import read_prices
-from activities.price_suggest import Suggestion, suggest, suggest_body
 from pricewatch.models import PriceSettings
+from readers.price_reader import read_prices
+from readers.price_suggest import Suggestion, suggest, suggest_body
 from tests.conftest import PageServer
 from tests.helpers import cli, worker_process
 from tests.waits import wait_for

@@ -15,15 +15,16 @@ from hypothesis import strategies as st
 from selectolax.lexbor import LexborHTMLParser
 from temporalio.testing import ActivityEnvironment
 
-from activities import price_structured, price_words, store
-from activities.normalise import ExtractionError
+from activities import store
 from activities.notify import NotifyActivities, SmtpSettings
-from activities.price_reader import observe, read_prices
-from activities.price_words import parse_amount
 from pricewatch import views
 from pricewatch.deliveries import DeliveryInput, Notice
 from pricewatch.models import Channel, ChannelKind, NotifyOn, PriceSettings, TargetConfig
 from pricewatch.prices import Price, listing, move_line, moves, tells
+from readers import price_structured, price_words
+from readers.normalise import ExtractionError
+from readers.price_reader import observe, read_prices
+from readers.price_words import parse_amount
 from tests.conftest import MailSink, Site, WebhookReceiver
 from tests.helpers import SLOT, Checker
 

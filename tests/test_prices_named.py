@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from activities.normalise import ExtractionError
-from activities.price_reader import read_prices
 from pricewatch.models import PriceSettings
 from pricewatch.prices import Price
+from readers.normalise import ExtractionError
+from readers.price_reader import read_prices
 
 STRUCTURED = PriceSettings()
 

@@ -14,9 +14,9 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from activities import store
 from activities.checks import CheckActivities
-from activities.fetch import new_client
-from activities.guard import AddressPolicy
 from activities.notify import NotifyActivities, SmtpSettings
+from fetchers.guard import AddressPolicy
+from fetchers.http import new_client
 from pricewatch.models import (
     Channel,
     ChannelKind,

@@ -24,11 +24,11 @@ from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Replayer
 
 from activities import store
-from activities.browser_host import browser_memory
 from activities.checks import CheckActivities
-from activities.fetch import FetchError, request_of
-from activities.render import BrowserFetcher
 from client.temporal import DATA_CONVERTER, workflow_id
+from fetchers.browser import BrowserFetcher
+from fetchers.browser_host import browser_memory
+from fetchers.http import FetchError, request_of
 from pricewatch.models import CheckInput, CheckResult, PriceSettings, RenderSettings, TargetConfig
 from tests.chaos import procs
 from tests.chaos.procs import alive
@@ -460,7 +460,7 @@ async def test_a_browser_killed_mid_check_is_transient_and_relaunched(
 # A process whose fetcher has launched its browser, then waits to be killed.
 LAUNCHES_AND_WAITS = """
 import asyncio, sys
-from activities.render import BrowserFetcher
+from fetchers.browser import BrowserFetcher
 from tests.conftest import LOOPBACK
 from workers.chromium import chromium_args, find_chromium
 

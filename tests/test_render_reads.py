@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from playwright.async_api import Error as PlaywrightError
 
-from activities.fetch import FetchError, Page, request_of
-from activities.render import BrowserFetcher, browser_error
+from fetchers.browser import BrowserFetcher, browser_error
+from fetchers.http import FetchError, Page, request_of
 from pricewatch.models import CheckInput, PriceSettings, RenderSettings, TargetConfig
 from pricewatch.steps import parse_step
 from tests.chaos.stack import serve

@@ -1,8 +1,8 @@
 """Workflow modules stay deterministic: no I/O, clocks or randomness imported, directly or
 through the project's own modules they import (those passed through the sandbox included).
 
-Anything that touches the outside world belongs in `activities/`; the sandbox would catch
-some of this at run time, this catches it at review time.
+Anything that touches the outside world belongs in `fetchers/` or `activities/`; the sandbox
+would catch some of this at run time, this catches it at review time.
 """
 
 import ast
@@ -15,7 +15,7 @@ FORBIDDEN = {
     "threading", "uuid", "requests", "pathlib", "secrets",
 }  # fmt: skip
 # Project packages whose modules do I/O: a workflow reaches them by activity name only.
-WITH_IO = {"activities", "client", "surfaces", "workers", "bench", "tests"}
+WITH_IO = {"fetchers", "activities", "client", "surfaces", "workers", "bench", "tests"}
 REPO = Path(__file__).parent.parent
 WORKFLOW_FILES = sorted((REPO / "workflows").glob("*.py"))
 

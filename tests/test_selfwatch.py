@@ -14,11 +14,11 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.checks import CheckActivities
-from activities.fetch import new_client
 from activities.notify import NotifyActivities
 from activities.retention import Retention, RetentionActivities
 from activities.selfwatch import SelfWatchActivities, Watch
 from client.temporal import DATA_CONVERTER, ensure_selfwatch_schedule
+from fetchers.http import new_client
 from pricewatch.names import SELFWATCH_SCHEDULE_ID
 from pricewatch.settings import Settings
 from tests.conftest import LOOPBACK, Services

@@ -21,7 +21,7 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from activities import checks, store
 from activities.checks import HEARTBEAT_EVERY, CheckActivities
-from activities.fetch import FETCH_DEADLINE, FetchError, Request, fetch_page, timed_out
+from fetchers.http import FETCH_DEADLINE, FetchError, Request, fetch_page, timed_out
 from pricewatch.models import CheckInput, CheckResult, CheckStatus, TargetConfig
 from pricewatch.names import Activity
 from pricewatch.policy import (

@@ -17,8 +17,8 @@ from apprise.plugins.slack import NotifySlack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from activities import snapshots
 from pricewatch import isolated, notices
+from readers import snapshots
 
 # What a hostile or careless page may hold, mixed with any text.
 HOSTILE = [

@@ -13,9 +13,9 @@ from temporalio.service import RPCError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from activities import store
-from activities.fetch import new_client
 from activities.notify import SEND_DEADLINE, NotifyActivities, SmtpSettings
 from client.temporal import DATA_CONVERTER, RPC_TIMEOUT, ensure_retention_schedule
+from fetchers.http import new_client
 from pricewatch.deliveries import DeliveryInput, Notice
 from pricewatch.models import (
     Channel,

@@ -16,9 +16,9 @@ from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.checks import CheckActivities
-from activities.fetch import new_client
 from activities.notify import NotifyActivities
 from activities.retention import Retention, RetentionActivities
+from fetchers.http import new_client
 from pricewatch.settings import DEV_ALLOW_NETWORKS_FILE, Settings
 from tests.conftest import LOOPBACK, with_database
 from tests.helpers import NO_SMTP

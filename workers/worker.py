@@ -19,8 +19,6 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities import store
 from activities.checks import CheckActivities
-from activities.fetch import new_client
-from activities.guard import AddressPolicy
 from activities.migrate import migrate
 from activities.notify import NotifyActivities, SmtpSettings
 from activities.outages import POSTGRES, SMTP, OutageInterceptor, postgres_address, watching
@@ -35,6 +33,8 @@ from client.temporal import (
     missing_search_attributes,
 )
 from client.temporal import address as temporal_address
+from fetchers.guard import AddressPolicy
+from fetchers.http import new_client
 from pricewatch.names import render_queue
 from pricewatch.settings import Settings
 from workers.observability import (
@@ -53,7 +53,7 @@ from workflows.retention import PruneChecks
 from workflows.selfwatch import WatchSelf
 
 if TYPE_CHECKING:  # Playwright is the `render` extra: only a render worker imports it
-    from activities.render import BrowserFetcher
+    from fetchers.browser import BrowserFetcher
 
 
 @dataclass(frozen=True)
@@ -241,7 +241,7 @@ def build_render_worker(
 async def browser(settings: Settings) -> AsyncIterator["BrowserFetcher"]:
     """The render worker's fetcher, its Chromium closed on exit; ChromiumMissing (one line)
     if there is none to launch."""
-    from activities.render import BrowserFetcher
+    from fetchers.browser import BrowserFetcher
     from workers.chromium import chromium_args, find_chromium
 
     fetcher = BrowserFetcher(

@@ -69,12 +69,12 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
-from activities.fetch import FETCH_DEADLINE
 from activities.migrate import migrate
 from activities.notify import SEND_DEADLINE
 from activities.store import STATEMENT_TIMEOUT
 from client import channels
 from client.temporal import DATA_CONVERTER, local_activity_type, start_monitor, workflow_id
+from fetchers.http import FETCH_DEADLINE
 from pricewatch.models import (
     Channel,
     ChannelKind,

@@ -26,8 +26,8 @@ import httpx
 from temporalio import activity
 
 from activities import checks, store
-from activities.fetch import Page, Request
 from activities.notify import NotifyActivities
+from fetchers.http import Page, Request
 from pricewatch.deliveries import DeliveryInput
 from pricewatch.models import CheckResult
 from tests.chaos.procs import browsers_under
@@ -172,7 +172,7 @@ def install(faults: Faults) -> None:
 
 def install_render(faults: Faults) -> None:
     """Wrap the browser fetcher's render with the render windows."""
-    from activities.render import BrowserFetcher
+    from fetchers.browser import BrowserFetcher
 
     real_render = BrowserFetcher._render
 

@@ -46,7 +46,7 @@ class Extraction:
     ignore: str | None = None
     json_pointer: str | None = None
     price_mode: PriceSettings | None = None
-    """Price mode: the page's prices are read instead (see activities.price_reader)."""
+    """Price mode: the page's prices are read instead (see readers.price_reader)."""
 
 
 class ExtractionError(ValueError):

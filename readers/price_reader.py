@@ -23,12 +23,15 @@ from decimal import Decimal
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode, SelectolaxError
 
-from activities.normalise import ExtractionError, decode, looks_html
-from activities.price_structured import (
+from pricewatch import periods
+from pricewatch.models import PriceSettings
+from pricewatch.prices import Price, Reading
+from readers.normalise import ExtractionError, decode, looks_html
+from readers.price_structured import (
     inside,
     structured_prices,
 )
-from activities.price_words import (
+from readers.price_words import (
     SIMPLE,
     WORDED,
     Implausible,
@@ -46,9 +49,6 @@ from activities.price_words import (
     struck_by,
     worded_amount,
 )
-from pricewatch import periods
-from pricewatch.models import PriceSettings
-from pricewatch.prices import Price, Reading
 
 # Visually hidden, read by screen readers (Amazon's `a-offscreen`, Bootstrap's `sr-only`,
 # WordPress's `screen-reader-text`, `visually-hidden`...), by class or by a clip/1px style.

@@ -1,6 +1,6 @@
 """Price mode's structured data: JSON-LD offers (`Offer`, `AggregateOffer`, typed or not, every
 `priceSpecification`), microdata (`price`, `lowPrice`, `highPrice`) and OpenGraph
-(`product:price:amount`), as `activities.price_reader` describes the order they are read in."""
+(`product:price:amount`), as `readers.price_reader` describes the order they are read in."""
 
 import contextlib
 import functools
@@ -13,8 +13,10 @@ from typing import Any
 import json_repair
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
-from activities.normalise import ExtractionError
-from activities.price_words import (
+from pricewatch import periods
+from pricewatch.prices import Price
+from readers.normalise import ExtractionError
+from readers.price_words import (
     LAST_SEGMENT,
     STRUCK,
     css,
@@ -24,8 +26,6 @@ from activities.price_words import (
     stock_of,
     struck_here,
 )
-from pricewatch import periods
-from pricewatch.prices import Price
 
 OFFER_TYPES = {"Offer", "AggregateOffer"}
 PRICE_KEYS = {"price", "lowPrice", "highPrice", "priceSpecification"}

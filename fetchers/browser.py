@@ -2,12 +2,12 @@
 
 One browser per worker process, a fresh context per check (no cookie, storage or cache
 passes from one target to the next), at most `concurrency` renders at once. Every request
-the page makes goes through the guarded proxy (activities/browser_proxy.py), which applies
+the page makes goes through the guarded proxy (fetchers/browser_proxy.py), which applies
 the same address policy as a plain fetch on the address it connects to; Chromium itself
 resolves no name (`--host-resolver-rules`) and sends loopback through the proxy too.
 Images, fonts and media are not loaded; downloads, service workers and any navigation that
 is not http(s) are refused. The rendered DOM is then read exactly as a fetched body is
-(`fetch.read_body`): the claim, lease, fencing and one-row commit around it do not change.
+(`http.read_body`): the claim, lease, fencing and one-row commit around it do not change.
 
 What is read (issue 42): with a price or text selector and no `wait` step, the render first
 waits for the selector to match, giving up once the page's network has been idle for
@@ -16,7 +16,7 @@ IDLE_GRACE (then the rule fails as on a fetched page). A navigation the page mak
 guard, and the landing page is what is read; one the guard refuses fails the check as a
 redirect there would.
 
-Errors speak the plain path's words and classes (activities/fetch.py), never Playwright's: a
+Errors speak the plain path's words and classes (fetchers/http.py), never Playwright's: a
 refused address, a non-http(s) redirect, a download (an unsupported content type) and a step
 whose element never appears are permanent; a page that runs out of time (naming the limit),
 a crashed page, a browser that dies mid-render (relaunched for the next check) and a 5xx are
@@ -38,9 +38,10 @@ from playwright.async_api import Page as BrowserPage
 from playwright.async_api import Response as BrowserResponse
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
-from activities.browser_host import LAUNCH_MARK, browser_memory, scratch_dir, short_temp_root
-from activities.browser_proxy import GuardedProxy, ProxySession
-from activities.fetch import (
+from fetchers.browser_host import LAUNCH_MARK, browser_memory, scratch_dir, short_temp_root
+from fetchers.browser_proxy import GuardedProxy, ProxySession
+from fetchers.guard import AddressPolicy
+from fetchers.http import (
     MAX_BODY_BYTES,
     MAX_REDIRECTS,
     TRANSIENT_STATUSES,
@@ -51,11 +52,10 @@ from activities.fetch import (
     read_body,
     timed_out,
 )
-from activities.guard import AddressPolicy
-from activities.normalise import ExtractionError
 from pricewatch import isolated
 from pricewatch.steps import Action, Step, parse_steps
 from pricewatch.urls import as_sent
+from readers.normalise import ExtractionError
 
 log = logging.getLogger(__name__)
 

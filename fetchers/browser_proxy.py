@@ -1,7 +1,7 @@
 """The guard for the browser: an HTTP proxy every request of a headless Chromium goes through.
 
 A page's scripts choose their own URLs (XHR, images, iframes, WebSockets, redirects), so the
-check that plain fetches make on each connection (activities/guard.py) has to happen where the
+check that plain fetches make on each connection (fetchers/guard.py) has to happen where the
 browser connects. Chromium is launched with this proxy for every scheme and host-resolver rules
 that leave it nothing to resolve, so names reach the proxy unresolved; the proxy resolves each
 once, refuses the request if any address is outside the policy, and connects to the address it
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self, TypeVar
 
-from activities.guard import AddressPolicy, BlockedAddress, IPAddress, check_host
-from activities.proxy_heads import (
+from fetchers.guard import AddressPolicy, BlockedAddress, IPAddress, check_host
+from fetchers.proxy_heads import (
     Reply,
     Request,
     closing_head,

@@ -17,12 +17,12 @@ from decimal import Decimal
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
-from activities.normalise import ExtractionError
-from activities.price_reader import html_of, selected, shown_amount, unique_names, visible_text
-from activities.price_structured import structured_prices
-from activities.price_words import css, set_aside
 from pricewatch.models import PriceSettings
 from pricewatch.prices import Price
+from readers.normalise import ExtractionError
+from readers.price_reader import html_of, selected, shown_amount, unique_names, visible_text
+from readers.price_structured import structured_prices
+from readers.price_words import css, set_aside
 
 MAX_SUGGESTIONS = 5
 MAX_GROUPS = 12  # the largest groups tried, each by a few selectors read back: bounded work

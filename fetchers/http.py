@@ -19,7 +19,6 @@ means the same request will fail the same way, so the slot is recorded failed at
 """
 
 import asyncio
-import hashlib
 import socket
 import ssl
 import zlib
@@ -29,14 +28,14 @@ from email.utils import parsedate_to_datetime
 
 import httpx
 
-from activities.guard import AddressPolicy, BlockedAddress, GuardedTransport, ResolveTimeout
-from activities.normalise import Extraction, ExtractionError, normalise
-from activities.price_reader import observe
+from fetchers.guard import AddressPolicy, BlockedAddress, GuardedTransport, ResolveTimeout
 from pricewatch import isolated
 from pricewatch.models import CheckInput, RenderSettings
 from pricewatch.policy import MAX_FETCH_TIMEOUT
-from pricewatch.prices import Price, listing
+from pricewatch.prices import Price
 from pricewatch.urls import as_sent
+from readers.body import read
+from readers.normalise import Extraction, ExtractionError
 
 MAX_BODY_BYTES = 5 * 1024 * 1024
 # Work on a page this small (parse, hash, compress, diff) takes well under a millisecond:
@@ -314,37 +313,24 @@ async def read_body(
     extraction: Extraction,
     validators: dict[str, str | None] | None = None,
 ) -> Page:
-    """What a check records of a body, fetched or rendered: its prices or normalised text
-    and their hash."""
+    """What a check records of a body, fetched or rendered (`readers.body.read`), as a Page."""
     # Off the event loop when heavy (a big page, a user's regex): heartbeats must not stall.
     inline = len(body) <= INLINE_WORK_BYTES and extraction.ignore is None
-    reading = None
-    if extraction.price_mode is not None:
-        reading = (
-            observe(body, full_type, extraction.price_mode)
-            if inline
-            else await asyncio.to_thread(observe, body, full_type, extraction.price_mode)
-        )
-        text = listing(reading.prices)
-    elif inline:
-        text = normalise(body, full_type, extraction)
-    else:
-        text = await asyncio.to_thread(normalise, body, full_type, extraction)
-    digest = _sha256(text) if inline else await asyncio.to_thread(_sha256, text)
+    record = (
+        read(body, full_type, extraction)
+        if inline
+        else await asyncio.to_thread(read, body, full_type, extraction)
+    )
     return Page(
         status_code=status_code,
-        sha256=digest,
+        sha256=record.sha256,
         size=len(body),
-        text=text,
-        prices=reading.prices if reading else None,
-        skipped=reading.skipped if reading else [],
+        text=record.text,
+        prices=record.prices,
+        skipped=record.skipped,
         etag=(validators or {}).get("etag"),
         last_modified=(validators or {}).get("last_modified"),
     )
-
-
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 async def _read_capped(response: httpx.Response) -> bytes:

@@ -1,4 +1,4 @@
-"""The HTTP heads the browser's proxy (activities/browser_proxy.py) reads and writes: a
+"""The HTTP heads the browser's proxy (fetchers/browser_proxy.py) reads and writes: a
 request head parsed strictly (what a proxy and an origin could read differently is refused),
 the head an origin gets, a response head made to close, and the proxy's own answers. Pure
 code, no sockets: the proxy's I/O stays in browser_proxy.py."""

@@ -1,7 +1,7 @@
 """How a price is written, and how a page marks one as not the price: amounts, currencies and
 stock words (parsed by Zyte's `price-parser` after typographic separators and non-Latin digits
 are made plain), and the markup that hides a price or strikes it out. Shared by the readers of
-price mode (`activities.price_reader`, `activities.price_structured`)."""
+price mode (`readers.price_reader`, `readers.price_structured`)."""
 
 import functools
 import re
@@ -14,7 +14,7 @@ from price_parser import Price as ParsedPrice
 from price_parser.parser import extract_currency_symbol, parse_number
 from selectolax.lexbor import LexborCSSSelector, LexborNode
 
-from activities.normalise import ExtractionError
+from readers.normalise import ExtractionError
 
 STOCK = {
     word.lower(): word
