@@ -14,6 +14,8 @@ COPY workflows ./workflows
 COPY readers ./readers
 COPY fetchers ./fetchers
 COPY activities ./activities
+COPY client ./client
+COPY surfaces ./surfaces
 COPY workers ./workers
 RUN pip install --no-deps .
 

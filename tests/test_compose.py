@@ -141,3 +141,12 @@ def test_the_dashboard_is_served_beyond_loopback_only_with_a_token() -> None:
         dashboard["environment"]["PRICEWATCH_TASK_QUEUE"]
         == (SERVICES["worker"]["environment"]["PRICEWATCH_TASK_QUEUE"])
     )
+
+
+def test_the_image_holds_every_package_it_installs() -> None:
+    """`pip install .` installs only the packages copied in: the worker imports the client,
+    and `pricewatch` itself (the CMD) is surfaces.cli."""
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = {name.rstrip("*") for name in include["packages"]["find"]["include"]}
+    copied = set(re.findall(r"^COPY (\w+) \./\1$", DOCKERFILE, re.MULTILINE))
+    assert packages == copied, f"not copied: {sorted(packages - copied)}"
