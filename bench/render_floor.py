@@ -5,7 +5,7 @@ worker's own fetcher costs for the same renders (issue 42's 5x asks what is left
 Each way renders the page `--renders` times, one at a time, in a child process, and once with
 no render: the CPU of the child and every process below it (Python, Playwright's driver,
 Chromium and its short-lived renderers, each counted once reaped: `RUSAGE_CHILDREN`), less
-the run with none, over the renders. The ways:
+the run with none, over the renders; and of it, the child's own process. The ways:
 
 - `bare`: a Playwright loop, the product's launch flags: a new context, goto, wait for
   `td.price`, read the page, close; images, fonts and media refused, as the fetcher does.
@@ -38,6 +38,8 @@ class Floor:
     way: str
     renders: int
     cpu_ms_per_render: float
+    python_ms_per_render: float
+    """Of it, the child's own process: the loop, or the fetcher with its guard's proxy."""
 
 
 async def _bare(chromium: Path, renders: int, base: str) -> None:
@@ -90,13 +92,16 @@ async def _child(way: str, chromium: Path, renders: int) -> None:
             await {"bare": _bare, "fetcher": _fetcher}[way](chromium, renders, base)
 
 
-def _cpu_of_child(way: str, chromium: Path, renders: int) -> float:
-    """Seconds of CPU the child and every process below it spent."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+def _cpu(usage: resource.struct_rusage) -> float:
+    return usage.ru_utime + usage.ru_stime
+
+
+def _cpu_of_child(way: str, chromium: Path, renders: int) -> tuple[float, float]:
+    """Seconds of CPU the child and every process below it spent, and the child alone."""
+    before = _cpu(resource.getrusage(resource.RUSAGE_CHILDREN))
     argv = [sys.executable, "-m", "bench.render_floor", "--child", way, str(chromium), str(renders)]
-    subprocess.run(argv, check=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    own = float(subprocess.run(argv, check=True, capture_output=True, text=True).stdout)
+    return _cpu(resource.getrusage(resource.RUSAGE_CHILDREN)) - before, own
 
 
 def measure(renders: int) -> list[Floor]:
@@ -105,8 +110,12 @@ def measure(renders: int) -> list[Floor]:
         for way in WAYS:
             # The same way with one render and with none differs by the browser's launch too:
             # counted against the renders, it is part of the price of `renders` renders.
-            spent = _cpu_of_child(way, chromium, renders) - _cpu_of_child(way, chromium, 0)
-            floors.append(Floor(str(chromium), way, renders, 1000 * spent / renders))
+            (tree, own), (tree_idle, own_idle) = (
+                _cpu_of_child(way, chromium, renders), _cpu_of_child(way, chromium, 0)
+            )  # fmt: skip
+            per = 1000 / renders
+            floors.append(Floor(str(chromium), way, renders, (tree - tree_idle) * per,
+                                (own - own_idle) * per))  # fmt: skip
     return floors
 
 
@@ -114,12 +123,17 @@ def table(floors: list[Floor]) -> str:
     lines = [
         "CPU ms per render of bench/spa.py's page, a fresh context each, one at a time "
         "(child process tree, browser launch included)",
-        f"{'chromium':<36} {'bare':>6} {'fetcher':>8} {'fetcher/bare':>13}",
+        f"{'chromium':<36} {'bare':>6} {'fetcher':>8} {'fetcher/bare':>13}"
+        f" {'of them Python: bare':>21} {'fetcher':>8}",
     ]
     for chromium in dict.fromkeys(f.chromium for f in floors):
-        cost = {f.way: f.cpu_ms_per_render for f in floors if f.chromium == chromium}
-        lines.append(f"{chromium:<36} {cost['bare']:>6.0f} {cost['fetcher']:>8.0f} "
-                     f"{cost['fetcher'] / cost['bare']:>12.2f}x")  # fmt: skip
+        cost = {f.way: f for f in floors if f.chromium == chromium}
+        bare, fetcher = cost["bare"], cost["fetcher"]
+        lines.append(
+            f"{chromium:<36} {bare.cpu_ms_per_render:>6.0f} {fetcher.cpu_ms_per_render:>8.0f} "
+            f"{fetcher.cpu_ms_per_render / bare.cpu_ms_per_render:>12.2f}x "
+            f"{bare.python_ms_per_render:>21.0f} {fetcher.python_ms_per_render:>8.0f}"
+        )
     return "\n".join(lines)
 
 
@@ -132,6 +146,7 @@ def main(argv: list[str]) -> None:
     if args.child:
         way, chromium, renders = args.child
         asyncio.run(_child(way, Path(chromium), int(renders)))
+        print(_cpu(resource.getrusage(resource.RUSAGE_SELF)))  # read by its parent
         return
     if args.renders < 1:
         parser.error("--renders must be positive")
