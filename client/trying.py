@@ -12,10 +12,9 @@ from urllib.parse import urlsplit
 from fetchers import Fetcher
 from fetchers.guard import AddressPolicy
 from fetchers.http import FetchError, Page, fetch_page, new_client, read_body, request_of
-from pricewatch import isolated
 from pricewatch.models import CheckInput, TargetConfig
 from pricewatch.views import Suggested, TriedPrice, TryView
-from readers.normalise import Extraction, ExtractionError
+from readers.normalise import Extraction
 from readers.price_suggest import Suggestion, suggest_body
 
 
@@ -73,12 +72,7 @@ def _suggesting(config: TargetConfig) -> bool:
 async def _read_as_checked(page: Page, extraction: Extraction) -> Page:
     """The kept body read by the target's own rules, as a check reads it."""
     assert page.body is not None
-    try:
-        read = await read_body(page.status_code, page.body, page.content_type, extraction)
-    except ExtractionError as err:
-        raise FetchError(f"extraction rule failed: {err}", transient=False) from err
-    except isolated.Unfinished as err:  # the ignore regex: the machine's fault, not the rule's
-        raise FetchError(f"the page was not read: {err}", transient=True) from err
+    read = await read_body(page.status_code, page.body, page.content_type, extraction)
     return dataclasses.replace(
         read, refused=page.refused, screenshot=page.screenshot, waited=page.waited
     )

@@ -52,10 +52,8 @@ from fetchers.http import (
     read_body,
     timed_out,
 )
-from pricewatch import isolated
 from pricewatch.steps import Action, Step, parse_steps
 from pricewatch.urls import as_sent
-from readers.normalise import ExtractionError
 
 log = logging.getLogger(__name__)
 
@@ -260,17 +258,10 @@ class BrowserFetcher:
                         f"the rendered page is over {MAX_BODY_BYTES} bytes", transient=False
                     )
                 assert documents.last is not None  # _check_document
-                try:
-                    read = await read_body(
-                        documents.last.status, body, RENDERED_TYPE, request.extraction
-                    )
-                except ExtractionError as err:  # as a fetched page's: permanent, one line
-                    hint = f" ({waited})" if waited else ""
-                    raise FetchError(
-                        f"extraction rule failed: {err}{hint}", transient=False
-                    ) from err
-                except isolated.Unfinished as err:  # the machine's fault, not the rule's
-                    raise FetchError(f"the page was not read: {err}", transient=True) from err
+                hint = f" ({waited})" if waited else ""  # why a rule found nothing
+                read = await read_body(
+                    documents.last.status, body, RENDERED_TYPE, request.extraction, hint=hint
+                )
                 if request.keep_body:
                     read = replace(read, body=body, content_type=RENDERED_TYPE)
                 if request.screenshot or read.sha256 != request.previous_hash:  # a new state

@@ -204,10 +204,6 @@ async def fetch_page(client: httpx.AsyncClient, request: Request | str) -> Page:
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as err:
         # Also a redirect to file:, ftp: or another scheme we do not fetch.
         raise FetchError(f"invalid or unsupported URL: {err}", transient=False) from err
-    except ExtractionError as err:
-        raise FetchError(f"extraction rule failed: {err}", transient=False) from err
-    except isolated.Unfinished as err:  # the ignore regex: the machine's fault, not the rule's
-        raise FetchError(f"the page was not read: {err}", transient=True) from err
     except httpx.DecodingError as err:
         raise FetchError(f"undecodable body: {err}", transient=False) from err
     except httpx.TimeoutException as err:
@@ -312,15 +308,24 @@ async def read_body(
     full_type: str,
     extraction: Extraction,
     validators: dict[str, str | None] | None = None,
+    hint: str = "",
 ) -> Page:
-    """What a check records of a body, fetched or rendered (`readers.body.read`), as a Page."""
+    """What a check records of a body, fetched or rendered (`readers.body.read`), as a Page;
+    FetchError as the check records a failed read: a rule that cannot be applied is permanent
+    (`hint`: what a render waited for), a read the machine did not finish (the ignore
+    regex's child process) transient."""
     # Off the event loop when heavy (a big page, a user's regex): heartbeats must not stall.
     inline = len(body) <= INLINE_WORK_BYTES and extraction.ignore is None
-    record = (
-        read(body, full_type, extraction)
-        if inline
-        else await asyncio.to_thread(read, body, full_type, extraction)
-    )
+    try:
+        record = (
+            read(body, full_type, extraction)
+            if inline
+            else await asyncio.to_thread(read, body, full_type, extraction)
+        )
+    except ExtractionError as err:
+        raise FetchError(f"extraction rule failed: {err}{hint}", transient=False) from err
+    except isolated.Unfinished as err:  # the ignore regex: the machine's fault, not the rule's
+        raise FetchError(f"the page was not read: {err}", transient=True) from err
     return Page(
         status_code=status_code,
         sha256=record.sha256,
