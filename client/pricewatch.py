@@ -77,7 +77,7 @@ from pricewatch.views import (
     TargetSummary,
     TryView,
 )
-from readers.normalise import Extraction, validate_extraction
+from readers.normalise import validate_extraction
 from readers.price_reader import validate_price_settings
 from readers.snapshots import decompress, unified_diff
 
@@ -188,10 +188,7 @@ class Pricewatch:
             storable(name, text)
         for channel in config.channels:
             storable("notify", channel.url or "")
-        rules = Extraction(
-            selector=config.selector, ignore=config.ignore, json_pointer=config.json_pointer
-        )
-        validate_extraction(rules)
+        validate_extraction(config.extraction)
         if config.price_mode is not None:
             validate_price_settings(config.price_mode)
         minimum = self.settings.min_interval

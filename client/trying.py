@@ -12,9 +12,8 @@ from urllib.parse import urlsplit
 from fetchers import Fetcher
 from fetchers.guard import AddressPolicy
 from fetchers.http import FetchError, Page, fetch_page, new_client, read_body, request_of
-from pricewatch.models import CheckInput, TargetConfig
+from pricewatch.models import CheckInput, Extraction, TargetConfig
 from pricewatch.views import Suggested, TriedPrice, TryView
-from readers.normalise import Extraction
 from readers.price_suggest import Suggestion, suggest_body
 
 

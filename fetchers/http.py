@@ -30,12 +30,12 @@ import httpx
 
 from fetchers.guard import AddressPolicy, BlockedAddress, GuardedTransport, ResolveTimeout
 from pricewatch import isolated
-from pricewatch.models import CheckInput, RenderSettings
+from pricewatch.models import CheckInput, Extraction, RenderSettings
 from pricewatch.policy import MAX_FETCH_TIMEOUT
 from pricewatch.prices import Price
 from pricewatch.urls import as_sent
 from readers.body import read
-from readers.normalise import Extraction, ExtractionError
+from readers.normalise import ExtractionError
 
 MAX_BODY_BYTES = 5 * 1024 * 1024
 # Work on a page this small (parse, hash, compress, diff) takes well under a millisecond:
@@ -160,12 +160,7 @@ def request_of(
     validators of the last good check for a conditional request."""
     return Request(
         url=check.url,
-        extraction=Extraction(
-            selector=check.selector,
-            ignore=check.ignore,
-            json_pointer=check.json_pointer,
-            price_mode=check.price_mode,
-        ),
+        extraction=check.extraction,
         user_agent=check.user_agent,
         etag=etag,
         last_modified=last_modified,

@@ -7,6 +7,7 @@ shapes still decode. Models are side-effect free so the workflow sandbox can imp
 import contextlib
 import hashlib
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from enum import StrEnum
@@ -222,6 +223,18 @@ class RenderSettings(Model):
         return [" ".join(step.split()) for step in value]
 
 
+@dataclass(frozen=True)
+class Extraction:
+    """A target's reading rules, whole; all optional. `selector` (HTML) and `json_pointer`
+    (JSON) exclude each other; `ignore` is a regex whose matches are removed (tokens,
+    timestamps); `price_mode`: the page's prices are read instead (readers.price_reader)."""
+
+    selector: str | None = None
+    ignore: str | None = None
+    json_pointer: str | None = None
+    price_mode: PriceSettings | None = None
+
+
 class TargetConfig(Model):
     """What the user asked for: the only thing `add` and `reconfigure` change."""
 
@@ -337,6 +350,10 @@ class TargetConfig(Model):
         return f"every {format_duration(self.interval)}"
 
     @property
+    def extraction(self) -> Extraction:
+        return Extraction(self.selector, self.ignore, self.json_pointer, self.price_mode)
+
+    @property
     def grid(self) -> Grid:
         """Where its slots fall (pricewatch.slots): the calendar's times, or every interval."""
         if self.calendar is not None:
@@ -435,6 +452,10 @@ class CheckInput(Model):
             user_agent=config.user_agent, price_mode=config.price_mode,
             timeout_seconds=config.timeout_seconds, render=config.render,
         )  # fmt: skip
+
+    @property
+    def extraction(self) -> Extraction:
+        return Extraction(self.selector, self.ignore, self.json_pointer, self.price_mode)
 
     @property
     def on_schedule(self) -> bool:

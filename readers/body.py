@@ -7,8 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pricewatch.models import Extraction
 from pricewatch.prices import Price, Reading, listing
-from readers.normalise import Extraction, normalise
+from readers.normalise import normalise
 from readers.price_reader import observe
 
 Mode = Literal["prices", "text"]

@@ -10,13 +10,12 @@ so a selector on any other content type is an ExtractionError); pointers apply t
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from selectolax.lexbor import LexborHTMLParser, SelectolaxError
 
 from pricewatch import isolated
-from pricewatch.models import PriceSettings
+from pricewatch.models import Extraction
 
 _HIDDEN = ["script", "style", "noscript", "template", "svg"]
 # Elements that start a new line when rendered; inline ones (b, span, a) keep text together,
@@ -35,18 +34,6 @@ _POINTER = re.compile(r"(/([^~/]|~[01])*)*")
 # worker, its event loop included, for as long as it backtracks.
 IGNORE_SECONDS = 5.0
 _LOOKS_HTML = re.compile(r"\s*(<!--.*?-->\s*)*<(!doctype\s+html|html|head|body)\b", re.I | re.S)
-
-
-@dataclass(frozen=True)
-class Extraction:
-    """Per-target options; all optional. `selector` (HTML) and `json_pointer` (JSON) exclude
-    each other; `ignore` is a regex whose matches are removed (tokens, timestamps)."""
-
-    selector: str | None = None
-    ignore: str | None = None
-    json_pointer: str | None = None
-    price_mode: PriceSettings | None = None
-    """Price mode: the page's prices are read instead (see readers.price_reader)."""
 
 
 class ExtractionError(ValueError):

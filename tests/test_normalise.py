@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from readers.normalise import Extraction, ExtractionError, normalise, validate_extraction
+from pricewatch.models import Extraction
+from readers.normalise import ExtractionError, normalise, validate_extraction
 
 HTML = "text/html; charset=utf-8"
 JSON = "application/json"
