@@ -19,6 +19,7 @@ from client.pricewatch import StillChecking
 from client.temporal import TIMED_OUT, QueryUnanswered, address
 from fetchers.guard import BlockedAddress
 from workers.chromium import ChromiumMissing
+from workers.embedded import EmbeddedPostgresFailed
 
 
 class Fault(Enum):
@@ -40,7 +41,7 @@ class Failure:
 
 SERVICES = (
     RPCError, RPCTimeoutOrCancelledError, OSError, LookupError, TimeoutError,
-    asyncpg.PostgresError, ChromiumMissing,
+    asyncpg.PostgresError, ChromiumMissing, EmbeddedPostgresFailed,
 )  # fmt: skip
 # Every exception `failure` has a line for.
 EXPECTED = (

