@@ -387,8 +387,8 @@ def entry(config: TargetConfig, paused: bool = False) -> dict[str, object]:
             said["jitter"] = format_duration(timedelta(seconds=grid.jitter_seconds))
     webhooks = [c.destination for c in config.channels if c.kind is ChannelKind.WEBHOOK]
     emails = [c.destination for c in config.channels if c.kind is ChannelKind.EMAIL]
-    notify = [
-        {"url": c.channel_id, "masked": c.destination}
+    notify = [  # a URL not stored yet (a plan's) by its masked form: never a credential
+        {"url": c.channel_id if c.ref else c.destination, "masked": c.destination}
         | ({"title": c.title} if c.title else {})
         | ({"body": c.body} if c.body else {})
         for c in config.channels

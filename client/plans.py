@@ -77,14 +77,14 @@ def changes(old: TargetConfig, new: TargetConfig) -> tuple[str, ...]:
 
 
 # Settings whose absence is "none" (no channel, no selector, text mode), not a default value.
-ABSENT_IS_NONE = ("webhooks", "emails", "selector", "ignore", "json_pointer", "prices")
+ABSENT_IS_NONE = ("webhooks", "emails", "notify", "selector", "ignore", "json_pointer", "prices")
 
 
 def _as_said(key: str, value: object) -> str:
     if value is None:
         return "none" if key in ABSENT_IS_NONE else "default"
-    if isinstance(value, list):
-        return ", ".join(map(str, value))
+    if isinstance(value, list):  # an Apprise channel by its masked URL
+        return ", ".join(str(v["masked"]) if isinstance(v, dict) else str(v) for v in value)
     if isinstance(value, dict):
         return ", ".join(f"{key}: {item}" for key, item in value.items()) or "structured data"
     return str(value)
@@ -105,8 +105,8 @@ async def put(
     except ValueError as err:
         raise BadInput(str(err).splitlines()[0]) from err
     steps = await plan(pw, [located], prune=False)
-    await apply(pw, [step for step in steps if step.action is not Action.UNCHANGED])
-    return steps
+    carried_out = iter(await apply(pw, [s for s in steps if s.action is not Action.UNCHANGED]))
+    return [step if step.action is Action.UNCHANGED else next(carried_out) for step in steps]
 
 
 async def plan(pw: "Pricewatch", entries: list[Located], prune: bool) -> list[Step]:
@@ -126,8 +126,10 @@ async def plan(pw: "Pricewatch", entries: list[Located], prune: bool) -> list[St
     problems = await asyncio.gather(*(problem(located) for located in entries))
     if first := next((p for p in problems if p is not None), None):
         raise first
-    named = [located.config.target_id for located in entries]
-    now = await current(pw, None if prune or len(named) > CONCURRENCY else named)
+    # One entry (a put: add, the form, the API) is asked of its workflow, which has seen a
+    # start or a pause a moment ago; a file is planned from the list and the mirror.
+    one = [entries[0].config.target_id] if len(entries) == 1 and not prune else None
+    now = await current(pw, one)
     taken = await site_slots(pw)
     steps = []
     for located in entries:
@@ -159,10 +161,12 @@ async def plan(pw: "Pricewatch", entries: list[Located], prune: bool) -> list[St
 
 async def apply(
     pw: "Pricewatch", steps: list[Step], done: Callable[[Step], None] = lambda _: None
-) -> None:
-    """Carry the plan out, CONCURRENCY targets at a time; `done` after each step. New
-    `--every` targets are spread again, from now (the plan is minutes old); calendar offsets
-    do not age, so the plan's stand (placed with every other step of it)."""
+) -> list[Step]:
+    """Carry the plan out, CONCURRENCY targets at a time, one target's steps in order (a
+    resume waits for its reconfigure, which the workflow may refuse); `done` after each
+    step. New `--every` targets are spread again, from now (the plan is minutes old), and
+    the steps as carried out are returned; calendar offsets do not age, so the plan's stand
+    (placed with every other step of it)."""
     gate = asyncio.Semaphore(CONCURRENCY)
     taken = await site_slots(pw)
     steps = [
@@ -175,12 +179,18 @@ async def apply(
         for step in steps
     ]
 
-    async def one(step: Step) -> None:
-        async with gate:
-            await _apply(pw, step)
-        done(step)
+    by_target: dict[str, list[Step]] = {}
+    for step in steps:
+        by_target.setdefault(step.target_id, []).append(step)
 
-    await asyncio.gather(*(one(step) for step in steps))
+    async def one(target_steps: list[Step]) -> None:
+        async with gate:
+            for step in target_steps:
+                await _apply(pw, step)
+                done(step)
+
+    await asyncio.gather(*(one(target_steps) for target_steps in by_target.values()))
+    return steps
 
 
 async def running(pw: "Pricewatch") -> set[str]:
@@ -202,9 +212,9 @@ async def current(
 ) -> dict[str, tuple[TargetConfig, bool]]:
     """Each running target's config and whether it is paused. Of every target (`named`
     None): the mirror's, or its workflow's where the mirror has none yet, from one visibility
-    list. Of a few named ones: each workflow's own, which has seen a start or a pause made a
-    moment ago (the list and the mirror follow it by a second or so: an add planned twice at
-    once would be a second start that changes nothing)."""
+    list. Of named ones: each workflow's own (its status query: a worker answers), which has
+    seen a start or a pause made a moment ago (the list and the mirror follow it by a second
+    or so: an add planned twice at once would be a second start that changes nothing)."""
     mirrored = {} if named is not None else await store.target_configs(await pw.pool())
     gate = asyncio.Semaphore(CONCURRENCY)
 

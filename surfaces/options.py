@@ -183,7 +183,7 @@ PausedOpt = Annotated[
 # An entry's field as `add` takes it, where that is not `--` and the field's name.
 FLAGS = {
     "id": "target id", "url": "url", "webhooks": "--webhook", "emails": "--email",
-    "steps": "--step", "tags": "--tag", "prices": "--prices",
+    "steps": "--step", "tags": "--tag", "prices": "price mode",
     "prices.selector": "--price-selector", "prices.name": "--price-name",
     "prices.attribute": "--price-attr", "notify.title": "--notify-title",
     "notify.body": "--notify-body", "notify.url": "--notify",

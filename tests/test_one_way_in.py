@@ -2,6 +2,7 @@
 API's PUT body say of one target is one targets-file entry, and the one client path
 (`client.plans`: validate, plan, apply) plans the same steps for it."""
 
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
@@ -75,3 +76,17 @@ async def test_add_the_form_and_put_plan_the_same_steps(
              for p in planned.values()]  # fmt: skip
     assert steps[0][0][0] is plans.Action.ADD
     assert steps[0] == steps[1] == steps[2]
+
+
+def test_a_new_apprise_url_is_a_change_said_masked() -> None:
+    """A plan compares before the URL is stored (it has no ref yet): `add --notify` or a
+    file's new `notify:` on a running target is a reconfigure, and the credential is not
+    what it prints."""
+    had = Entry(id="shop", url="http://127.0.0.1:9/", every=timedelta(hours=1)).config()
+    new = Entry(
+        id="shop", url="http://127.0.0.1:9/", every=timedelta(hours=1),
+        notify=["json://user:secret@hooks.example.com/x"],
+    ).config()  # fmt: skip
+    said = plans.changes(had, new)
+    assert len(said) == 1 and said[0].startswith("notify: none -> "), said
+    assert "secret" not in said[0]
