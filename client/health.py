@@ -78,7 +78,7 @@ async def _postgres(
     answered = _service(pw, "Postgres", address, None)
     try:
         async with asyncio.timeout(QUERY_BOUND.total_seconds()):
-            schedule = await pw._schedule.read(pool, window)
+            schedule = await pw.shared_schedule.read(pool, window)
     except (*DATABASE_AWAY, ConnectionError) as err:
         late = isinstance(err, TimeoutError)
         why = f"no answer within {QUERY_BOUND.seconds} s" if late else err
@@ -125,10 +125,10 @@ def _service(pw: "Pricewatch", name: str, address: str, error: str | None) -> Se
     """What this process knows of a service: whether it answered now, and when it
     last did (this process's clock)."""
     if error is None:
-        pw._answered[name] = datetime.now(UTC)
+        pw.answered[name] = datetime.now(UTC)
     return ServiceHealth(
         name=name, address=address, reachable=error is None,
-        answered_at=pw._answered.get(name), error=error,
+        answered_at=pw.answered.get(name), error=error,
     )  # fmt: skip
 
 

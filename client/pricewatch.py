@@ -115,8 +115,8 @@ class Pricewatch:
         self._pool_size = pool_size  # a server's: requests at once
         self._connecting = asyncio.Lock()  # each connection opened once, by one request
         self._pooling = asyncio.Lock()
-        self._answered: dict[str, datetime] = {}  # service: when it last answered `health`
-        self._schedule = health.SharedSchedule()
+        self.answered: dict[str, datetime] = {}  # service: when it last answered `health`
+        self.shared_schedule = health.SharedSchedule()
         self._recent = Recent()
 
     async def __aenter__(self) -> "Pricewatch":
@@ -125,7 +125,7 @@ class Pricewatch:
     async def __aexit__(
         self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._schedule.close()
+        self.shared_schedule.close()
         if self._pool is not None:
             await self._pool.close()
 

@@ -91,15 +91,15 @@ __all__ = ["app", "main"]  # the app with every command, and the entry point
 
 
 def first_check(config: TargetConfig, start_at: datetime) -> str:
-    """Where an add's schedule starts, as a plan says it: spread apart from its site."""
+    """When an add's first check is, as a plan says it: spread apart from its site."""
     if config.calendar is not None:  # on the calendar from its anchor on, as the workflow does
         before = start_at - timedelta.resolution
         first = calendar.slot_after(config.calendar, config.target_id, before)
-        return f"{config.schedule}, first check {format_slot(first)}"
+        return f"first check {format_slot(first)}"
     ahead = start_at - datetime.now(UTC)
     if ahead < timedelta(seconds=2):  # the next whole second, and a sub-second offset
-        return f"{config.schedule}, first check now"
-    return f"{config.schedule}, first check in {format_duration(ahead)}"
+        return "first check now"
+    return f"first check in {format_duration(ahead)}"
 
 
 @app.command()
@@ -160,8 +160,8 @@ def added(step: plans.Step) -> str:
     if config.timeout_seconds is not None:
         watched += f", timeout {config.timeout_seconds}s"
     if step.action is Action.ADD and step.start_at is not None:
-        first = first_check(config, step.start_at).removeprefix(config.schedule)
-        return f"added {watched}{first}" + (" (paused)" if step.located.entry.paused else "")
+        first = first_check(config, step.start_at)
+        return f"added {watched}, {first}" + (" (paused)" if step.located.entry.paused else "")
     return {
         Action.UNCHANGED: f"{step.target_id} already watched with these settings: nothing changed",
         Action.RECONFIGURE: f"reconfigured {watched} ({'; '.join(step.changes)})",
@@ -398,7 +398,8 @@ async def apply(
             if step.action is not Action.UNCHANGED:
                 detail = "; ".join(step.changes)
                 if step.action is Action.ADD and step.located and step.start_at is not None:
-                    detail = first_check(step.located.config, step.start_at)
+                    config = step.located.config
+                    detail = f"{config.schedule}, {first_check(config, step.start_at)}"
                 typer.echo(f"{PLAN_MARKS[step.action]} {step.action.value} {step.target_id}"
                            + (f" ({detail})" if detail else ""))  # fmt: skip
         todo = [step for step in steps if step.action is not Action.UNCHANGED]
