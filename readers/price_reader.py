@@ -64,9 +64,14 @@ _CLIPPED = re.compile(
 _HAS_DIGIT = re.compile(r"\d")
 # The pieces of one price over elements: `1` `,` `99` or `1,299` `.` `00`, joined by NUL here.
 _GLUE = re.compile(r"(?<=\d)\0(?=[.,]\0?\d)|(?:(?<=\d[.,])|(?<=\d\0[.,]))\0(?=\d)")
-# A "from" price on a listing: the least a product costs (`ab € 1248,99`, `From $9`).
+# A "from" price on a listing: the least a product costs (`ab € 1248,99`, `From $9`). Searched
+# in the lower-cased text, no letter before a word asked after its first letter: re then skips
+# ahead to the words' first letters, where it would try every word at every place.
+_FROM_WORDS = ("from", "starting at", "as low as", "ab", "dès", "à partir de", "desde", "vanaf")
 _FROM = re.compile(
-    r"(?<!\w)(?:from|starting at|as low as|ab|dès|à partir de|desde|vanaf)(?!\w)\D{0,5}\d", re.I
+    "(?:"
+    + "|".join(rf"{word[0]}(?<!\w{word[0]}){re.escape(word[1:])}" for word in _FROM_WORDS)
+    + r")(?!\w)\D{0,5}\d"
 )
 _PRICE_ATTRIBUTES = ("content", "value", "data-price", "data-price-amount", "data-amount")
 # Searched in the lowercased head: a literal start is found fast, where re.I steps byte by byte.
@@ -140,7 +145,7 @@ def selected(tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str]
     """One price per visible match; with `name`, the named element's text is left out of the
     amount (a plan called `CX22` must not read as 22, or `CX22 4,51 €` as 224.51)."""
     assert settings.selector is not None
-    selector, name = settings.selector, settings.name
+    selector, name, attribute = settings.selector, settings.name, settings.attribute
     matches = css(tree.root, selector)
     if not matches:
         skipped.append(f"price selector {selector!r} matched nothing")
@@ -150,8 +155,9 @@ def selected(tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str]
     as_named = all(asides)  # nothing else to choose: the user named these, so they are read
     found = []
     told: set[int] = set()  # screen-reader texts read for hidden parts (`_spoken_beside`)
-    for position, (match, aside) in enumerate(zip(matches, asides, strict=True), 1):
-        if aside == "hidden" and settings.attribute is not None:
+    for position, match in enumerate(matches, 1):
+        aside = asides[position - 1]
+        if aside == "hidden" and attribute is not None:
             aside = None  # an attribute is read, not shown
         if aside and not as_named:
             skipped.append(f"{_match(match, position)}: {aside}")
@@ -160,7 +166,7 @@ def selected(tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str]
         if name is not None and named is None:
             skipped.append(f"{_match(match, position)}: price name {name!r} matched nothing")
             continue
-        attribute = settings.attribute
+        read_from = attribute  # the attribute the amount is read from, if any
         try:
             if attribute is not None:
                 value = match.attributes.get(attribute)
@@ -180,10 +186,10 @@ def selected(tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str]
                 try:
                     amount, currency, regular, least = shown_amount(match, named)
                 except ExtractionError:
-                    if (attribute := _price_attribute(match)) is None:
+                    if (read_from := _price_attribute(match)) is None:
                         raise
                     amount, currency = parse_amount(
-                        match.attributes[attribute] or "", "", structured=True
+                        match.attributes[read_from] or "", "", structured=True
                     )
                     regular, least = None, False
         except Implausible as err:
@@ -192,18 +198,17 @@ def selected(tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str]
         except ExtractionError:
             skipped.append(f"price selector {selector!r}: no price in {_match(match, position)}")
             continue
-        label = " ".join(named.text().split()) if named is not None else f"price {position}"
-        flags = [aside] if aside else []
-        if least:
-            flags.append("from")
-        where = f"match {position}" + (f" [{attribute}]" if attribute else "")
         own = match.text(separator=" ")
-        if named is not None:
+        if named is None:
+            label = f"price {position}"
+        else:
+            label = " ".join(named.text().split())
             own = own.replace(named.text(separator=" "), " ", 1)
         period, per = periods.read(own, around[position - 1])
-        found.append(
-            Price(label, amount, currency, regular, None, where + _said(flags), period, per)
-        )
+        where = f"match {position}" if read_from is None else f"match {position} [{read_from}]"
+        if aside or least:
+            where += f" ({', '.join(filter(None, (aside, 'from' if least else None)))})"
+        found.append(Price(label, amount, currency, regular, None, where, period, per))
     return found
 
 
@@ -230,11 +235,6 @@ def _spoken_beside(match: LexborNode, named: LexborNode | None) -> LexborNode | 
                 return child
         node = parent
     return None
-
-
-def _said(flags: list[str]) -> str:
-    """What a reading is, beside where it was read: `match 2 (from)`, `match 1 (hidden)`."""
-    return f" ({', '.join(flags)})" if flags else ""
 
 
 def _outermost(matches: list[LexborNode]) -> list[LexborNode]:
@@ -299,7 +299,7 @@ def shown_amount(
         with contextlib.suppress(ExtractionError):
             regular = parse_amount(struck_text, "")[0]
             break
-    least = not text.isdigit() and _FROM.search(text) is not None
+    least = simple is None and _FROM.search(text.lower()) is not None  # simple: no word
     return plausible(amount, text, ""), currency, regular, least
 
 

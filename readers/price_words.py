@@ -120,17 +120,23 @@ def parse_amount(text: str, where: str, *, structured: bool = False) -> tuple[De
 
 
 def plausible(amount: Decimal, text: str, where: str) -> Decimal:
-    exponent = amount.normalize().as_tuple().exponent
-    if amount and (
-        amount.adjusted() >= MAX_INTEGER_DIGITS
-        or (isinstance(exponent, int) and -exponent > MAX_DECIMAL_PLACES)
-    ):
+    if amount and (amount.adjusted() >= MAX_INTEGER_DIGITS or _places(amount) > MAX_DECIMAL_PLACES):
         said = f"{where}: " if where else ""
         raise Implausible(
             f"{said}{text.strip()[:40]!r} is no price (more than {MAX_INTEGER_DIGITS} digits "
             f"or {MAX_DECIMAL_PLACES} decimal places)"
         )
     return amount
+
+
+def _places(amount: Decimal) -> int:
+    """Decimal places without trailing zeros (`1.50`: 1), from `str`: half the time of
+    `normalize().as_tuple()`, and every price a reader records asks."""
+    written = str(amount)
+    if "E" not in written:
+        return len(written.partition(".")[2].rstrip("0"))
+    exponent = amount.normalize().as_tuple().exponent
+    return -exponent if isinstance(exponent, int) else 0
 
 
 def _parse_amount(text: str, where: str, structured: bool) -> tuple[Decimal, str | None]:

@@ -301,49 +301,68 @@ def test_the_one_scan_shortcut_reads_as_asking_each_text(text: str, around: list
         assert periods.read(texts[0], texts[1:]) == slow
 
 
-# Everything `read` looks for, as one pattern: what `may_say`'s cheap test must never miss.
-SAYS = re.compile(
-    periods._ON + "|" + re.sub(r"\(\?P<\w+>", "(?:", periods._ALONE_PATTERN.pattern), re.I
-)
 SPOKEN = st.sampled_from(
     ["/mo", " per month", " pro Monat", "monthly", "billed annually", "Jährlich", "one-time",
      "ONE OFF", "onetime", "pay once", "Lifetime", "einmalig", "paiement unique", "pago único",
      "una tantum", "por hora", "all'ora", "per uur", "Stündlich", "hourly", "a day", "each week",
-     "je Nutzer", "im Monat", "par an", "al mes", "Täglich", "QUOTIDIENNE", "/h", "per seat"]
+     "je Nutzer", "im Monat", "par an", "al mes", "Täglich", "QUOTIDIENNE", "/h", "per seat",
+     "/each", "/EA", "/ GB", "per CPU", "Día", "\u017f", "\u212a"]
 )  # fmt: skip
+SAID = st.lists(
+    st.one_of(SPOKEN, st.text(max_size=12), st.text(st.characters(max_codepoint=127))),
+    max_size=6,
+).map(" ".join)
 
 
-@given(
-    st.lists(
-        st.one_of(SPOKEN, st.text(max_size=12), st.text(st.characters(max_codepoint=127))),
-        max_size=6,
-    ).map(" ".join)
-)
+@given(SAID)
 def test_may_say_misses_nothing_the_patterns_find(text: str) -> None:
-    if SAYS.search(text):
-        assert periods.may_say(text), text
+    period_said, per_said = periods.may_say(text)
+    assert period_said or periods.period_in(text) is None, text
+    assert per_said or periods.per_in(text) is None, text
 
 
 @given(WORDS)
 def test_a_text_that_may_say_nothing_reads_as_nothing(text: str) -> None:
-    if not periods.may_say(text):
-        assert periods.read("$12", [text]) == (None, None)
-        assert periods.period_in(text) is None and periods.per_in(text) is None
+    period_said, per_said = periods.may_say(text)
+    if not period_said:
+        assert periods.read("$12", [text])[0] is None and periods.period_in(text) is None
+    if not per_said:
+        assert periods.read("$12", [text])[1] is None and periods.per_in(text) is None
 
 
-# The unit pattern as 1.12 wrote it, each period's words behind `_ON` of their own: the one
-# that factors `_ON` out must find the same unit in every text.
+# The unit pattern as 1.12 wrote it, each period's words behind `_ON` of their own and case
+# blind: the one that factors `_ON` out, searched in case-folded text, finds the same unit.
 UNITS_AS_WRITTEN = re.compile(
     "|".join(
-        rf"{periods._ON}\s*(?P<{period}>{words})(?![\w-])|(?P<{period}_short>{short})(?![\w-])"
-        for period, (words, short) in periods._UNITS.items()
+        rf"{periods._ON}\s*(?P<{period}>{'|'.join(words)})(?![\w-])"
+        rf"|(?P<{period}_short>{periods._SHORT[period]})(?![\w-])"
+        for period, words in periods._UNITS.items()
     ),
     re.I,
 )
+UNIT_TEXTS = st.lists(
+    st.one_of(
+        SPOKEN, st.sampled_from(["/", " ", "per ", "/ h", "/d", "an", "mo"]), st.text(max_size=8)
+    ),
+    max_size=8,
+).map("".join)
 
 
-@given(st.lists(st.one_of(SPOKEN, st.sampled_from(["/", " ", "per ", "/ h", "/d", "an", "mo"]),
-                          st.text(max_size=8)), max_size=8).map("".join))  # fmt: skip
+@given(UNIT_TEXTS)
 def test_the_unit_pattern_finds_what_it_found_before_it_was_factored(text: str) -> None:
-    before, now = UNITS_AS_WRITTEN.search(text), periods._UNIT_PATTERN.search(text)
-    assert (before and (before.start(), before.lastgroup)) == (now and (now.start(), now.lastgroup))
+    before, now = UNITS_AS_WRITTEN.search(text), periods._UNIT_PATTERN.search(text.casefold())
+    assert (before and before.lastgroup) == (now and now.lastgroup)
+
+
+@given(UNIT_TEXTS)
+def test_a_search_from_the_first_words_finds_what_a_plain_search_finds(text: str) -> None:
+    text = text.casefold()
+    for pattern, starts in (
+        (periods._UNIT_PATTERN, periods._UNIT_STARTS),
+        (periods._ALONE_PATTERN, periods._ALONE_STARTS),
+        (periods._PER_PATTERN, periods._PER_STARTS),
+    ):
+        plain, first = pattern.search(text), periods._first(pattern, starts, text)
+        assert (plain and (plain.span(), plain.lastgroup)) == (
+            first and (first.span(), first.lastgroup)
+        )

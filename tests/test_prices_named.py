@@ -6,6 +6,7 @@ crash the reader and never give a price that their text does not hold."""
 
 import html
 import json
+import re
 from decimal import Decimal
 
 import pytest
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from pricewatch.models import PriceSettings
 from pricewatch.prices import Price
+from readers import price_reader
 from readers.normalise import ExtractionError
 from readers.price_reader import read_prices
 
@@ -254,3 +256,25 @@ def test_a_compound_price_specification_is_read_as_its_parts() -> None:
         ("Phone (monthly)", "40.00", "USD"),
         ("Phone (part 3)", "5", "USD"),
     ]
+
+
+# The "from" test as 1.15 wrote it, case blind: the one searched in lower-case text, which re
+# scans faster, must find a "from" price in the same texts.
+FROM_AS_WRITTEN = re.compile(
+    r"(?<!\w)(?:from|starting at|as low as|ab|dès|à partir de|desde|vanaf)(?!\w)\D{0,5}\d", re.I
+)
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(["From", "FROM ", "ab", "Ab ", "dès", "DÈS", "à partir de", "desde",
+                             "vanaf", "starting at", "As low as", "x", " ", "$", "€", "9", ".5"]),
+            st.text(st.characters(max_codepoint=0x17E), max_size=6),
+        ),
+        max_size=8,
+    ).map("".join)
+)  # fmt: skip
+def test_the_from_test_finds_what_the_case_blind_one_finds(text: str) -> None:
+    written = FROM_AS_WRITTEN.search(text) is not None
+    assert written == (price_reader._FROM.search(text.lower()) is not None), text
