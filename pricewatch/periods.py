@@ -38,7 +38,6 @@ _SHORT = {
     "hour": r"/\s*h", "day": r"/\s*d", "week": r"/\s*w", "month": r"(?:/|\bper\b)\s*mos?",
     "year": r"/\s*y|(?:/|\bpar\b)\s*an",
 }  # fmt: skip
-_SHORT_WORDS = ("h", "d", "w", "mo", "mos", "y", "an")
 # Words that say a period alone: billing words ("monthly", "billed annually", "jährlich").
 _ALONE = {
     "hour": (
@@ -112,16 +111,17 @@ _ALONE_STARTS = re.compile("|".join(_either(words) for words in _ALONE.values())
 _PER_STARTS = re.compile("/|" + "|".join(rf"{word}\b" for word in _PER_ON_WORDS))
 
 # Whether a text may say a period, or a per, cheaply (`may_say`): a unit or a per is a word of
-# its own, and a billing word starts with one, so a text without such a word says none. Most
-# prices say none (`$40.00/each` neither), and a listing's hundreds of cards each had a
-# case-insensitive search of all the patterns (about 38 us a card: 30 ms a page of 800).
+# its own, and a billing word starts with one, so a text without such a word says none; the
+# short units are letters too common alone ("an", "d"), told by the slash or "per"/"par"
+# before them. Most prices say none (`$40.00/each` neither), and a listing's hundreds of
+# cards each had a case-insensitive search of all the patterns (30 ms a page of 800).
 _WORD = re.compile(r"[^\W\d_]+")
 _PERIOD_WORDS = frozenset(
     [word for words in _UNITS.values() for word in words]
     + [_WORD.findall(word)[0] for words in _ALONE.values() for word in words]
-    + list(_SHORT_WORDS)
 )
 _PER_WORDS = frozenset(word for words in _PER.values() for word in words)
+_SHORT_SAID = re.compile(r"/\s*(?:h|d|w|mos?|y|an)(?![\w-])|per\s*mos?(?![\w-])|par\s*an(?![\w-])")
 # A text's words as bytes, three to seven times faster than `_WORD`: every ASCII byte that is
 # no letter becomes a space, every letter lower case, and every other byte a space too, so
 # the words written with other letters (`día`, `jährlich`) are searched for on their own.
@@ -133,13 +133,12 @@ _ACCENTED = re.compile("|".join(sorted(w for w in _PERIOD_WORDS | _PER_WORDS if 
 
 def may_say(text: str) -> tuple[bool, bool]:
     """Whether the text may say a period, and whether a per: a word each is written with."""
-    if text.isascii():
-        words = text.encode().translate(_ASCII_WORDS).split()
-    else:
-        text = text.casefold()
-        words = text.encode().translate(_ASCII_WORDS).split()
+    text = text.lower() if text.isascii() else text.casefold()
+    words = text.encode().translate(_ASCII_WORDS).split()
+    if not text.isascii():
         words += [word.encode() for word in _ACCENTED.findall(text)]
-    return not _PERIOD_BYTES.isdisjoint(words), not _PER_BYTES.isdisjoint(words)
+    period = not _PERIOD_BYTES.isdisjoint(words) or _SHORT_SAID.search(text) is not None
+    return period, not _PER_BYTES.isdisjoint(words)
 
 
 # UN/CEFACT common codes schema.org uses in unitCode, and ISO 8601 durations (billingDuration).

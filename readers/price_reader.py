@@ -151,7 +151,10 @@ def selected(tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str]
         skipped.append(f"price selector {selector!r} matched nothing")
     matches = _outermost(matches)
     asides = [set_aside(match) for match in matches]
-    around = neighbourhoods(matches)
+    # A page that says no period anywhere (most shops' listings) asks none of its prices: its
+    # text holds every match's and every neighbourhood's, each text node apart.
+    page_says = tree.root is not None and any(periods.may_say(tree.root.text(separator=" ")))
+    around = neighbourhoods(matches) if page_says else []
     as_named = all(asides)  # nothing else to choose: the user named these, so they are read
     found = []
     told: set[int] = set()  # screen-reader texts read for hidden parts (`_spoken_beside`)
@@ -198,13 +201,13 @@ def selected(tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str]
         except ExtractionError:
             skipped.append(f"price selector {selector!r}: no price in {_match(match, position)}")
             continue
-        own = match.text(separator=" ")
-        if named is None:
-            label = f"price {position}"
-        else:
-            label = " ".join(named.text().split())
-            own = own.replace(named.text(separator=" "), " ", 1)
-        period, per = periods.read(own, around[position - 1])
+        label = f"price {position}" if named is None else " ".join(named.text().split())
+        period = per = None
+        if page_says:
+            own = match.text(separator=" ")
+            if named is not None:
+                own = own.replace(named.text(separator=" "), " ", 1)
+            period, per = periods.read(own, around[position - 1])
         where = f"match {position}" if read_from is None else f"match {position} [{read_from}]"
         if aside or least:
             where += f" ({', '.join(filter(None, (aside, 'from' if least else None)))})"

@@ -207,6 +207,8 @@ def price_parser_amount(text: str, where: str) -> tuple[Decimal, str | None]:
         parsed = ParsedPrice.fromstring(text, decimal_separator=last.group(1))
     if parsed.amount is None:
         raise ExtractionError(f"{where}: no price in {text[:80]!r}")
+    if not any(map(str.isdigit, text)):  # "Free": zero, and no currency ("FR" of "FREE")
+        return parsed.amount, None
     return parsed.amount, currency
 
 

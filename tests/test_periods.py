@@ -2,9 +2,11 @@
 several languages, schema.org's codes, properties of the reading, the reader carrying them,
 and stored prices of rows written before them still loading."""
 
+import html
 import re
 from datetime import UTC, datetime
 from decimal import Decimal
+from unittest import mock
 
 import pytest
 from hypothesis import given
@@ -366,3 +368,30 @@ def test_a_search_from_the_first_words_finds_what_a_plain_search_finds(text: str
         assert (plain and (plain.span(), plain.lastgroup)) == (
             first and (first.span(), first.lastgroup)
         )
+
+
+CARD_WORDS = st.lists(
+    st.one_of(
+        SPOKEN, st.sampled_from(["Pro", "x", "an", "d", " ", "/", "per"]), st.text(max_size=6)
+    ),
+    max_size=4,
+).map(" ".join)
+
+
+@given(st.lists(st.tuples(CARD_WORDS, st.sampled_from(["$12", "9,99 €", "$5/mo"]), CARD_WORDS),
+                min_size=1, max_size=4))  # fmt: skip
+def test_a_page_that_says_no_period_reads_as_asking_each_price(
+    cards: list[tuple[str, str, str]],
+) -> None:
+    """The page-wide test (`selected`) skips every price's own reading only where that reading
+    would find nothing: the same periods as a reader that asks each price."""
+    page = "".join(
+        f'<div class="card">{html.escape(before)}<span class="price">{html.escape(amount)}'
+        f"</span><i>{html.escape(after)}</i></div>"
+        for before, amount, after in cards
+    )
+    settings = PriceSettings(selector=".price")
+    shortcut = [(p.period, p.per) for p in read_prices(page, settings).prices]
+    with mock.patch.object(periods, "may_say", lambda text: (True, True)):
+        asked = [(p.period, p.per) for p in read_prices(page, settings).prices]
+    assert shortcut == asked

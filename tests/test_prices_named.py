@@ -204,7 +204,14 @@ def test_generated_attribute_values_never_crash_nor_give_a_number_they_lack(
         found = prices(page, ".p")
     except ExtractionError:
         return
-    assert any(char.isdigit() for char in value), found
+    if not any(char.isdigit() for char in value):  # "Free" is zero, of no currency
+        assert [(p.amount, p.currency) for p in found] == [(0, None)], found
+        assert "free" in value.lower(), found
+
+
+def test_free_in_an_attribute_is_zero_of_no_currency() -> None:
+    (price,) = prices('<span class="p" content="FREE"></span>', ".p")
+    assert (price.amount, price.currency) == (0, None)
 
 
 # --- structured data ----------------------------------------------------------------------------
