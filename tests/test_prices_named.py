@@ -205,13 +205,13 @@ def test_generated_attribute_values_never_crash_nor_give_a_number_they_lack(
     except ExtractionError:
         return
     if not any(char.isdigit() for char in value):  # "Free" is zero, of no currency
-        assert [(p.amount, p.currency) for p in found] == [(0, None)], found
+        assert [(p.amount, p.currency) for p in found] == [(Decimal(0), None)], found
         assert "free" in value.lower(), found
 
 
 def test_free_in_an_attribute_is_zero_of_no_currency() -> None:
     (price,) = prices('<span class="p" content="FREE"></span>', ".p")
-    assert (price.amount, price.currency) == (0, None)
+    assert (price.amount, price.currency) == (Decimal(0), None)
 
 
 # --- structured data ----------------------------------------------------------------------------
