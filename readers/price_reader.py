@@ -158,8 +158,7 @@ def selected(tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str]
     as_named = all(asides)  # nothing else to choose: the user named these, so they are read
     found = []
     told: set[int] = set()  # screen-reader texts read for hidden parts (`_spoken_beside`)
-    for position, match in enumerate(matches, 1):
-        aside = asides[position - 1]
+    for position, (match, aside) in enumerate(zip(matches, asides, strict=True), 1):
         if aside == "hidden" and attribute is not None:
             aside = None  # an attribute is read, not shown
         if aside and not as_named:
@@ -209,8 +208,8 @@ def selected(tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str]
                 own = own.replace(named.text(separator=" "), " ", 1)
             period, per = periods.read(own, around[position - 1])
         where = f"match {position}" if read_from is None else f"match {position} [{read_from}]"
-        if aside or least:
-            where += f" ({', '.join(filter(None, (aside, 'from' if least else None)))})"
+        if flags := [flag for flag in (aside, "from" if least else None) if flag]:
+            where += f" ({', '.join(flags)})"  # what the reading is: `match 2 (from)`
         found.append(Price(label, amount, currency, regular, None, where, period, per))
     return found
 
