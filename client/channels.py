@@ -8,14 +8,17 @@ A channel is written as its URL, or as `apprise-<ref>`: the stored URL of this d
 
 import asyncpg
 
-from activities import services, store
-from pricewatch import notices
+from activities import store
 from pricewatch.models import STORED_PATTERN, Channel, ChannelKind, TargetConfig
 
 
 def apprise_channel(written: str, title: str | None = None, body: str | None = None) -> Channel:
     """The channel a `--notify` value names; ValueError (one line) if Apprise cannot use the
     URL or a template does not render."""
+    # Apprise and Jinja2 load on first use: most commands never parse a channel.
+    from activities import services
+    from pricewatch import notices
+
     written = written.strip()
     notices.check(title, body)
     if stored := STORED_PATTERN.fullmatch(written):
@@ -40,6 +43,8 @@ async def with_refs(pool: asyncpg.Pool, config: TargetConfig, keep: bool) -> Tar
 
 async def resolved(pool: asyncpg.Pool, channel: Channel, keep: bool) -> Channel:
     """One Apprise channel by its ref (see `with_refs`)."""
+    from activities import services
+
     if channel.url is None:
         assert channel.ref is not None
         url = await store.stored_notify_url(pool, channel.ref)

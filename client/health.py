@@ -14,7 +14,6 @@ from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError
 
 from activities import health
-from activities.outages import postgres_address
 from client.inputs import BadInput
 from pricewatch.health import (
     ANSWER_BOUND,
@@ -67,6 +66,8 @@ async def _postgres(
     """Postgres reached within ANSWER_BOUND, then the window's query within
     QUERY_BOUND: a week of a big deployment's rows takes seconds, which is not an
     outage."""
+    from activities.outages import postgres_address  # it loads temporalio.worker
+
     address = postgres_address(pw.settings.resolved_database_url())
     try:
         async with asyncio.timeout(ANSWER_BOUND.total_seconds()):

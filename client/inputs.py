@@ -5,13 +5,15 @@ import re
 from collections.abc import Iterator
 from datetime import datetime
 
-from activities.outages import postgres_address
 from pricewatch.models import TAG_PATTERN, TargetConfig, in_range
 
 
 def unreachable_database(url: str, err: OSError | TimeoutError) -> ConnectionError:
     """One line for a Postgres that did not answer: where (host:port, or the socket
     directory; never the password) and what the OS said."""
+    # Not at the top: activities.outages loads temporalio.worker, which only a worker needs.
+    from activities.outages import postgres_address
+
     why = getattr(err, "strerror", None) or str(err) or "no answer in time"
     return ConnectionError(f"cannot reach Postgres at {postgres_address(url)}: {why}")
 

@@ -23,10 +23,9 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities import health, services, store
-from activities.notify import NotifyActivities, SmtpSettings
+from activities import health, store
 from activities.retention import Expired, Retention, expired_summary, prune_pass
-from client import channels, trying
+from client import channels
 from client.health import checkup, temporal_pollers
 from client.inputs import (
     BadInput,
@@ -42,7 +41,6 @@ from client.recent import Recent
 from client.temporal import connect, workflow_id
 from fetchers import Fetcher
 from fetchers.guard import AddressPolicy, check_host, check_url
-from fetchers.http import new_client
 from pricewatch.calendar import (
     Calendar,
     describe,
@@ -77,8 +75,6 @@ from pricewatch.views import (
     TargetSummary,
     TryView,
 )
-from readers.normalise import validate_extraction
-from readers.price_reader import validate_price_settings
 from readers.snapshots import decompress, unified_diff
 
 REMOVE_WAIT = timedelta(seconds=120)
@@ -184,6 +180,10 @@ class Pricewatch:
 
     async def validate(self, config: TargetConfig) -> None:
         """BadInput (or BlockedAddress) for what the workflow or the fetch would refuse."""
+        # The readers (selectolax, price-parser) load when a config is checked, not before.
+        from readers.normalise import validate_extraction
+        from readers.price_reader import validate_price_settings
+
         for name, text in texts(config.model_dump()):
             storable(name, text)
         for channel in config.channels:
@@ -215,6 +215,8 @@ class Pricewatch:
             except ValueError as err:
                 raise BadInput(str(err)) from err
             return
+        from activities import services  # Apprise: only for an Apprise channel
+
         service = services.parse(channel.url)
         if service.host is not None:
             with contextlib.suppress(OSError):  # not resolvable here: the send decides
@@ -225,6 +227,8 @@ class Pricewatch:
     ) -> tuple[TryView, bytes | None]:
         """`config` validated, then one check's reading of its page (client.trying): nothing is
         written and neither Temporal nor Postgres is asked."""
+        from client import trying  # the fetch and the readers: only `try` needs them
+
         await self.validate(config)
         policy = AddressPolicy.allowing(self.settings.resolved_allow_networks().split(","))
         return await trying.try_page(policy, config, fetcher, screenshot)
@@ -433,6 +437,9 @@ class Pricewatch:
             rows = [row for row in rows if row["channel_id"] == channel_id]
             if not rows:
                 raise BadInput(f"{target_id!r} has no channel {channel_id!r} (see: channels)")
+        from activities.notify import NotifyActivities, SmtpSettings  # mail, Apprise, httpx
+        from fetchers.http import new_client
+
         policy = AddressPolicy.allowing(self.settings.resolved_allow_networks().split(","))
         async with new_client(policy) as http:
             sender = NotifyActivities(

@@ -3,10 +3,11 @@ through. `http` fetches with httpx (the plain worker); `browser` renders in Chro
 render worker) through `browser_proxy`; both read the body with the readers (`readers/`)."""
 
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fetchers.http import Page, Request
+if TYPE_CHECKING:  # names for the alias only: importing `fetchers.guard` needs no httpx stack
+    from fetchers.http import Page, Request
 
 # How a check gets its page: httpx (`http.fetch_page`) unless the worker hands
 # `CheckActivities` another way (`browser.BrowserFetcher` on a render worker).
-Fetcher = Callable[[Request], Coroutine[Any, Any, Page]]
+Fetcher = Callable[["Request"], Coroutine[Any, Any, "Page"]]

@@ -22,8 +22,6 @@ from client import manifest, plans
 from client.inputs import BadInput, unreachable_database
 from client.plans import Action
 from client.pricewatch import Pricewatch
-from client.trying import Unreadable, id_for
-from fetchers.http import FetchError
 from pricewatch import calendar, views
 from pricewatch.durations import format_duration
 from pricewatch.models import (
@@ -211,6 +209,10 @@ async def try_page(
     Prints what the check would record: the prices and where each was read, what was skipped
     and why, the hash (no Temporal or Postgres needed). With no price selector, also the
     prices the page shows and the options that read each set."""
+    # The fetch and the readers load for `try` alone.
+    from client.trying import Unreadable
+    from fetchers.http import FetchError
+
     config = config_of(entry_of("try", url, dict(locals())))  # the options a target takes
     async with Pricewatch(Settings()) as client, contextlib.AsyncExitStack() as stack:
         fetcher = None
@@ -246,6 +248,8 @@ async def try_page(
 def add_command(config: TargetConfig, suggested: Suggested) -> str:
     """The `add` command of a suggestion: an id from the page's host, the page's own
     rendering, and the options that read the suggested prices."""
+    from client.trying import id_for
+
     target_id = id_for(config.url)
     rendered = ["--render"] if config.render is not None else []
     every = ["--every", format_duration(config.interval)]
