@@ -30,6 +30,9 @@ from starlette.middleware.sessions import SessionMiddleware
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+# Apprise and the mail sender load with the server, not on its event loop at the first request
+# that checks a channel or sends a test notice (the CLI leaves them out to start faster).
+import activities.notify  # noqa: F401
 from client.inputs import BadInput
 from client.pricewatch import Pricewatch
 from pricewatch.settings import Settings, long_enough
