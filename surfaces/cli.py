@@ -209,11 +209,11 @@ async def try_page(
     Prints what the check would record: the prices and where each was read, what was skipped
     and why, the hash (no Temporal or Postgres needed). With no price selector, also the
     prices the page shows and the options that read each set."""
-    # The fetch and the readers load for `try` alone.
+    config = config_of(entry_of("try", url, dict(locals())))  # the options a target takes
+    # The fetch and the readers load for `try` alone (after `locals()`: they are no option).
     from client.trying import Unreadable
     from fetchers.http import FetchError
 
-    config = config_of(entry_of("try", url, dict(locals())))  # the options a target takes
     async with Pricewatch(Settings()) as client, contextlib.AsyncExitStack() as stack:
         fetcher = None
         if config.render is not None:
