@@ -46,10 +46,25 @@ def temporal_server() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
         port = free_port()
         server = start_temporal_dev_server(Path(tmp) / "temporal.db", port=port, ui_port=None)
         try:
+            asyncio.run(answering(f"127.0.0.1:{port}"))
             yield server, f"127.0.0.1:{port}"
         finally:
             os.kill(server.pid, signal.SIGCONT)  # a failed test may have left it stopped
             stop_process(server)
+
+
+async def answering(address: str) -> None:
+    """Until the server's frontend answers: its port opens before it is healthy, and these
+    tests' own connects are no worker's, which waits that out ("Frontend is not healthy yet",
+    seen on fresh clones of a busy machine)."""
+
+    async def connects() -> bool:
+        with contextlib.suppress(RuntimeError):
+            await Client.connect(address)
+            return True
+        return False
+
+    await eventually(connects, within=60, what="the dev server's frontend answering")
 
 
 @contextlib.contextmanager
