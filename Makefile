@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: dev demo test chaos bench
+.PHONY: dev demo test test-long chaos bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,15 @@ test: $(BIN)/python
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The long fault, load and benchmark runs that `make test` leaves out to stay within ten
+# minutes (the tests marked `long`: the one-minute chaos run, schemathesis against the API, a
+# worker or render worker killed mid-check, a Postgres outage and a database hole, a frozen
+# worker past its lease, a 20 s page, the benchmarks' own runs). Run it before a release.
+test-long: $(BIN)/python
+	$(BIN)/python -m pip install --quiet --editable '.[test]'
+	$(BIN)/python -m workers.chromium --ensure
+	$(BIN)/pytest -m long $(PYTEST_ARGS)
 
 # The fault-injection run (not in `make test`, which runs a one-minute variant):
 # make chaos ARGS="--targets 100 --minutes 5 --interval 10 --seed 1"

@@ -95,6 +95,7 @@ def run_engine(base: str, document: dict[str, Any], answers: Counter[str]) -> li
     return failed
 
 
+@pytest.mark.long
 async def test_the_api_passes_every_schemathesis_check(
     env: dict[str, str], page_server: PageServer
 ) -> None:

@@ -30,6 +30,7 @@ def scratch() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.mark.long
 async def test_bench_runs_every_design_and_prints_every_column(scratch: Path) -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bench", "--targets", "4", "--interval", "1", "--seconds", "3",

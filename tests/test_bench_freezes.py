@@ -80,6 +80,7 @@ def test_warnings_are_lines_at_warning_or_above_and_raw_output(tmp_path: Path) -
 RECOVERY_BOUND_S = 10.0
 
 
+@pytest.mark.long
 async def test_after_a_20_s_database_freeze_every_target_is_checked_within_one_interval(
     tmp_path: Path,
 ) -> None:

@@ -182,6 +182,7 @@ async def test_apply_places_the_calendar_pages_of_one_shop_apart(
         await remove_all(env, tmp_path, 13)
 
 
+@pytest.mark.long
 async def test_a_worker_killed_mid_check_of_a_calendar_slot_costs_no_slot(
     env: dict[str, str], pool: asyncpg.Pool
 ) -> None:

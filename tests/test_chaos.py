@@ -29,6 +29,7 @@ from tests.chaos.run import ALL_RATES, judge_windows
 from tests.chaos.worker import Faults
 
 
+@pytest.mark.long
 @pytest.mark.e2e
 @pytest.mark.timeout(600)
 def test_a_short_seeded_chaos_run_passes_every_invariant() -> None:

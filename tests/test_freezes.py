@@ -169,6 +169,7 @@ async def test_a_fetch_failing_as_its_attempt_is_cancelled_leaves_no_unread_exce
 FROZEN_FOR = 50
 
 
+@pytest.mark.long
 @pytest.mark.e2e
 @pytest.mark.timeout(240)
 async def test_a_worker_frozen_past_its_lease_tells_it_in_plain_words(

@@ -100,6 +100,7 @@ async def until(conn: asyncpg.Connection, query: str, seconds: float, *args: obj
     raise AssertionError(f"not within {seconds} s: {query}")
 
 
+@pytest.mark.long
 @pytest.mark.e2e
 async def test_a_postgres_outage_under_pricewatch_dev(database_url: str, tmp_path: Path) -> None:
     """20 targets in the issue, 8 here; the hole 25 s instead of 40 (the checks have failed

@@ -238,6 +238,7 @@ async def resumed_after_a_database_hole(
 RESUME_BOUND = 8
 
 
+@pytest.mark.long
 @pytest.mark.e2e
 @pytest.mark.timeout(300)
 async def test_every_target_is_checked_within_one_interval_of_a_database_hole(

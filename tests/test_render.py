@@ -600,6 +600,7 @@ async def test_a_rendered_price_move_reaches_a_webhook_signed_and_once(
     assert [(m["old"], m["new"]) for m in moves] == [("12", "14")]
 
 
+@pytest.mark.long
 async def test_a_render_worker_killed_mid_render_costs_no_slot(
     env: dict[str, str], pool: asyncpg.Pool, pages: str
 ) -> None:

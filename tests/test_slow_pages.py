@@ -286,6 +286,7 @@ async def test_the_retries_of_a_slow_target_get_a_longer_start_to_close(
         assert [r["status"] for r in await rows(pool, config.target_id)] == ["unchanged"]
 
 
+@pytest.mark.long
 @pytest.mark.e2e
 async def test_a_20s_page_is_checked_through_the_cli_with_timeout_30s_and_not_without(
     env: dict[str, str], pool: asyncpg.Pool, pages: str, tmp_path: Path
