@@ -10,8 +10,13 @@ import unicodedata
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from price_parser import Price as ParsedPrice
-from price_parser.parser import extract_currency_symbol, parse_number
+from price_parser.parser import (
+    DOLLAR_CODES,
+    OTHER_CURRENCY_SYMBOLS,
+    SAFE_CURRENCY_SYMBOLS,
+    extract_price_text,
+    parse_number,
+)
 from selectolax.lexbor import LexborCSSSelector, LexborNode
 
 from readers.normalise import ExtractionError
@@ -173,11 +178,46 @@ def simple_amount(
     return _matched_number(simple, text, where), iso(simple["before"] or simple["after"])
 
 
+def _alternation(symbols: list[str]) -> str:
+    """A pattern that finds what `|`.join of the escaped symbols finds, as a trie: symbols that
+    share a first character share one branch, in their order (the first that matches wins,
+    as before), and after an empty one (the whole symbol matched) nothing else can win. re
+    tries each branch of an alternation in turn: 300 symbols cost it 2-6 µs on a short text."""
+    ends = "" in symbols
+    if ends:
+        symbols = symbols[: symbols.index("")]
+    by_first: dict[str, list[str]] = {}
+    for symbol in symbols:
+        by_first.setdefault(symbol[0], []).append(symbol[1:])
+    branches = []
+    for first, rests in by_first.items():
+        if len(rests) == 1:  # no choice left: the symbol itself
+            branches.append(re.escape(first + rests[0]))
+        else:
+            rest = _alternation(rests)
+            branches.append(re.escape(first) + (f"(?:{rest})" if rest else ""))
+    return "|".join(branches) + ("|" if ends and branches else "")
+
+
+# price-parser's three currency searches (`extract_currency_symbol`), as tries.
+_DOLLAR_CODE = re.compile(rf"\b(?:{_alternation(DOLLAR_CODES)})(?=\$?(?:[\W\d]|$))")
+_SAFE_SYMBOL = re.compile(_alternation(SAFE_CURRENCY_SYMBOLS))
+_OTHER_SYMBOL = re.compile(_alternation(OTHER_CURRENCY_SYMBOLS))
+
+
+def currency_symbol(text: str) -> str | None:
+    """price-parser's `extract_currency_symbol(text, None)`, 2-5 times faster: a dollar code
+    (`NZD $`) if the text has a `$`, else the first unambiguous symbol, else the first other."""
+    if "$" in text and (found := _DOLLAR_CODE.search(text)):
+        return found.group()
+    found = _SAFE_SYMBOL.search(text) or _OTHER_SYMBOL.search(text)
+    return found.group() if found else None
+
+
 def worded_amount(worded: re.Match[str], text: str) -> tuple[Decimal, str | None]:
     """`price_parser_amount` of a text `WORDED` matches: price-parser's currency search of
     the whole text, and the number as `simple_amount` reads it."""
-    currency = extract_currency_symbol(text, None)
-    currency = iso(currency.strip() if currency is not None else None)
+    currency = iso(currency_symbol(text))
     if currency in THREE_DECIMALS:  # `423.923 KD`: the fils are price-parser's to read
         return price_parser_amount(text, "")
     return _matched_number(worded, text, ""), currency
@@ -195,21 +235,26 @@ def _matched_number(found: re.Match[str], text: str, where: str) -> Decimal:
 
 
 def price_parser_amount(text: str, where: str) -> tuple[Decimal, str | None]:
-    parsed = ParsedPrice.fromstring(text)
-    if parsed.amount_text and (zero := _LEADING_ZERO.fullmatch(parsed.amount_text)):
-        parsed = ParsedPrice.fromstring(text, decimal_separator=zero.group(1))
-    currency = iso(parsed.currency)
+    """What price-parser's `Price.fromstring` reads, its currency searched once, and a leading
+    zero's separator (`0,99`) or three digits after a three-decimal currency's (`423.923 KD`)
+    taken as the decimal one."""
+    currency = iso(currency_symbol(text))
+    amount_text = extract_price_text(text)
+    separator = None
+    if amount_text and (zero := _LEADING_ZERO.fullmatch(amount_text)):
+        separator = zero.group(1)
     if (
         currency in THREE_DECIMALS
-        and parsed.amount_text
-        and (last := _LAST_SEPARATOR.fullmatch(parsed.amount_text))
-    ):  # `423.923 KD`, `123,456.789 OMR`: three digits after the last separator are fils
-        parsed = ParsedPrice.fromstring(text, decimal_separator=last.group(1))
-    if parsed.amount is None:
+        and amount_text
+        and (last := _LAST_SEPARATOR.fullmatch(amount_text))
+    ):
+        separator = last.group(1)  # fils, not thousands
+    amount = parse_number(amount_text, separator) if amount_text is not None else None
+    if amount is None:
         raise ExtractionError(f"{where}: no price in {text[:80]!r}")
     if not any(map(str.isdigit, text)):  # "Free": zero, and no currency ("FR" of "FREE")
-        return parsed.amount, None
-    return parsed.amount, currency
+        return amount, None
+    return amount, currency
 
 
 def plain(text: str) -> str:
@@ -365,7 +410,7 @@ def _currency_after(after: str) -> bool:
 @functools.lru_cache(maxsize=4096)
 def _is_currency(token: str) -> bool:
     """Whether the token beside a number is a currency (`$`, `€`, `EUR`, `zł`)."""
-    return ParsedPrice.fromstring(token).currency is not None
+    return currency_symbol(token) is not None
 
 
 def set_aside(node: LexborNode) -> str | None:

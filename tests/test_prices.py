@@ -12,6 +12,13 @@ import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from price_parser import Price as ParsedPrice
+from price_parser.parser import (
+    DOLLAR_CODES,
+    OTHER_CURRENCY_SYMBOLS,
+    SAFE_CURRENCY_SYMBOLS,
+    extract_currency_symbol,
+)
 from selectolax.lexbor import LexborHTMLParser
 from temporalio.testing import ActivityEnvironment
 
@@ -192,6 +199,72 @@ def test_an_amount_among_words_is_read_as_price_parser_reads_it() -> None:
             price_words.price_parser_amount, text, ""
         ), text
     assert taken > 10_000
+
+
+_SYMBOLS = [*SAFE_CURRENCY_SYMBOLS, *OTHER_CURRENCY_SYMBOLS, *DOLLAR_CODES]
+# Texts made of currency symbols, their pieces and what stands beside them on a page: most draws
+# put several symbols, prefixes of symbols and word boundaries in one text.
+_CURRENCY_TEXTS = st.lists(
+    st.one_of(
+        st.sampled_from(_SYMBOLS),
+        st.sampled_from(_SYMBOLS).map(lambda symbol: symbol[: len(symbol) // 2 + 1]),
+        st.sampled_from(["$", " ", "", ".", ",", "0", "12", "9.99", "/mo", "\u200f", "-"]),
+        st.text(max_size=3),
+    ),
+    max_size=8,
+).map("".join)
+
+
+@given(_CURRENCY_TEXTS)
+def test_the_currency_search_finds_what_price_parsers_finds(text: str) -> None:
+    """`currency_symbol`'s tries find what price-parser's alternations of ~470 symbols find."""
+    assert price_words.currency_symbol(text) == extract_currency_symbol(text, None)
+
+
+def test_every_currency_symbol_is_found_as_price_parser_finds_it() -> None:
+    for symbol, before, after in itertools.product(_SYMBOLS, ["", "a", "9 ", "$"], ["", "$5", "x"]):
+        text = before + symbol + after
+        assert price_words.currency_symbol(text) == extract_currency_symbol(text, None), text
+
+
+def _fromstring_amount(text: str) -> object:
+    """1.15's `price_parser_amount`: price-parser's `Price.fromstring` up to three times."""
+    parsed = ParsedPrice.fromstring(text)
+    if parsed.amount_text and (zero := price_words._LEADING_ZERO.fullmatch(parsed.amount_text)):
+        parsed = ParsedPrice.fromstring(text, decimal_separator=zero.group(1))
+    currency = price_words.iso(parsed.currency)
+    if (
+        currency in price_words.THREE_DECIMALS
+        and parsed.amount_text
+        and (last := price_words._LAST_SEPARATOR.fullmatch(parsed.amount_text))
+    ):
+        parsed = ParsedPrice.fromstring(text, decimal_separator=last.group(1))
+    if parsed.amount is None:
+        return "no price"
+    if not any(map(str.isdigit, text)):
+        return str(parsed.amount), None
+    return str(parsed.amount), currency
+
+
+@given(
+    st.lists(
+        st.one_of(
+            _CURRENCY_TEXTS,
+            st.sampled_from(["0", "007", "1.234", "1,234", "423.923", "0,99", "12,-", " ", "KD"]),
+            st.from_regex(r"[0-9][0-9.,' ]{0,8}", fullmatch=True),
+        ),
+        max_size=5,
+    ).map("".join)
+)
+def test_the_price_parser_reading_is_price_parsers(text: str) -> None:
+    """`price_parser_amount` searches the currency once and reads the number as
+    `Price.fromstring` does, with the same separators chosen."""
+    try:
+        amount, currency = price_words.price_parser_amount(text, "")
+        ours: object = (str(amount), currency)
+    except ExtractionError:
+        ours = "no price"
+    assert ours == _fromstring_amount(text)
 
 
 def test_one_walk_finds_what_each_kind_of_structured_data_reads() -> None:
