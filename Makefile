@@ -33,9 +33,9 @@ test: $(BIN)/python
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # The long fault, load and benchmark runs that `make test` leaves out to stay within ten
-# minutes (the tests marked `long`: the one-minute chaos run, schemathesis against the API, a
-# worker or render worker killed mid-check, a Postgres outage and a database hole, a frozen
-# worker past its lease, a 20 s page, the benchmarks' own runs). Run it before a release.
+# minutes (the tests marked `long`: the one-minute chaos run, schemathesis against the API,
+# workers killed, frozen or on a wrong clock, Postgres and Temporal away, resets, a 20 s page,
+# a catastrophic regex, a killed pytest or dev, the benchmarks' own runs). Before a release.
 test-long: $(BIN)/python
 	$(BIN)/python -m pip install --quiet --editable '.[test]'
 	$(BIN)/python -m workers.chromium --ensure

@@ -542,6 +542,7 @@ async def test_bad_notify_options_are_one_line_and_start_nothing(
     assert listed == []
 
 
+@pytest.mark.long
 async def test_a_worker_killed_after_the_service_accepted_sends_one_duplicate(
     env: dict[str, str], pool: asyncpg.Pool, services_app: Services, page_server: PageServer
 ) -> None:

@@ -87,6 +87,7 @@ def said_once(text: str, address: str) -> None:
     assert text == f"pricewatch: cannot reach Temporal at {address}: no answer in time\n", text
 
 
+@pytest.mark.long
 @pytest.mark.timeout(360)  # six CLI processes, three of them waiting out their bound
 async def test_cli_with_temporal_frozen_exits_1_within_the_bound(
     temporal_server: tuple[subprocess.Popen[bytes], str], env: dict[str, str]

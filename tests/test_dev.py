@@ -327,6 +327,7 @@ def still_running(keys: set[tuple[int, int]]) -> list[int]:
     return [pid for pid, ticks in keys if start_ticks(pid) == ticks]
 
 
+@pytest.mark.long
 async def test_a_killed_dev_leaves_nothing_once_the_next_one_stops(tmp_path: Path) -> None:
     """SIGKILL runs no cleanup: the servers of a killed `pricewatch dev` live on. Its
     lifeline is killed too here (as a kill of every process would, or a version without

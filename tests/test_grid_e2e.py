@@ -136,6 +136,7 @@ async def reset_three_ways(
     )  # fmt: skip
 
 
+@pytest.mark.long
 async def test_resets_to_the_first_last_and_a_middle_task_keep_the_grid(
     env: dict[str, str],
     pool: asyncpg.Pool,
@@ -204,6 +205,7 @@ async def test_resets_to_the_first_last_and_a_middle_task_keep_the_grid(
     assert sorted(told) == sorted(r["work_id"] for r in changed), "a change told twice or never"
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("skew", ["+10m", "-10m"])
 async def test_a_worker_with_a_wrong_clock_neither_skips_nor_invents_slots(
     skew: str,

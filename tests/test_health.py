@@ -348,6 +348,7 @@ async def health_json(env: dict[str, str], *args: str) -> tuple[int, Health]:
     return code, Health.model_validate_json(out)
 
 
+@pytest.mark.long
 @pytest.mark.e2e
 @pytest.mark.timeout(240)
 async def test_a_frozen_worker_is_named_not_polling_while_frozen(

@@ -19,6 +19,7 @@ from workers import lifeline
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.long
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("kill", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_the_fixtures_servers_die_with_a_killed_pytest(kill: signal.Signals) -> None:

@@ -113,6 +113,7 @@ async def test_a_costly_template_blocks_no_check_and_every_change_is_told_once(
     assert await pool.fetchval(query) == 0, "the neighbour lost no slot"
 
 
+@pytest.mark.long
 @pytest.mark.timeout(420)
 async def test_a_catastrophic_ignore_regex_fails_its_own_check_and_stalls_no_one(
     env: dict[str, str], pool: asyncpg.Pool, page_server: PageServer

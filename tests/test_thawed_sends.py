@@ -225,6 +225,7 @@ async def lines_into(stream: asyncio.StreamReader, output: list[bytes]) -> None:
 SUMMED_UP = b"1 notice it was sending was left to another attempt (thaw)"
 
 
+@pytest.mark.long
 @pytest.mark.e2e
 @pytest.mark.timeout(400)
 async def test_a_worker_frozen_between_its_claim_and_its_send_does_not_send_again(
