@@ -263,8 +263,8 @@ def verdict(case: Case, reader: Reader) -> CaseResult:
 def fastest_reads(case: Case, readers: list[Reader], repeats: int) -> list[float]:
     """Each reader's seconds per read of the case: the fastest of `repeats` batches, each as
     many reads as fill about `BATCH_SECONDS`, the readers' batches in turns. One read of a 30 µs
-    page is timed no better than the machine's noise: timed one read at a time, three runs of
-    one quiet minute put this reader at 1.20, 1.20 and 1.29 times 1.8's."""
+    page is timed no better than the machine's noise: timed one read at a time, seven runs of
+    one quiet hour put this reader anywhere from 1.20 to 1.29 times 1.8's."""
     batches = []
     for reader in readers:
         started = time.perf_counter()
