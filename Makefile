@@ -1,4 +1,5 @@
-# The two commands: `make dev` runs the embedded stack, `make test` runs every check.
+# The two commands: `make dev` runs the embedded stack, `make test` runs the checks (the long
+# fault, load and benchmark runs: `make test-long`).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -20,8 +21,8 @@ dev: $(BIN)/python
 demo:
 	$(MAKE) dev ARGS=--demo
 
-# Lint, format check, types, then the whole test suite (unit, Postgres, time-skipping
-# workflows, dev-server end to end, replay). Starts every service it needs itself. The
+# Lint, format check, types, then the test suite (unit, Postgres, time-skipping workflows,
+# dev-server end to end, replay) but for the tests marked `long` (`make test-long`). Starts every service it needs itself. The
 # browser tests are never skipped: without a Chromium (and no root and apt-get to install
 # Debian's) it stops here with one line saying what to install.
 test: $(BIN)/python
@@ -41,7 +42,7 @@ test-long: $(BIN)/python
 	$(BIN)/python -m workers.chromium --ensure
 	$(BIN)/pytest -m long $(PYTEST_ARGS)
 
-# The fault-injection run (not in `make test`, which runs a one-minute variant):
+# The fault-injection run (`make test-long` runs a one-minute variant):
 # make chaos ARGS="--targets 100 --minutes 5 --interval 10 --seed 1"
 chaos: $(BIN)/python
 	$(BIN)/python -m pip install --quiet --editable '.[test]'

@@ -11,7 +11,7 @@ default `text/html` without a charset) and gets one verdict:
 - nothing: the reader found no price on a page that shows one;
 - error: any other exception.
 `struck_out_won` marks a reading that took a struck-out ("was", "compare at") price for the
-current one. A case's time is the fastest of `--repeats` batches of reads (`run_case`).
+current one. A case's time is the fastest of `--repeats` batches of reads (`fastest_reads`).
 
 `--against REV` (default: the 1.2.0 release) reads the same cases, and a generated 250 KiB
 shop page, with that commit's reader too, in the same run: verdicts and times side by side.
@@ -47,8 +47,8 @@ from readers.price_reader import observe
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "corpus"
-RELEASE_1_2 = "d5c9328"
-BATCH_SECONDS = 0.002  # `release 1.2.0`: its reader is activities/prices.py
+RELEASE_1_2 = "d5c9328"  # `release 1.2.0`: its reader is activities/prices.py
+BATCH_SECONDS = 0.002  # a batch of reads (`fastest_reads`)
 Reader = Callable[[bytes, str, PriceSettings], Any]
 VERDICTS = ("agree", "wrong", "error", "nothing")
 # Issue 43's kinds: the report counts their cases apart (`by_kind`).
@@ -283,8 +283,13 @@ def fastest_reads(case: Case, readers: list[Reader], repeats: int) -> list[float
 
 
 def run_corpus(repeats: int = 3, reader: Reader = observe) -> list[CaseResult]:
-    """Every case of the corpus, in its order."""
+    """Every case of the corpus, in its order, timed."""
     return [run_case(case, repeats, reader) for case in load_cases()]
+
+
+def verdicts(reader: Reader = observe) -> list[CaseResult]:
+    """Every case of the corpus, in its order, untimed (the corpus tests)."""
+    return [verdict(case, reader) for case in load_cases()]
 
 
 def reader_at(rev: str) -> Reader:
@@ -533,7 +538,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--json", action="store_true", help="JSON on stdout (the table: stderr)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed reads per case (default 5)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help="timed batches of reads (about 2 ms each) per case (default 5)",
+    )
     parser.add_argument(
         "--write", type=Path, metavar="FILE", help="replace FILE's report section with this run"
     )

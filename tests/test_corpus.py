@@ -15,9 +15,9 @@ from bench.prices import (
     agree_percent,
     load_sources,
     raw_cases,
-    run_corpus,
     summary,
     table,
+    verdicts,
 )
 
 MIN_CASES = 150
@@ -86,7 +86,7 @@ def test_every_page_file_is_a_case(cases: list[dict[str, Any]]) -> None:
 
 
 def test_the_reader_agrees_on_the_corpus() -> None:
-    results = run_corpus(repeats=1)
+    results = verdicts()
     struck = [result.id for result in results if result.struck_out_won]
     percent = agree_percent(results)
     assert percent >= TARGET_PERCENT and not struck, (
@@ -99,7 +99,7 @@ def test_every_case_of_issue_43s_kinds_agrees_and_is_counted_apart() -> None:
     """The user's element, from prices, screen-reader prices, split parts, repeated structured
     data, attribute-only elements, compound specifications: each case was written against a
     reader that got it wrong (1.10), and the report counts each kind's cases."""
-    results = [r for r in run_corpus(repeats=1) if set(r.classes) & set(KINDS)]
+    results = [r for r in verdicts() if set(r.classes) & set(KINDS)]
     by_kind = summary(results)["by_kind"]
     assert set(by_kind) == set(KINDS)
     assert all(row["agree"] == row["cases"] for row in by_kind.values()), table(results)

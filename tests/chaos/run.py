@@ -1262,14 +1262,16 @@ class Chaos:
             handle = self.client.get_workflow_handle(workflow_id(target.config.target_id))
             description = await handle.describe()
             # A short cadence beside a slow render leaves its next slot in the future for only a
-            # fraction of each interval: a workflow is well if its slot is ahead or moves on while
-            # we look. A stuck one does neither within 20 s.
+            # fraction of each interval: a workflow is well if its slot is ahead, or moves on while
+            # we look and is at most 30 s behind. A stuck one, or one falling ever further behind
+            # (slots not skipped), is not, within 20 s.
             first = None
             for _ in range(20):
                 status = await handle.query("status", result_type=MonitorStatus)
                 first = first or status.next_slot
                 if status.next_slot is not None and (
-                    status.next_slot > datetime.now(UTC) or status.next_slot > first
+                    status.next_slot > datetime.now(UTC)
+                    or status.next_slot > first > datetime.now(UTC) - timedelta(seconds=30)
                 ):
                     break
                 await asyncio.sleep(1)
