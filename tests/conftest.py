@@ -101,6 +101,7 @@ def postgres_server_url() -> Iterator[str]:
         yield external
         return
     tmp = Path(tempfile.mkdtemp(prefix="pricewatch-pg-"))
+    lifeline.remove(str(tmp))  # also if this run is interrupted or killed
     url, server = start_embedded_postgres(tmp / "pgdata")
     try:
         yield url
@@ -468,6 +469,7 @@ def temporal_address() -> Iterator[str]:
     """A dev server of the test module's own (end-to-end tests), with continue-as-new
     suggested after 40 events."""
     with tempfile.TemporaryDirectory(prefix="pricewatch-temporal-") as tmp:
+        lifeline.remove(tmp)  # also if this run is interrupted or killed
         server, port = start_temporal_dev_server_anywhere(
             Path(tmp) / "temporal.db",
             ui_port=None,

@@ -57,6 +57,12 @@ def test_the_fixtures_servers_die_with_a_killed_pytest(kill: signal.Signals) -> 
                 break
             time.sleep(0.2)
         assert not left, [p.cmdline[:80] for p in procs.processes() if p.key in left]
+        # The servers' data directories too: the fixtures' own cleanup never ran.
+        while data := sorted(p.name for p in Path(scratch).glob("pricewatch-*")):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert not data, data
     finally:
         if run.poll() is None:
             run.kill()
@@ -73,3 +79,27 @@ def test_a_lifeline_stops_what_it_guards_once_its_holder_is_gone() -> None:
     watch.process.stdin.close()  # what the kernel does when its holder dies
     assert sleeper.wait(timeout=10) == -signal.SIGTERM
     assert watch.process.wait(timeout=10) == 0
+
+
+def test_a_lifeline_removes_a_directory_once_its_holder_is_gone(tmp_path: Path) -> None:
+    """After the processes it guards have stopped (a Postgres writes in its data directory
+    until then): what it was given to remove is gone, a path with a space included."""
+    data = tmp_path / "server data"
+    (data / "pgdata").mkdir(parents=True)
+    (data / "pgdata" / "postmaster.pid").write_text("1\n")
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    sleeper = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    watch = lifeline.Lifeline()
+    watch.guard(sleeper.pid)
+    watch.remove(str(data))
+    watch.remove(str(tmp_path / "never made"))
+    assert watch.process.stdin is not None
+    time.sleep(0.5)
+    assert data.exists()  # not while its holder lives
+    watch.process.stdin.close()
+    assert sleeper.wait(timeout=10) == -signal.SIGTERM
+    assert watch.process.wait(timeout=10) == 0
+    assert not data.exists() and kept.exists()
+    with pytest.raises(ValueError):
+        watch.remove("two\nlines")

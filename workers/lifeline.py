@@ -7,7 +7,9 @@ holds (not inherited by other children: Python's pipes are non-inheritable). `gu
 writes the pid and its start time to the pipe. When this process ends, the kernel closes
 the write end and the watchdog reads end-of-file; each guarded process still running (with
 the same start time: never a process that reused the pid) gets SIGTERM, then SIGKILL after
-`GRACE` seconds. An orderly stop has stopped them already: the watchdog finds them gone.
+`GRACE` seconds; then each directory given to `remove(path)` is removed (a server's data: a
+test run's embedded Postgres). An orderly stop has done both already: the watchdog finds
+them gone.
 
 Why not `PR_SET_PDEATHSIG`: it fires when the *thread* that started the child ends (a
 server started from `asyncio.to_thread` would die with that thread), and the embedded
@@ -16,6 +18,7 @@ Postgres is started by `pg_ctl`, which exits at once, so its parent is never us.
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,8 +49,18 @@ class Lifeline:
     def guard(self, pid: int) -> None:
         """Stop `pid` once this process is gone (if it still runs then)."""
         ticks = start_ticks(pid)
-        if ticks is not None and self.process.stdin is not None:
-            self.process.stdin.write(f"{pid} {ticks}\n".encode())
+        if ticks is not None:
+            self._tell(f"{pid} {ticks}".encode())
+
+    def remove(self, path: str) -> None:
+        """Remove the directory `path` once this process is gone and what it guards stopped."""
+        if "\n" in path:
+            raise ValueError(f"a path of one line, not {path!r}")
+        self._tell(b"rm " + os.fsencode(os.path.abspath(path)))
+
+    def _tell(self, line: bytes) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.write(line + b"\n")
             self.process.stdin.flush()
 
 
@@ -56,10 +69,19 @@ _lifeline: Lifeline | None = None
 
 def guard(pid: int) -> None:
     """Guard `pid` with this process's lifeline (started on first use)."""
+    _this_process().guard(pid)
+
+
+def remove(path: str) -> None:
+    """Have this process's lifeline remove the directory `path` once this process is gone."""
+    _this_process().remove(path)
+
+
+def _this_process() -> Lifeline:
     global _lifeline
     if _lifeline is None or _lifeline.process.poll() is not None:
         _lifeline = Lifeline()
-    _lifeline.guard(pid)
+    return _lifeline
 
 
 def stop(guarded: list[tuple[int, int]], grace: float = GRACE) -> None:
@@ -81,10 +103,16 @@ def stop(guarded: list[tuple[int, int]], grace: float = GRACE) -> None:
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the pipe's end stops it
     guarded = []
+    removed = []
     for line in sys.stdin.buffer:  # until the parent is gone
+        if line.startswith(b"rm "):
+            removed.append(os.fsdecode(line[3:].rstrip(b"\n")))
+            continue
         pid, ticks = line.split()
         guarded.append((int(pid), int(ticks)))
     stop(guarded)
+    for path in removed:  # after its servers: a running Postgres still writes there
+        shutil.rmtree(path, ignore_errors=True)
 
 
 if __name__ == "__main__":
