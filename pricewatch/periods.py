@@ -154,6 +154,18 @@ def may_say(text: str) -> tuple[bool, bool]:
     return period, not _PER_BYTES.isdisjoint(words)
 
 
+_SAID_BYTES = _PERIOD_BYTES | _PER_BYTES
+
+
+def may_say_any(text: str) -> bool:
+    """`any(may_say(text))`, for a whole page's text: asked once per read, a fifth cheaper."""
+    text = text.lower() if text.isascii() else text.casefold()
+    if not text.isascii() and _ACCENTED.search(text) is not None:  # each one is such a word
+        return True
+    words = text.encode().translate(_ASCII_WORDS).split()
+    return not _SAID_BYTES.isdisjoint(words) or _SHORT_SAID.search(text) is not None
+
+
 # UN/CEFACT common codes schema.org uses in unitCode, and ISO 8601 durations (billingDuration).
 _CODES = {"HUR": "hour", "DAY": "day", "WEE": "week", "MON": "month", "ANN": "year"}
 _CODE_PER = {"E34": "GB", "E35": "TB", "4L": "MB", "IE": "user"}

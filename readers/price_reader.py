@@ -32,6 +32,7 @@ from readers.price_structured import (
     structured_prices,
 )
 from readers.price_words import (
+    MAX_INTEGER_DIGITS,
     SIMPLE,
     WORDED,
     Implausible,
@@ -153,7 +154,8 @@ def selected(tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str]
     asides = [set_aside(match) for match in matches]
     # A page that says no period anywhere (most shops' listings) asks none of its prices: its
     # text holds every match's and every neighbourhood's, each text node apart.
-    page_says = tree.root is not None and any(periods.may_say(tree.root.text(separator=" ")))
+    root = tree.root
+    page_says = root is not None and periods.may_say_any(root.text(separator=" "))
     around = neighbourhoods(matches) if page_says else []
     as_named = all(asides)  # nothing else to choose: the user named these, so they are read
     found = []
@@ -208,8 +210,8 @@ def selected(tree: LexborHTMLParser, settings: PriceSettings, skipped: list[str]
                 own = own.replace(named.text(separator=" "), " ", 1)
             period, per = periods.read(own, around[position - 1])
         where = f"match {position}" if read_from is None else f"match {position} [{read_from}]"
-        if flags := [flag for flag in (aside, "from" if least else None) if flag]:
-            where += f" ({', '.join(flags)})"  # what the reading is: `match 2 (from)`
+        if aside or least:  # what the reading is: `match 2 (from)`
+            where += f" ({', '.join(flag for flag in (aside, 'from' if least else None) if flag)})"
         found.append(Price(label, amount, currency, regular, None, where, period, per))
     return found
 
@@ -284,11 +286,13 @@ def shown_amount(
         text = _GLUE.sub("", "\0".join(parts)).replace("\0", " ")
     text = plain(" ".join(text.split()))
     was = None
+    one_amount = True  # the text's digits are one `_AMOUNT`'s: 3 decimal places at most
     if (simple := SIMPLE.fullmatch(text)) is not None:  # one number: the common case
         amount, currency = simple_amount(simple, text, "")
     elif (worded := WORDED.fullmatch(text)) is not None:
         amount, currency = worded_amount(worded, text)
     else:
+        one_amount = False
         priced, was = priced_part(text)
         if priced is None:
             raise ExtractionError("only counts and quantities")
@@ -302,6 +306,8 @@ def shown_amount(
             regular = parse_amount(struck_text, "")[0]
             break
     least = simple is None and _FROM.search(text.lower()) is not None  # simple: no word
+    if one_amount and amount.adjusted() < MAX_INTEGER_DIGITS:
+        return amount, currency, regular, least  # plausible, without counting its places
     return plausible(amount, text, ""), currency, regular, least
 
 

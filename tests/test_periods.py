@@ -323,6 +323,11 @@ def test_may_say_misses_nothing_the_patterns_find(text: str) -> None:
     assert per_said or periods.per_in(text) is None, text
 
 
+@given(SAID)
+def test_may_say_any_is_either_answer_of_may_say(text: str) -> None:
+    assert periods.may_say_any(text) == any(periods.may_say(text)), text
+
+
 @given(WORDS)
 def test_a_text_that_may_say_nothing_reads_as_nothing(text: str) -> None:
     period_said, per_said = periods.may_say(text)

@@ -136,9 +136,10 @@ def test_a_plain_amount_is_read_as_price_parser_reads_it() -> None:
         symbols, symbols, numbers, decimals, ["", " "]
     ):
         text = f"{before}{space}{number}{decimal}{space}{after}".strip()
-        assert reading(price_words.amount_of, text) == reading(
-            price_words.price_parser_amount, text
-        ), text
+        read = reading(price_words.amount_of, text)
+        assert read == reading(price_words.price_parser_amount, text), text
+        if isinstance(read, tuple):  # plausible without counting (`shown_amount`'s one_amount)
+            assert price_words._places(Decimal(read[0])) <= 3, text
 
 
 def test_an_amount_among_words_is_read_as_price_parser_reads_it() -> None:
@@ -195,9 +196,10 @@ def test_an_amount_among_words_is_read_as_price_parser_reads_it() -> None:
             continue
         taken += 1
         assert price_words.priced_part(text) == (text, None), text
-        assert reading(price_words.worded_amount, worded, text) == reading(
-            price_words.price_parser_amount, text, ""
-        ), text
+        read = reading(price_words.worded_amount, worded, text)
+        assert read == reading(price_words.price_parser_amount, text, ""), text
+        if isinstance(read, tuple):  # plausible without counting (`shown_amount`'s one_amount)
+            assert price_words._places(Decimal(read[0])) <= 3, text
     assert taken > 10_000
 
 
